@@ -1,0 +1,72 @@
+"""Decoder registry: every backend behind one signature, chosen by name or "auto".
+
+`open_decoder(path, "auto")` opens the fastest backend known to read the stream's codec for
+sequential decoding and falls back to the next one when a backend is missing or cannot read
+it. The order comes from `datakit bench-decoders` results when present (see
+`recommendations_path()`), else from DEFAULT_ORDER.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+
+from datakit.decoders.base import BackendUnavailable, VideoDecoder, VideoInfo, probe_video
+
+BACKENDS = {
+    "pyav": "datakit.decoders.pyav_backend",
+    "decord": "datakit.decoders.decord_backend",
+    "torchcodec": "datakit.decoders.torchcodec_backend",
+}
+# Used until a bench-decoders run on this machine says otherwise.
+DEFAULT_ORDER = ["pyav", "torchcodec", "decord"]
+
+__all__ = [
+    "BACKENDS", "BackendUnavailable", "VideoDecoder", "VideoInfo", "probe_video",
+    "open_decoder", "backend_order", "backend_module", "recommendations_path",
+]
+
+
+def backend_module(name: str) -> ModuleType:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown decoder {name!r} (supported: auto, {', '.join(BACKENDS)})")
+    try:
+        return importlib.import_module(BACKENDS[name])
+    except Exception as e:
+        raise BackendUnavailable(f"{name}: {e}") from None
+
+
+def recommendations_path() -> Path:
+    """Where bench-decoders stores its per-codec ranking (override with DATAKIT_DECODER_RECOMMENDATIONS)."""
+    env = os.environ.get("DATAKIT_DECODER_RECOMMENDATIONS")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "datakit" / "decoders.json"
+
+
+def backend_order(codec: str, pattern: str = "sequential") -> list[str]:
+    """Backends to try for a codec and access pattern, fastest first."""
+    path = recommendations_path()
+    try:
+        rec = json.loads(path.read_text())["recommendations"]
+        ranked = list(rec[codec][pattern])
+    except (OSError, KeyError, ValueError, TypeError):
+        ranked = []
+    return ranked + [b for b in DEFAULT_ORDER if b not in ranked]
+
+
+def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek_mode: str = "exact",
+                 pattern: str = "sequential") -> VideoDecoder:
+    """Open `path` with backend `name`; "auto" tries backends in `backend_order` and falls back."""
+    if name != "auto":
+        return backend_module(name).open_video(path, threads=threads, seek_mode=seek_mode)
+    codec = probe_video(path).codec
+    errors = []
+    for b in backend_order(codec, pattern):
+        try:
+            return backend_module(b).open_video(path, threads=threads, seek_mode=seek_mode)
+        except BackendUnavailable as e:
+            errors.append(str(e))
+    raise BackendUnavailable(f"no decoder can read {path} ({codec}): " + "; ".join(errors))

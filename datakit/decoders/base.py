@@ -1,0 +1,86 @@
+"""The one decoder interface every backend implements, and the probe all of them share.
+
+A backend module exposes `open_video(path, *, threads, seek_mode) -> VideoDecoder`. A decoder is
+opened once per file and reused for every read; frames come out as uint8 RGB (N, H, W, 3).
+Frame i of a file is the frame presented at i / fps after the stream start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+from datakit.errors import SourceError
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    codec: str  # e.g. "av1", "h264"
+    width: int
+    height: int
+    fps: float
+    num_frames: int  # from the container; may be an estimate for some muxers
+    duration_s: float
+
+
+class VideoDecoder(Protocol):
+    backend: str
+    path: Path
+    info: VideoInfo
+
+    def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
+        """Decode frames [start, stop) in order, yielded in chunks of up to `chunk` (n, H, W, 3)."""
+        ...
+
+    def get_frames(self, indices: Sequence[int]) -> np.ndarray:
+        """Random access: the frames at `indices` (any order) as (N, H, W, 3) uint8."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend is not installed or cannot read this stream (e.g. Decord 0.6 and AV1)."""
+
+
+# FFmpeg reports the decoder library's name; results and recommendations use the codec's.
+_CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "av1_cuvid": "av1", "h264_cuvid": "h264"}
+
+
+def probe_video(path: str | Path) -> VideoInfo:
+    """Container metadata via PyAV; a clear SourceError for a missing or unreadable file."""
+    import av
+
+    p = Path(path)
+    if not p.exists():
+        raise SourceError(p, "missing video file")
+    try:
+        with av.open(str(p)) as c:
+            if not c.streams.video:
+                raise SourceError(p, "no video stream")
+            s = c.streams.video[0]
+            fps = float(s.average_rate or s.guessed_rate or 0)
+            duration = float(s.duration * s.time_base) if s.duration else float(c.duration or 0) / 1e6
+            n = int(s.frames) or int(round(duration * fps))
+            codec = _CODEC_NAMES.get(s.codec_context.name, s.codec_context.name)
+            return VideoInfo(codec, s.codec_context.width, s.codec_context.height, fps, n, duration)
+    except SourceError:
+        raise
+    except Exception as e:  # av raises many error types for damaged files
+        raise SourceError(p, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
+
+
+def frame_indices_check(indices: Sequence[int], n: int, path: Path) -> list[int]:
+    idx = [int(i) for i in indices]
+    bad = [i for i in idx if not 0 <= i < n]
+    if bad:
+        raise SourceError(path, f"frame index {bad[0]} outside the video (0..{n - 1})")
+    return idx
+
+
+def as_rgb_uint8(frames: np.ndarray) -> np.ndarray:
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"decoder returned {frames.dtype} {frames.shape}, expected (N,H,W,3) uint8")
+    return frames

@@ -1,0 +1,30 @@
+"""Errors that name the file and the problem, so a bad input yields one readable line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DatakitError(Exception):
+    """Base error: `str(err)` is a one-line message meant for the user."""
+
+
+class SourceError(DatakitError):
+    """A source file (table, video, metadata) is missing, unreadable or inconsistent."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class OutputError(DatakitError):
+    """The output folder cannot be used (holds something else, or another conversion)."""
+
+
+class ShardError(DatakitError):
+    """A shard is missing or damaged (hash, size or offset mismatch)."""
+
+    def __init__(self, shard: str | Path, problem: str):
+        self.shard = str(shard)
+        self.problem = problem
+        super().__init__(f"{self.shard}: {problem}")

@@ -1,0 +1,82 @@
+"""Random access to converted shards: any frame by (episode, frame, camera), no scan, no decode.
+
+`open_shards(OUT)` memory-maps the per-frame table and, lazily, each shard; a frame is a
+slice at the byte offset the index holds. Needs only numpy, pyarrow and torch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from datakit.errors import ShardError
+from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
+from datakit.stages.colour import nv12_to_rgb
+
+
+class ShardReader:
+    """Read-only view of a converted output folder."""
+
+    def __init__(self, out: str | Path):
+        self.root = Path(out)
+        self.index: ShardIndex = load_index(self.root)
+        self.frames: pa.Table = load_frames(self.root)
+        self.cameras = list(self.index.cameras)
+        self.episode_index = column(self.frames, "episode_index")
+        self.frame_index = column(self.frames, "frame_index")
+        self.shard = column(self.frames, "shard")
+        self.offsets = {c: column(self.frames, OFFSET_PREFIX + c) for c in self.cameras}
+        self._row_start = {e.episode_index: (e.row_start, e.length) for e in self.index.episodes}
+        self._maps: dict[int, np.memmap] = {}
+
+    def __len__(self) -> int:
+        return self.index.num_frames
+
+    def row(self, episode_index: int, frame_index: int) -> int:
+        """Row of the frames table for (episode, frame); KeyError/IndexError when absent."""
+        if episode_index not in self._row_start:
+            raise KeyError(f"episode {episode_index} is not in {self.root} (skipped or absent)")
+        start, length = self._row_start[episode_index]
+        if not 0 <= frame_index < length:
+            raise IndexError(f"frame {frame_index} outside episode {episode_index} (length {length})")
+        return start + frame_index
+
+    def shard_map(self, shard: int) -> np.memmap:
+        """The shard as a read-only byte array (opened once, then reused)."""
+        m = self._maps.get(shard)
+        if m is None:
+            entry = self.index.shards[shard]
+            path = self.root / entry.name
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                raise ShardError(path, "missing shard file") from None
+            if size != entry.bytes:
+                raise ShardError(path, f"size {size} differs from the index ({entry.bytes})")
+            m = self._maps[shard] = np.memmap(path, dtype=np.uint8, mode="r")
+        return m
+
+    def read_raw(self, row: int, camera: str) -> np.ndarray:
+        """The stored frame (rgb (H,W,3) or nv12 (H*3/2,W)) as a read-only view; zeros if missing."""
+        cam = self.index.cameras[camera]
+        off = int(self.offsets[camera][row])
+        if off < 0:
+            return np.zeros(cam.frame_shape, np.uint8)
+        data = self.shard_map(int(self.shard[row]))[off : off + cam.frame_bytes]
+        return data.reshape(cam.frame_shape)
+
+    def read_frame(self, episode_index: int, frame_index: int, camera: str) -> np.ndarray:
+        """(H, W, 3) uint8 RGB of one frame, whatever the stored layout."""
+        if camera not in self.index.cameras:
+            raise KeyError(f"unknown camera {camera!r} (have: {', '.join(self.cameras)})")
+        raw = self.read_raw(self.row(episode_index, frame_index), camera)
+        if self.index.layout == "nv12":
+            return nv12_to_rgb(torch.from_numpy(np.array(raw))[None])[0].numpy()
+        return np.array(raw)
+
+
+def open_shards(out: str | Path) -> ShardReader:
+    """Open a converted output folder for random access."""
+    return ShardReader(out)

@@ -1,0 +1,1 @@
+"""Shard side of the contract: tar writer, global index, statistics."""
