@@ -1,0 +1,138 @@
+"""The one configuration of the shard loader: what a sample is, how samples are ordered, how
+camera slots are filled and how a batch is normalised on the device.
+
+Every knob is a field with a comment; `__post_init__` rejects combinations that cannot work,
+so a bad config fails at construction with the reason instead of mid-epoch. Checks that need
+the index (cameras exist, the window fits an episode) happen in `ShardDataset`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SHUFFLE_MODES = ("random", "shard_block", "sequential")
+BOUNDARY_MODES = ("pad", "skip")
+ON_ERROR_MODES = ("raise", "skip")
+NORM_MODES = ("mean_std", "quantile", "none")
+VERIFY_MODES = ("size", "sha256")
+DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(kw_only=True)
+class LoaderConfig:
+    # --- what one sample is -------------------------------------------------------------
+    # Frame offsets read for each camera, relative to the anchor t (e.g. (0,) for Pi0.5,
+    # tuple(range(-32, 1)) for a 33-frame DreamZero clip, (-8, -4, 0) for a strided clip).
+    frame_offsets: tuple[int, ...] = (0,)
+    # Per-camera override of `frame_offsets` (camera name -> offsets).
+    camera_offsets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Offsets of `observation.state` relative to t (most policies use the current state).
+    state_offsets: tuple[int, ...] = (0,)
+    # Number of future actions per sample: rows t .. t + action_horizon - 1.
+    action_horizon: int = 1
+    # At episode ends: "pad" keeps every anchor and repeats the edge frame / action with an
+    # `*_is_pad` mask (LeRobot's behaviour); "skip" keeps only anchors whose whole window
+    # and action horizon fit inside the episode.
+    boundary: str = "pad"
+
+    # --- camera slots -------------------------------------------------------------------
+    # The model's fixed image slots, in order: each names a dataset camera or None (a slot
+    # the dataset never fills). Empty tuple: one slot per dataset camera, in index order.
+    slots: tuple[str | None, ...] = ()
+    # Drop, per batch, slots that no sample fills (blank or missing camera) and return the
+    # kept slot names plus an image mask, so the model spends no tokens on padding.
+    prune_slots: bool = True
+
+    # --- order ----------------------------------------------------------------------------
+    seed: int = 0  # the one global seed, the same on every rank
+    batch_size: int = 32  # samples per rank per step
+    # "random": full permutation (local disks); "shard_block": permuted blocks of
+    # consecutive rows, read sequentially (slow / remote storage); "sequential": no shuffle.
+    shuffle: str = "random"
+    block_size: int = 1024  # anchors per block in "shard_block" mode
+    drop_last: bool = True  # drop the epoch's tail that does not fill a global batch
+    rank: int = 0
+    world_size: int = 1
+
+    # --- reading and bad input --------------------------------------------------------------
+    num_workers: int = 0  # DataLoader worker processes
+    prefetch_factor: int = 2  # batches each worker keeps ready
+    # "raise": a damaged or missing shard stops with an error naming it; "skip": the
+    # sample is dropped from its batch and counted in `batch["num_skipped"]`.
+    on_error: str = "raise"
+    # How a shard is checked the first time a process opens it: "size" (stat, free) or
+    # "sha256" (reads the whole shard once; catches flipped bytes).
+    verify: str = "size"
+    # Reads of frames closer than this many bytes are merged into one pread with the gap
+    # discarded, so a clip of consecutive frames is one contiguous read.
+    coalesce_gap: int = 1 << 20
+
+    # --- device batch ------------------------------------------------------------------------
+    pin_memory: bool = True  # copy host batches into reused pinned buffers (CUDA only)
+    image_dtype: str = "bfloat16"  # dtype of normalised images on the device
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # after scaling to [0, 1]
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    resize: tuple[int, int] | None = None  # (H, W) bilinear resize on the device
+    crop: tuple[int, int] | None = None  # (H, W) crop after resize
+    random_crop: bool = False  # random (seeded per step) instead of centre crop
+    colour_jitter: float = 0.0  # max relative brightness/contrast change, 0 = off
+    # State / action normalisation with the index statistics: (x - mean) / std, or
+    # "quantile": mapped so q01 -> -1 and q99 -> +1 (Pi0.5 style), or "none".
+    norm: str = "mean_std"
+
+    def __post_init__(self) -> None:
+        _choice("shuffle", self.shuffle, SHUFFLE_MODES)
+        _choice("boundary", self.boundary, BOUNDARY_MODES)
+        _choice("on_error", self.on_error, ON_ERROR_MODES)
+        _choice("norm", self.norm, NORM_MODES)
+        _choice("verify", self.verify, VERIFY_MODES)
+        _choice("image_dtype", self.image_dtype, DTYPES)
+        self.frame_offsets = _offsets("frame_offsets", self.frame_offsets)
+        self.state_offsets = _offsets("state_offsets", self.state_offsets)
+        self.camera_offsets = {c: _offsets(f"camera_offsets[{c!r}]", o) for c, o in self.camera_offsets.items()}
+        self.slots = tuple(self.slots)
+        named = [s for s in self.slots if s is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"slots name a camera twice: {self.slots}")
+        if self.action_horizon < 1:
+            raise ValueError(f"action_horizon must be >= 1, got {self.action_horizon}")
+        if self.batch_size < 1 or self.block_size < 1:
+            raise ValueError("batch_size and block_size must be >= 1")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank} world_size={self.world_size}")
+        if self.num_workers < 0 or self.prefetch_factor < 1:
+            raise ValueError("num_workers must be >= 0 and prefetch_factor >= 1")
+        for name in ("resize", "crop"):
+            v = getattr(self, name)
+            if v is not None and (len(v) != 2 or min(v) < 1):
+                raise ValueError(f"{name} must be (height, width) with positive sizes, got {v}")
+        if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
+            raise ValueError("image_mean / image_std need 3 values, std > 0")
+        if not 0.0 <= self.colour_jitter < 1.0:
+            raise ValueError(f"colour_jitter must be in [0, 1), got {self.colour_jitter}")
+
+    def offsets_for(self, camera: str) -> tuple[int, ...]:
+        return self.camera_offsets.get(camera, self.frame_offsets)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _offsets(name: str, offsets: tuple[int, ...]) -> tuple[int, ...]:
+    out = tuple(int(o) for o in offsets)
+    if not out:
+        raise ValueError(f"{name} is empty; use (0,) for the anchor frame alone")
+    if list(out) != sorted(set(out)):
+        raise ValueError(f"{name} must be strictly increasing, got {out}")
+    return out
+
+
+def pi05_config(**kw) -> LoaderConfig:
+    """Pi0.5-shaped samples: the current frame of 3 slots, 50 future actions, quantile norm."""
+    return LoaderConfig(**{"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile", **kw})
+
+
+def dreamzero_config(**kw) -> LoaderConfig:
+    """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it."""
+    return LoaderConfig(**{"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw})

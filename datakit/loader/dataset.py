@@ -1,0 +1,188 @@
+"""`ShardDataset`: step-granular samples over a converted folder, read as whole batches.
+
+An item is an anchor (a row of the frames table) plus a window: image frames per camera
+slot, states, and an action horizon, each clamped to the anchor's episode with an `is_pad`
+mask. `__getitems__` (what `torch.utils.data.DataLoader` calls with a batch sampler) builds
+the uint8 batch in one pass: numeric columns by numpy fancy indexing on the memory-mapped
+frames table, pixels by coalesced `preadv` straight into the batch tensor (see `reads`).
+Nothing is decoded; no tar is scanned.
+
+Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
+  images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored
+  image_mask (B,K) bool - the slot holds a real camera for this sample
+  image_is_pad (B,K,T) bool, slot_index (K,) int64 - kept slots, indices into `slot_names`
+  state (B,Ts,D) float32, state_is_pad (B,Ts), action (B,H,A) float32, action_is_pad (B,H)
+  episode_index, frame_index, task_index, row (B,) int64, timestamp (B,) float64
+  num_skipped () int64 - samples dropped from this batch for a bad shard (on_error="skip")
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from datakit.errors import ShardError
+from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
+from datakit.loader.config import LoaderConfig
+from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
+from datakit.loader.slots import kept_slots, slot_map
+from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Map-style dataset: position i is the i-th valid anchor; batches via `__getitems__`."""
+
+    def __init__(self, root: str | Path, cfg: LoaderConfig):
+        self.root, self.cfg = Path(root), cfg
+        self._open()
+
+    def _open(self) -> None:
+        cfg, self.index = self.cfg, load_index(self.root)
+        frames = load_frames(self.root)
+        self.slots = slot_map(self.index, cfg.slots)
+        used = [c for c in self.slots.cameras if c is not None]
+        shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
+        lengths = {len(cfg.offsets_for(c)) for c in used}
+        if len(shapes) > 1 or len(lengths) > 1:
+            raise ValueError(f"slot cameras {used} must share one frame shape and window length to stack "
+                             f"into one image tensor (shapes {shapes}, window lengths {lengths})")
+        self.frame_shape = shapes.pop() if shapes else (1,)
+        self.frame_bytes = int(np.prod(self.frame_shape))
+        self.num_frames = lengths.pop() if lengths else len(cfg.frame_offsets)
+        self.state = column(frames, "state")
+        self.action = column(frames, "action")
+        self.meta = {k: column(frames, k) for k in ("episode_index", "frame_index", "task_index", "timestamp")}
+        self.shard = column(frames, "shard")
+        self.offsets = {c: column(frames, OFFSET_PREFIX + c) for c in used}
+        eps = self.index.episodes
+        self.episodes = EpisodeRows(
+            episode_index=np.array([e.episode_index for e in eps], np.int64),
+            row_start=np.array([e.row_start for e in eps], np.int64),
+            length=np.array([e.length for e in eps], np.int64),
+        )
+        self.ep_of_row = self.episodes.of_rows(len(self.shard))
+        window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
+        self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
+        self._check_offsets()
+        self.files = ShardFiles(self.root, self.index.shards, verify=cfg.verify)
+        self.num_skipped = 0
+
+    def _check_offsets(self) -> None:
+        """Reject an index whose offsets point past the end of their shard (no silent garbage)."""
+        sizes = np.array([s.bytes for s in self.index.shards], np.int64)
+        for cam, off in self.offsets.items():
+            has = off >= 0
+            bad = np.flatnonzero(has & (off + self.frame_bytes > sizes[self.shard]))
+            if bad.size:
+                row = int(bad[0])
+                raise ShardError(self.files_path(int(self.shard[row])),
+                                 f"index offset of camera {cam!r} at row {row} lies past the end of the shard")
+
+    def files_path(self, shard: int) -> Path:
+        return self.root / self.index.shards[shard].name
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root, "cfg": self.cfg}  # workers re-map the files; nothing big is pickled
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.root, self.cfg = state["root"], state["cfg"]
+        self._open()
+
+    def __len__(self) -> int:
+        return int(self.anchors.shape[0])
+
+    @property
+    def slot_names(self) -> tuple[str, ...]:
+        return self.slots.names
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        """One sample without the batch dimension (all slots kept, so keys and shapes are fixed)."""
+        batch = self.read_batch([int(i)], prune=False)
+        if batch["row"].numel() == 0:
+            raise ShardError(self.root, f"sample {i} was skipped: its shard is damaged or missing")
+        return {k: (v[0] if v.dim() and k not in ("slot_index", "num_skipped") else v) for k, v in batch.items()}
+
+    def __getitems__(self, positions: list[int]) -> dict[str, torch.Tensor]:
+        return self.read_batch(positions)
+
+    def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        rows = self.anchors[np.asarray(positions, np.int64)]
+        ep = self.ep_of_row[rows]
+        start, length = self.episodes.row_start[ep], self.episodes.length[ep]
+        real = self.slots.real[ep]
+        keep = kept_slots(real, cfg.prune_slots if prune is None else prune)
+        b, k, t = rows.size, keep.size, self.num_frames
+        images = _new_tensor((b, k, t, *self.frame_shape), torch.uint8)
+        image_is_pad = np.zeros((b, k, t), bool)
+        flat = images.numpy().reshape(b, k, t, self.frame_bytes)
+        view = memoryview(flat.reshape(-1))
+        shards, offs, owners, dests = [], [], [], []
+        for j, s in enumerate(keep.tolist()):
+            cam = self.slots.cameras[s]
+            if cam is None:
+                flat[:, j] = 0
+                continue
+            r, pad = window_rows(rows, cfg.offsets_for(cam), start, length)
+            image_is_pad[:, j] = pad
+            off = self.offsets[cam][r]
+            missing = off < 0
+            if missing.any():
+                flat[:, j][missing] = 0
+            bi, ti = np.nonzero(~missing)
+            cells = (bi * k + j) * t + ti
+            shards.append(self.shard[r[bi, ti]])
+            offs.append(off[bi, ti])
+            owners.append(bi)
+            fb = self.frame_bytes
+            dests += [view[c * fb : (c + 1) * fb] for c in cells.tolist()]
+        plan = ReadPlan(
+            shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
+            offset=np.concatenate(offs) if offs else np.zeros(0, np.int64),
+            dest=dests,
+            owner=np.concatenate(owners) if owners else np.zeros(0, np.int64),
+        )
+        failed = read_frames(self.files, plan, self.frame_bytes, cfg.coalesce_gap)
+        ok = np.ones(b, bool)
+        if failed:
+            if cfg.on_error == "raise":
+                raise next(iter(failed.values()))
+            ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
+            self.num_skipped += int((~ok).sum())
+        rs, pad_s = window_rows(rows, cfg.state_offsets, start, length)
+        ra, pad_a = window_rows(rows, tuple(range(cfg.action_horizon)), start, length)
+        batch = {
+            "images": images,
+            "image_mask": torch.from_numpy(real[:, keep]),
+            "image_is_pad": torch.from_numpy(image_is_pad),
+            "slot_index": torch.from_numpy(keep.astype(np.int64)),
+            "state": torch.from_numpy(self.state[rs]),
+            "state_is_pad": torch.from_numpy(pad_s),
+            "action": torch.from_numpy(self.action[ra]),
+            "action_is_pad": torch.from_numpy(pad_a),
+            "row": torch.from_numpy(rows),
+            **{k_: torch.from_numpy(np.ascontiguousarray(v[rows])) for k_, v in self.meta.items()},
+        }
+        if not ok.all():
+            sel = torch.from_numpy(np.flatnonzero(ok))
+            batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
+        batch["num_skipped"] = torch.tensor(int((~ok).sum()))
+        return batch
+
+
+def _new_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """In a DataLoader worker, allocate straight in shared memory (as default_collate does),
+    so handing the batch to the main process costs no copy."""
+    if torch.utils.data.get_worker_info() is not None:
+        n = int(np.prod(shape))
+        storage = torch.UntypedStorage._new_shared(max(n, 1) * torch.empty((), dtype=dtype).element_size())
+        return torch.empty(0, dtype=dtype).set_(storage, 0, shape)[...] if n else torch.empty(shape, dtype=dtype)
+    return torch.empty(shape, dtype=dtype)
+
+
+def identity_collate(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`collate_fn` for a DataLoader over `ShardDataset`: `__getitems__` already collated."""
+    return batch
