@@ -89,7 +89,7 @@ class ShardIndex:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+        return json.dumps(asdict(self), indent=1) + "\n"  # insertion order: cameras as declared
 
     @classmethod
     def from_json(cls, text: str) -> "ShardIndex":

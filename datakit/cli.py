@@ -1,0 +1,148 @@
+"""The `datakit` command: convert, verify, info, bench-decoders, demo.
+
+Errors in the input print one line naming the file and the problem (exit 2); `--debug` shows
+the traceback too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from datakit.errors import DatakitError
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().rstrip("ib").rstrip("b") if text[-1:].isalpha() else text
+    mult = units.get(t[-1:], 1)
+    return int(float(t[:-1] if mult > 1 else t) * mult)
+
+
+def add_convert(sub) -> None:
+    p = sub.add_parser("convert", help="convert LeRobot / DROID episodes into uint8 frame shards",
+                       description="Decode every camera of every episode once, into uncompressed uint8 tar "
+                                   "shards plus a global index. Rerunning the same command resumes.")
+    p.add_argument("src", type=Path, help="source dataset folder (LeRobot v2.0/v2.1/v3.0 or raw DROID)")
+    p.add_argument("out", type=Path, help="output folder (created; must be empty or a previous run's)")
+    p.add_argument("--config", type=Path, help="TOML file with [convert] options; flags override it")
+    p.add_argument("--format", choices=["auto", "lerobot", "droid"], help="source format (default auto)")
+    p.add_argument("--decoder", choices=["auto", "pyav", "decord", "torchcodec"],
+                   help="video decoder (default auto: fastest that reads the codec, with fallback)")
+    p.add_argument("--decoder-threads", type=int, help="threads per decoder (default 1; 0 = FFmpeg's choice)")
+    p.add_argument("--resize", metavar="HxW", help="resize every camera, antialiased (e.g. 224x224)")
+    p.add_argument("--layout", choices=["rgb", "nv12"], help="stored colour layout (default rgb)")
+    p.add_argument("--workers", type=int, help="parallel episode workers (default: all cores)")
+    p.add_argument("--shard-size", type=_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
+    p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
+
+
+def run_convert(args) -> int:
+    from datakit.config import ConvertConfig
+    from datakit.convert import convert
+    from datakit.summary import print_summary
+
+    over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
+                resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
+                on_error=args.on_error, progress=False if args.no_progress else None)
+    cfg = ConvertConfig.from_toml(args.config, **over) if args.config else \
+        ConvertConfig(**{k: v for k, v in over.items() if v is not None})
+    s = convert(args.src, args.out, cfg)
+    if s.already_complete:
+        print(f"{args.out}: already complete (index.json present); nothing to do")
+    elif s.resumed_shards:
+        print(f"resumed: kept {s.resumed_shards} complete shard(s) from an earlier run")
+    print_summary(s.index, None if s.already_complete else s.seconds)
+    if args.json:
+        args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders}, indent=1))
+    return 0
+
+
+def add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="re-hash every shard and check every indexed offset")
+    p.add_argument("out", type=Path)
+
+
+def run_verify(args) -> int:
+    from datakit.verify import verify
+
+    rep = verify(args.out)
+    if rep.ok:
+        print(f"{args.out}: OK ({rep.shards} shards, {rep.bytes} bytes, {rep.frames} frames, "
+              f"{rep.offsets_checked} offsets checked)")
+        return 0
+    for p in rep.problems:
+        print(p, file=sys.stderr)
+    return 1
+
+
+def add_info(sub) -> None:
+    p = sub.add_parser("info", help="describe a converted output folder")
+    p.add_argument("out", type=Path)
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
+
+def run_info(args) -> int:
+    from datakit.shards.index import load_index
+    from datakit.summary import print_summary
+
+    index = load_index(args.out)
+    if args.json:
+        print(json.dumps(index.info(), indent=1))
+    else:
+        print_summary(index)
+    return 0
+
+
+def add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="generate a small LeRobot dataset with real AV1 video, convert, verify")
+    p.add_argument("--dir", type=Path, default=Path("demo-out"), help="working folder (default demo-out/)")
+
+
+def run_demo(args) -> int:
+    from datakit.demo import run_demo as demo
+
+    return demo(args.dir)
+
+
+COMMANDS = {
+    "convert": (add_convert, run_convert),
+    "verify": (add_verify, run_verify),
+    "info": (add_info, run_info),
+    "demo": (add_demo, run_demo),
+}
+
+
+def _register_optional() -> None:
+    try:  # bench-decoders lives in its own package
+        from datakit.decoder_bench.command import add_parser, run
+    except ImportError:
+        return
+    COMMANDS["bench-decoders"] = (add_parser, run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register_optional()
+    parser = argparse.ArgumentParser(prog="datakit", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][1](args)
+    except (DatakitError, ValueError, FileNotFoundError) as e:
+        if args.debug:
+            raise
+        print(f"datakit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""ConvertConfig: the one config object of `datakit convert`, from TOML and overridable on the CLI."""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from datakit.stages.resize import parse_size
+
+LAYOUTS = ("rgb", "nv12")
+ON_ERROR = ("fail", "skip")
+FORMATS = ("auto", "lerobot", "droid")
+
+
+@dataclass(kw_only=True)
+class ConvertConfig:
+    format: str = "auto"  # source format: auto | lerobot | droid
+    decoder: str = "auto"  # pyav | decord | torchcodec | auto (fastest that reads the codec)
+    decoder_threads: int = 1  # threads per decoder; episodes are parallel across --workers
+    resize: str | None = None  # "HxW" applied to every camera (antialiased), None = native size
+    layout: str = "rgb"  # rgb (H,W,3) or nv12 (1.5 bytes/pixel, read back as RGB)
+    workers: int = max(1, os.cpu_count() or 1)  # processes converting episodes in parallel
+    shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
+    on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
+    progress: bool = True  # progress bar on stderr
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        if self.resize is not None:
+            h, w = parse_size(self.resize)
+            if self.layout == "nv12" and (h % 2 or w % 2):
+                raise ValueError(f"nv12 needs an even size, got --resize {self.resize}")
+        if self.workers < 1 or self.decoder_threads < 0 or self.shard_size < 1:
+            raise ValueError("workers >= 1, decoder_threads >= 0 and shard_size >= 1 are required")
+
+    @property
+    def size(self) -> tuple[int, int] | None:
+        return parse_size(self.resize) if self.resize else None
+
+    def output_options(self) -> dict[str, Any]:
+        """The options that determine the output bytes (a rerun must match them to resume)."""
+        d = asdict(self)
+        for k in ("workers", "progress", "decoder_threads"):
+            d.pop(k)
+        return d
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> "ConvertConfig":
+        data = tomllib.loads(Path(path).read_text())
+        data = data.get("convert", data)
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**data)

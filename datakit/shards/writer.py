@@ -1,0 +1,123 @@
+"""Tar writing: one episode -> a fragment of tar members (frame-major), fragments -> shards.
+
+Tar headers are position-independent (fixed mtime/uid/mode), so an episode's members can be
+written by a worker into a fragment file and later appended verbatim to a shard: the shard is
+a valid POSIX tar and every offset is the fragment's base plus the relative offset.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from datakit.shards.index import FRAME_KEY
+
+BLOCK = tarfile.BLOCKSIZE  # 512
+END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
+
+
+def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The .npy v1.0 header numpy writes for a C-contiguous array (its length is a multiple of 64)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
+    )
+    return buf.getvalue()
+
+
+def tar_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uname = info.gname = ""
+    return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="strict")
+
+
+class FragmentWriter:
+    """Writes the members of consecutive frames into a binary stream, tracking pixel offsets."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.pos = 0
+        self._headers: dict[tuple[tuple[int, ...], str], bytes] = {}
+
+    def _member(self, name: str, payload: list[bytes | memoryview]) -> int:
+        """Write one member; returns the offset of its data (after the tar header)."""
+        size = sum(len(p) for p in payload)
+        hdr = tar_header(name, size)
+        self.f.write(hdr)
+        data_at = self.pos + len(hdr)
+        for p in payload:
+            self.f.write(p)
+        pad = -size % BLOCK
+        if pad:
+            self.f.write(b"\0" * pad)
+        self.pos = data_at + size + pad
+        return data_at
+
+    def _npy(self, name: str, arr: np.ndarray) -> int:
+        key = (arr.shape, arr.dtype.str)
+        hdr = self._headers.get(key)
+        if hdr is None:
+            hdr = self._headers[key] = npy_header(arr.shape, arr.dtype)
+        return self._member(name, [hdr, memoryview(np.ascontiguousarray(arr)).cast("B")]) + len(hdr)
+
+    def write_frame(self, episode: int, frame: int, images: dict[str, np.ndarray], state: np.ndarray,
+                    action: np.ndarray, meta: dict) -> dict[str, int]:
+        """All fields of one frame under one key; returns camera -> offset of its pixel data."""
+        key = FRAME_KEY.format(episode=episode, frame=frame)
+        offsets = {cam: self._npy(f"{key}.{cam}.npy", img) for cam, img in images.items()}
+        self._npy(f"{key}.state.npy", state)
+        self._npy(f"{key}.action.npy", action)
+        self._member(f"{key}.json", [json.dumps(meta, sort_keys=True).encode()])
+        return offsets
+
+
+class ShardFile:
+    """A shard being assembled under a temporary name; `close()` ends the archive, fsyncs and renames."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tmp = path.with_name(path.name + ".tmp")
+        self.f = open(self.tmp, "wb")
+        self.bytes = 0
+        self.sha = hashlib.sha256()
+
+    def append_file(self, src: Path) -> int:
+        """Append a fragment verbatim; returns the offset it starts at in this shard."""
+        base = self.bytes
+        with open(src, "rb") as s:
+            while chunk := s.read(8 << 20):
+                self.f.write(chunk)
+                self.sha.update(chunk)
+                self.bytes += len(chunk)
+        return base
+
+    def close(self) -> tuple[int, str]:
+        self.f.write(END_OF_ARCHIVE)
+        self.sha.update(END_OF_ARCHIVE)
+        self.bytes += len(END_OF_ARCHIVE)
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.path)
+        return self.bytes, self.sha.hexdigest()
+
+    def abort(self) -> None:
+        self.f.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,46 @@
+"""Camera-slot detection: is a camera's video real content or constant padding (e.g. black)?"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from datakit.shards.index import SLOT_BLANK, SLOT_MISSING, SLOT_REAL
+
+# Largest deviation from a frame's own mean (in uint8 levels) that still counts as constant:
+# covers codec noise on flat frames, far below any real scene's contrast.
+BLANK_TOLERANCE = 10
+
+
+@dataclass
+class SlotDetector:
+    """Fed every frame of one camera of one episode; `slot` says real or blank."""
+
+    tolerance: int = BLANK_TOLERANCE
+    constant: bool = True
+    frames: int = 0
+
+    def update(self, frames: np.ndarray) -> None:
+        """frames: (N, H, W, 3) uint8 RGB (before any NV12 packing); every 4th pixel is looked at."""
+        self.frames += len(frames)
+        if not self.constant or not len(frames):
+            return
+        sub = frames[:, ::4, ::4].reshape(len(frames), -1).astype(np.int16)
+        dev = np.abs(sub - sub.mean(axis=1, keepdims=True).astype(np.int16)).max()
+        if dev > self.tolerance:
+            self.constant = False
+
+    @property
+    def slot(self) -> str:
+        if self.frames == 0:
+            return SLOT_MISSING
+        return SLOT_BLANK if self.constant else SLOT_REAL
+
+
+def dataset_slot(episode_slots: list[str]) -> str:
+    """A camera's top-level slot: real if any episode has it real, else blank if any blank."""
+    if SLOT_REAL in episode_slots:
+        return SLOT_REAL
+    if SLOT_BLANK in episode_slots:
+        return SLOT_BLANK
+    return SLOT_MISSING

@@ -1,0 +1,56 @@
+"""Human-readable summaries (rich tables) of a conversion and of an index."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from datakit.shards.index import ShardIndex
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def index_table(index: ShardIndex, seconds: float | None = None, title: str = "datakit") -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    total = sum(s.bytes for s in index.shards)
+    t.add_row("source", f"{index.source.get('format')} {index.source.get('version')} ({index.source.get('name')})")
+    t.add_row("episodes", str(index.num_episodes))
+    t.add_row("frames", str(index.num_frames))
+    t.add_row("shards", str(index.num_shards))
+    t.add_row("bytes", _gib(total))
+    t.add_row("layout", index.layout)
+    if seconds is not None:
+        t.add_row("time", f"{seconds:.1f} s ({index.num_frames / max(seconds, 1e-9):.0f} frames/s)")
+    t.add_row("skipped episodes", str(len(index.skipped)))
+    return t
+
+
+def camera_table(index: ShardIndex) -> Table:
+    t = Table(title="cameras")
+    for col in ("camera", "size", "slot", "real", "blank", "missing"):
+        t.add_column(col)
+    for name, c in index.cameras.items():
+        style = {"real": "green", "blank": "yellow", "missing": "red"}.get(c.slot, "")
+        t.add_row(name, f"{c.height}x{c.width}", f"[{style}]{c.slot}[/{style}]",
+                  *(str(c.episodes.get(k, 0)) for k in ("real", "blank", "missing")))
+    return t
+
+
+def skipped_table(index: ShardIndex) -> Table:
+    t = Table(title="skipped episodes")
+    t.add_column("episode")
+    t.add_column("reason")
+    for s in index.skipped:
+        t.add_row(str(s["episode_index"]), s["reason"])
+    return t
+
+
+def print_summary(index: ShardIndex, seconds: float | None = None, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(index_table(index, seconds))
+    console.print(camera_table(index))
+    if index.skipped:
+        console.print(skipped_table(index))
