@@ -1,0 +1,22 @@
+"""Shards to training batches: deterministic, resumable, step-granular, uint8 until the device.
+
+Modules, in the order a sample flows through them:
+config (LoaderConfig) -> anchors (which (episode, t) a window allows) -> sampler (one global
+order per (seed, epoch), split by rank and step) -> dataset (batch read: numpy columns +
+coalesced preadv of pixels) with slots (camera -> model slot, pruning) and reads (verified
+shard files) -> loader (DataLoader, resumable state) -> gpu_batch (pinned ring, side-stream
+copy) -> normalise (on the device). interop: LeRobot-style items, WebDataset URLs.
+"""
+from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
+from datakit.loader.dataset import ShardDataset
+from datakit.loader.gpu_batch import DeviceBatcher, PinnedRing, h2d_bytes
+from datakit.loader.interop import LeRobotView, lerobot_config, webdataset_urls
+from datakit.loader.loader import ShardLoader
+from datakit.loader.normalise import Normaliser
+from datakit.loader.sampler import StepSampler, epoch_order
+
+__all__ = [
+    "DeviceBatcher", "LeRobotView", "LoaderConfig", "Normaliser", "PinnedRing", "ShardDataset", "ShardLoader",
+    "StepSampler", "dreamzero_config", "epoch_order", "h2d_bytes", "lerobot_config", "pi05_config",
+    "webdataset_urls",
+]

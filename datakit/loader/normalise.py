@@ -1,0 +1,125 @@
+"""uint8 batch -> model inputs, on whatever device the batch is on (GPU in training, CPU in tests).
+
+Images leave the host as stored uint8 (rgb or nv12) and become normalised NCHW bf16/fp32
+here: NV12 -> RGB, optional resize / crop / brightness-contrast jitter, then scale and
+mean/std as one `addcmul` that reads the permuted uint8 and writes the output dtype in a
+single kernel. State and action are mapped with the index statistics, `x * scale + bias`.
+Random choices are pure functions of (seed, epoch, step, row), so a resumed run augments
+exactly as the unbroken one did.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from datakit.loader.config import LoaderConfig
+from datakit.shards.index import ShardIndex
+from datakit.stages.colour import nv12_to_rgb_float
+
+_EPS = 1e-8
+
+
+def affine_from_stats(stats: dict[str, list[float]], mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, bias) with normalised = x * scale + bias, for "mean_std", "quantile" or "none"."""
+    if mode == "none":
+        n = len(stats["mean"])
+        return torch.ones(n), torch.zeros(n)
+    if mode == "mean_std":
+        scale = 1.0 / torch.tensor(stats["std"], dtype=torch.float64).clamp_min(_EPS)
+        bias = -torch.tensor(stats["mean"], dtype=torch.float64) * scale
+    else:  # quantile: q01 -> -1, q99 -> +1
+        lo, hi = torch.tensor(stats["q01"], dtype=torch.float64), torch.tensor(stats["q99"], dtype=torch.float64)
+        scale = 2.0 / (hi - lo).clamp_min(_EPS)
+        bias = -1.0 - lo * scale
+    return scale.float(), bias.float()
+
+
+def hash_uniform(x: torch.Tensor, key: int) -> torch.Tensor:
+    """Deterministic U[0, 1) per element of an int64 tensor (same bits on CPU and GPU)."""
+    z = x.to(torch.int64) * 0x5851F42D4C957F2D + key  # wraps mod 2**64, identically everywhere
+    z = z ^ (z >> 29)
+    z = z * 0x2545F4914F6CDD1D
+    z = z ^ (z >> 32)
+    return ((z >> 11) & ((1 << 24) - 1)).to(torch.float32) / float(1 << 24)
+
+
+@dataclass
+class Normaliser:
+    """The device-side transform of a batch; `to(device)` once, then call per batch."""
+
+    cfg: LoaderConfig
+    layout: str  # "rgb" | "nv12" as stored
+    image_scale: torch.Tensor  # (3,) 1 / (255 * std)
+    image_bias: torch.Tensor  # (3,) -mean / std
+    state_affine: tuple[torch.Tensor, torch.Tensor]
+    action_affine: tuple[torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def from_index(cls, index: ShardIndex, cfg: LoaderConfig) -> "Normaliser":
+        mean, std = torch.tensor(cfg.image_mean), torch.tensor(cfg.image_std)
+        return cls(cfg=cfg, layout=index.layout, image_scale=1.0 / (255.0 * std), image_bias=-mean / std,
+                   state_affine=affine_from_stats(index.stats["state"], cfg.norm),
+                   action_affine=affine_from_stats(index.stats["action"], cfg.norm))
+
+    def to(self, device: torch.device | str) -> "Normaliser":
+        mv = lambda t: t.to(device)  # noqa: E731
+        return Normaliser(cfg=self.cfg, layout=self.layout, image_scale=mv(self.image_scale),
+                          image_bias=mv(self.image_bias), state_affine=tuple(map(mv, self.state_affine)),
+                          action_affine=tuple(map(mv, self.action_affine)))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.cfg.image_dtype == "bfloat16" else torch.float32
+
+    def __call__(self, batch: dict[str, torch.Tensor], *, epoch: int = 0, step: int = 0) -> dict[str, torch.Tensor]:
+        out = dict(batch)
+        out["images"] = self.images(batch["images"], batch.get("row"), epoch=epoch, step=step)
+        out["state"] = batch["state"].float() * self.state_affine[0] + self.state_affine[1]
+        out["action"] = batch["action"].float() * self.action_affine[0] + self.action_affine[1]
+        return out
+
+    def images(self, u8: torch.Tensor, rows: torch.Tensor | None = None, *, epoch: int = 0,
+               step: int = 0) -> torch.Tensor:
+        """(B, K, T, *frame_shape) uint8 -> (B, K, T, 3, H', W') in the configured dtype."""
+        cfg, lead = self.cfg, u8.shape[:3]
+        flat = u8.reshape(-1, *u8.shape[3:])
+        if self.layout == "nv12":
+            x = nv12_to_rgb_float(flat)  # (N, 3, H, W) float in [0, 255]
+        else:
+            x = flat.permute(0, 3, 1, 2)  # uint8 view, converted inside the fused op below
+        if cfg.resize is not None and tuple(x.shape[-2:]) != tuple(cfg.resize):
+            x = F.interpolate(x.float(), size=cfg.resize, mode="bilinear", align_corners=False, antialias=True)
+        if cfg.crop is not None:
+            x = self._crop(x, epoch, step)
+        if cfg.colour_jitter > 0 and rows is not None:
+            x = self._jitter(x.float(), rows, lead, epoch)
+        h, w = x.shape[-2:]
+        out = torch.empty((x.shape[0], 3, h, w), dtype=self.dtype, device=x.device)
+        torch.addcmul(self.image_bias.view(1, 3, 1, 1), x, self.image_scale.view(1, 3, 1, 1), out=out)
+        return out.view(*lead, 3, h, w)
+
+    def _crop(self, x: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
+        ch, cw = self.cfg.crop
+        h, w = x.shape[-2:]
+        if ch > h or cw > w:
+            raise ValueError(f"crop {ch}x{cw} is larger than the image {h}x{w}")
+        if self.cfg.random_crop:  # one offset per batch keeps the crop a view (no gather)
+            u = hash_uniform(torch.tensor([step, step + 1]), self.cfg.seed * 1_000_003 + epoch)
+            top, left = int(u[0] * (h - ch + 1)), int(u[1] * (w - cw + 1))
+        else:
+            top, left = (h - ch) // 2, (w - cw) // 2
+        return x[..., top : top + ch, left : left + cw]
+
+    def _jitter(self, x: torch.Tensor, rows: torch.Tensor, lead: torch.Size, epoch: int) -> torch.Tensor:
+        """Per-sample brightness and contrast in [1 - j, 1 + j], the same for a sample's frames."""
+        j, key = self.cfg.colour_jitter, self.cfg.seed * 7_919 + epoch * 104_729
+        rows = rows.to(x.device)
+        bright = 1.0 + j * (2.0 * hash_uniform(rows, key) - 1.0)
+        contrast = 1.0 + j * (2.0 * hash_uniform(rows, key + 1) - 1.0)
+        per = lead[1] * lead[2]  # frames per sample (slots x window)
+        bright = bright.repeat_interleave(per).view(-1, 1, 1, 1)
+        contrast = contrast.repeat_interleave(per).view(-1, 1, 1, 1)
+        grey = x.mean(dim=(1, 2, 3), keepdim=True)
+        return ((x - grey) * contrast + grey).mul_(bright).clamp_(0.0, 255.0)
