@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install the project with everything it needs on a fresh Debian
+# machine: FFmpeg 5.1 libraries for torchcodec (apt-get, when missing) and the CPU build of torch,
+# pinned so that no multi-GB CUDA build is pulled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+if command -v dpkg >/dev/null && ! dpkg -s libavdevice59 >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null; then
+    echo "installing FFmpeg 5.1 libraries (libavdevice59) for torchcodec"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libavdevice59 >/dev/null
+  else
+    echo "warning: libavdevice59 missing and no apt-get: torchcodec will be reported unavailable" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+# torch first and pinned: an unpinned torch resolves to a CUDA build of several GB.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c tools/constraints.txt torch 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c tools/constraints.txt -e ".[convert,dev]" 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset; print('installed: torch', torch.__version__, '| av', av.__version__)"
