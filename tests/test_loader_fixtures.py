@@ -1,0 +1,72 @@
+"""Shard folders for the loader tests, built once per session with the real pipeline:
+`datakit.synth.make_lerobot_dataset` (real AV1 videos) -> `datakit.convert.convert`.
+
+Import the fixtures from here (`from test_loader_fixtures import shards_rgb`); the one test
+below checks the fixture against the contract the loader relies on.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, load_frames, write_frames
+
+LENGTHS = (24, 31, 17, 9)
+CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+
+
+def build(root: Path, layout: str) -> Path:
+    from datakit.config import ConvertConfig
+    from datakit.convert import convert
+    from datakit.synth import make_lerobot_dataset
+
+    src = make_lerobot_dataset(root / "src", version="v2.1", episode_lengths=LENGTHS, height=32, width=64,
+                               cameras=CAMS, blank_cameras=(CAMS[2],))
+    out = root / "out"
+    # a small shard size gives several shards, so reads and orders cross shard boundaries
+    convert(src, out, ConvertConfig(workers=1, progress=False, shard_size=400_000, layout=layout))
+    return out
+
+
+@pytest.fixture(scope="session")
+def shards_rgb(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("loader_rgb"), "rgb")
+
+
+@pytest.fixture(scope="session")
+def shards_nv12(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("loader_nv12"), "nv12")
+
+
+@pytest.fixture(scope="session")
+def shards_mixed(shards_rgb, tmp_path_factory) -> Path:
+    """The rgb folder with per-episode slots varied: episode 1 has `top` blank, episode 3
+    has no `wrist` video at all (offsets -1, slot missing)."""
+    out = tmp_path_factory.mktemp("loader_mixed") / "out"
+    shutil.copytree(shards_rgb, out)
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest["episodes"][1]["slots"][CAMS[0]] = "blank"
+    manifest["episodes"][3]["slots"][CAMS[1]] = "missing"
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    table = load_frames(out)
+    col = OFFSET_PREFIX + CAMS[1]
+    off = table.column(col).to_numpy().copy()
+    off[table.column("episode_index").to_numpy() == 3] = -1
+    table = table.set_column(table.schema.get_field_index(col), col, pa.array(off))
+    (out / FRAMES_NAME).unlink()
+    write_frames(out / FRAMES_NAME, table)
+    return out
+
+
+def test_fixture_meets_the_contract(shards_rgb):
+    from datakit.reader import open_shards
+
+    r = open_shards(shards_rgb)
+    assert r.index.num_shards >= 2 and r.index.num_frames == sum(LENGTHS)
+    assert [e.slots[CAMS[2]] for e in r.index.episodes] == ["blank"] * len(LENGTHS)
+    # frames of one episode are frame-major and increasing in their shard
+    off = r.offsets[CAMS[0]][: LENGTHS[0]]
+    assert np.all(np.diff(off) > 0)
