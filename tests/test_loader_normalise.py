@@ -1,0 +1,149 @@
+"""Device-side normalisation against float64 numpy references; GPU == CPU on a GPU machine.
+
+GPU tests carry `@pytest.mark.gpu` and skip when CUDA is absent.
+"""
+import numpy as np
+import pytest
+import torch
+
+from datakit.loader import DeviceBatcher, LoaderConfig, Normaliser, PinnedRing, ShardLoader, h2d_bytes
+from datakit.loader.normalise import affine_from_stats
+from datakit.shards.index import load_index
+from test_loader_fixtures import shards_nv12, shards_rgb  # noqa: F401
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def np_nv12_to_rgb(nv12):
+    """Independent numpy NV12 -> RGB (full-range BT.601, nearest chroma), float64, (N, H, W, 3)."""
+    n, h3, w = nv12.shape
+    h = h3 * 2 // 3
+    y = nv12[:, :h].astype(np.float64)
+    uv = nv12[:, h:].reshape(n, h // 2, w // 2, 2).astype(np.float64) - 128.0
+    uv = uv.repeat(2, axis=1).repeat(2, axis=2)
+    u, v = uv[..., 0], uv[..., 1]
+    rgb = np.stack([y + 1.402 * v, y - 0.344136 * u - 0.714136 * v, y + 1.772 * u], axis=-1)
+    return np.clip(rgb, 0, 255)
+
+
+def np_reference(batch, index, cfg):
+    imgs = batch["images"].numpy()
+    lead = imgs.shape[:3]
+    flat = imgs.reshape(-1, *imgs.shape[3:])
+    rgb = np_nv12_to_rgb(flat) if index.layout == "nv12" else flat.astype(np.float64)
+    mean, std = np.array(cfg.image_mean), np.array(cfg.image_std)
+    x = ((rgb / 255.0 - mean) / std).transpose(0, 3, 1, 2)
+    out = {"images": x.reshape(*lead, *x.shape[1:])}
+    for key in ("state", "action"):
+        st = {k: np.array(v) for k, v in index.stats[key].items()}
+        v = batch[key].numpy().astype(np.float64)
+        if cfg.norm == "mean_std":
+            out[key] = (v - st["mean"]) / st["std"]
+        else:
+            out[key] = 2 * (v - st["q01"]) / (st["q99"] - st["q01"]) - 1
+    return out
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("fixture", ["shards_rgb", "shards_nv12"])
+@pytest.mark.parametrize("norm,dtype,tol", [("mean_std", "float32", 1e-6), ("quantile", "bfloat16", 8e-3)])
+def test_cpu_normalisation_matches_numpy(request, fixture, norm, dtype, tol):
+    root = request.getfixturevalue(fixture)
+    cfg = LoaderConfig(norm=norm, image_dtype=dtype, batch_size=16, action_horizon=4,
+                       image_mean=(0.485, 0.456, 0.406), image_std=(0.229, 0.224, 0.225))
+    loader = ShardLoader(root, cfg)
+    host = next(iter(loader))
+    index = load_index(root)
+    got = Normaliser.from_index(index, cfg)(host)
+    want = np_reference(host, index, cfg)
+    assert got["images"].dtype == getattr(torch, dtype)
+    assert got["images"].shape == (*host["images"].shape[:3], 3, 32, 64)
+    assert rel(got["images"].float(), want["images"]) < tol
+    for key in ("state", "action"):
+        assert rel(got[key], want[key]) < 1e-6
+
+
+def test_resize_crop_and_jitter_are_deterministic(shards_rgb):
+    cfg = LoaderConfig(resize=(40, 80), crop=(32, 48), random_crop=True, colour_jitter=0.3, seed=4,
+                       image_dtype="float32", batch_size=8)
+    host = next(iter(ShardLoader(shards_rgb, cfg)))
+    norm = Normaliser.from_index(load_index(shards_rgb), cfg)
+    a = norm(host, epoch=0, step=3)
+    assert a["images"].shape[-3:] == (3, 32, 48)
+    assert torch.equal(a["images"], norm(host, epoch=0, step=3)["images"])
+    assert not torch.equal(a["images"], norm(host, epoch=1, step=3)["images"])
+    plain = Normaliser.from_index(load_index(shards_rgb), LoaderConfig(image_dtype="float32"))(host)
+    assert rel(plain["images"], np_reference(host, load_index(shards_rgb), LoaderConfig())["images"]) < 1e-6
+
+
+def test_affine_stats():
+    stats = {"mean": [1.0, -2.0], "std": [2.0, 0.5], "q01": [0.0, -1.0], "q99": [4.0, 1.0]}
+    x = torch.tensor([[3.0, -1.0], [0.0, 1.0]])
+    s, b = affine_from_stats(stats, "mean_std")
+    assert torch.allclose(x * s + b, torch.tensor([[1.0, 2.0], [-0.5, 6.0]]))
+    s, b = affine_from_stats(stats, "quantile")
+    assert torch.allclose(x * s + b, torch.tensor([[0.5, -1.0], [-1.0, 1.0]]))
+
+
+def test_h2d_bytes_uint8_vs_float32_and_pruning(shards_rgb):
+    cfg = LoaderConfig(batch_size=8, slots=(*[f"observation.images.{c}" for c in ("top", "wrist", "side")],))
+    pruned = next(iter(ShardLoader(shards_rgb, cfg)))
+    full = next(iter(ShardLoader(shards_rgb, LoaderConfig(batch_size=8, slots=cfg.slots, prune_slots=False))))
+    assert pruned["images"].shape[1] == 2 and full["images"].shape[1] == 3
+    assert pruned["images"].nbytes * 3 == full["images"].nbytes * 2
+    assert h2d_bytes(pruned) < h2d_bytes(full)
+
+
+def test_cpu_batcher_passes_batches_through_in_order(shards_rgb):
+    cfg = LoaderConfig(batch_size=8, image_dtype="float32")
+    loader = ShardLoader(shards_rgb, cfg)
+    rows = [b["row"].tolist() for b in ShardLoader(shards_rgb, cfg)]
+    assert [b["row"].tolist() for b in loader.device_batches("cpu")] == rows
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("fixture", ["shards_rgb", "shards_nv12"])
+def test_gpu_equals_cpu(request, fixture):
+    root = request.getfixturevalue(fixture)
+    cfg = LoaderConfig(batch_size=8, image_dtype="float32", norm="quantile", resize=(48, 96), crop=(40, 80),
+                       colour_jitter=0.2)
+    cpu = [b for b in ShardLoader(root, cfg).device_batches("cpu")]
+    gpu = [b for b in ShardLoader(root, cfg).device_batches("cuda")]
+    assert len(cpu) == len(gpu)
+    for c, g in zip(cpu, gpu):
+        assert g["images"].is_cuda
+        assert torch.equal(c["row"], g["row"].cpu())
+        assert rel(g["images"].cpu(), c["images"]) < 1e-5
+        assert rel(g["action"].cpu(), c["action"]) < 1e-6
+
+
+@pytest.mark.gpu
+@cuda
+def test_gpu_matches_numpy_bf16(shards_nv12):
+    cfg = LoaderConfig(batch_size=16, image_dtype="bfloat16")
+    for host, dev in zip(ShardLoader(shards_nv12, cfg), ShardLoader(shards_nv12, cfg).device_batches("cuda")):
+        want = np_reference(host, load_index(shards_nv12), cfg)
+        assert rel(dev["images"].float().cpu(), want["images"]) < 8e-3
+
+
+@pytest.mark.gpu
+@cuda
+def test_pinned_ring_reuses_buffers_after_the_copy():
+    ring = PinnedRing(2)
+    seen = []
+    for i in range(6):
+        batch = {"x": torch.full((1000,), i, dtype=torch.uint8)}
+        pinned, slot = ring.stage(batch)
+        assert pinned["x"].is_pinned()
+        seen.append(pinned["x"].data_ptr())
+        dev = pinned["x"].to("cuda", non_blocking=True)
+        ev = torch.cuda.Event()
+        ev.record()
+        ring.release(slot, ev)
+        assert int(dev[0]) == i
+    assert len(set(seen)) == 2  # two buffers, reused
