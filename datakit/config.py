@@ -45,9 +45,10 @@ class ConvertConfig:
         return parse_size(self.resize) if self.resize else None
 
     def output_options(self) -> dict[str, Any]:
-        """The options that determine the output bytes (a rerun must match them to resume)."""
+        """The options that determine the shard bytes (a rerun must match them to resume).
+        on_error is not one: a run stopped by a bad episode may be resumed with --on-error skip."""
         d = asdict(self)
-        for k in ("workers", "progress", "decoder_threads"):
+        for k in ("workers", "progress", "decoder_threads", "on_error"):
             d.pop(k)
         return d
 

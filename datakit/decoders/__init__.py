@@ -65,8 +65,17 @@ def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek
     codec = probe_video(path).codec
     errors = []
     for b in backend_order(codec, pattern):
+        dec = None
         try:
-            return backend_module(b).open_video(path, threads=threads, seek_mode=seek_mode)
-        except BackendUnavailable as e:
-            errors.append(str(e))
+            dec = backend_module(b).open_video(path, threads=threads, seek_mode=seek_mode)
+            # Some failures only show on the first decode (e.g. decord2 3.4 on frame widths that
+            # are not a multiple of its alignment), so "can read" means "decoded frame 0 right".
+            first = dec.get_frames([0])
+            if first.shape != (1, dec.info.height, dec.info.width, 3):
+                raise BackendUnavailable(f"{b} returned {first.shape} for a {dec.info.height}x{dec.info.width} video")
+            return dec
+        except Exception as e:  # BackendUnavailable or the backend's own decode error
+            errors.append(f"{b}: {e}")
+            if dec is not None:
+                dec.close()
     raise BackendUnavailable(f"no decoder can read {path} ({codec}): " + "; ".join(errors))

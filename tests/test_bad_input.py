@@ -1,0 +1,162 @@
+"""Every bad input gets one line naming the file and the problem, and never a half-written output."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from datakit.cli import main
+from datakit.shards.index import load_index
+from datakit.synth import encode_video, make_droid_dataset, make_lerobot_dataset, synth_frame
+
+LENGTHS = (8, 12, 6)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return make_lerobot_dataset(tmp_path_factory.mktemp("b") / "ds", version="v2.1", episode_lengths=LENGTHS,
+                                height=64, width=96, codec="h264")
+
+
+@pytest.fixture
+def ds(base, tmp_path):
+    dst = tmp_path / "ds"
+    shutil.copytree(base, dst)
+    return dst
+
+
+def _video(ds, ep=1, cam="observation.images.top"):
+    return ds / f"videos/chunk-000/{cam}/episode_{ep:06d}.mp4"
+
+
+def _run(capsys, src, out, *extra):
+    rc = main(["convert", str(src), str(out), "--workers", "1", "--no-progress", *extra])
+    cap = capsys.readouterr()
+    return rc, cap.err.strip()
+
+
+def _assert_clean_failure(rc, err, out, *words):
+    assert rc == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    if out.exists():
+        names = [p.name for p in out.rglob("*")]
+        assert "index.json" not in names and not any(n.endswith(".tar.tmp") for n in names), names
+
+
+def _reencode(path, n, fps=10):
+    encode_video(path, [synth_frame(i, 64, 96) for i in range(n)], fps=fps, codec="h264")
+
+
+CASES = {
+    "missing_video": (lambda ds: _video(ds).unlink(), ["episode_000001.mp4", "missing video file"]),
+    "truncated_mp4": (lambda ds: _video(ds).write_bytes(_video(ds).read_bytes()[:3000]),
+                      ["episode_000001.mp4", "corrupt or truncated"]),
+    "corrupt_mp4": (lambda ds: _video(ds).write_bytes(b"\x00junk" * 500), ["episode_000001.mp4", "corrupt or truncated"]),
+    "video_shorter": (lambda ds: _reencode(_video(ds), LENGTHS[1] - 3), ["episode_000001.mp4", "shorter than the table"]),
+    "video_longer": (lambda ds: _reencode(_video(ds), LENGTHS[1] + 4), ["episode_000001.mp4", "longer than the table"]),
+    "fps_mismatch": (lambda ds: _reencode(_video(ds), LENGTHS[1], fps=20), ["episode_000001.mp4", "fps 20"]),
+    "unreadable_parquet": (lambda ds: (ds / "data/chunk-000/episode_000001.parquet").write_bytes(b"not parquet"),
+                           ["episode_000001.parquet", "unreadable parquet"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_episode_errors_fail_or_skip(ds, tmp_path, capsys, case):
+    mutate, words = CASES[case]
+    mutate(ds)
+    out = tmp_path / "out"
+    rc, err = _run(capsys, ds, out)
+    _assert_clean_failure(rc, err, out, *words)
+    # --on-error skip: the other episodes convert; the bad one is recorded with its reason
+    out2 = tmp_path / "out2"
+    rc = main(["convert", str(ds), str(out2), "--workers", "1", "--no-progress", "--on-error", "skip"])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    idx = load_index(out2)
+    assert [e.episode_index for e in idx.episodes] == [0, 2]
+    assert len(idx.skipped) == 1 and idx.skipped[0]["episode_index"] == 1
+    assert words[0] in idx.skipped[0]["reason"] and words[1] in idx.skipped[0]["reason"]
+    assert "skipped episodes" in printed and "1" in printed
+    assert main(["verify", str(out2)]) == 0
+
+
+def test_video_one_frame_short_is_tolerated(ds, tmp_path, capsys):
+    _reencode(_video(ds), LENGTHS[1] - 1)
+    rc, err = _run(capsys, ds, tmp_path / "out")
+    assert rc == 0, err
+    assert load_index(tmp_path / "out").num_frames == sum(LENGTHS)
+
+
+def test_unknown_codebase_version(ds, tmp_path, capsys):
+    info = json.loads((ds / "meta/info.json").read_text())
+    info["codebase_version"] = "v9.9"
+    (ds / "meta/info.json").write_text(json.dumps(info))
+    rc, err = _run(capsys, ds, tmp_path / "out")
+    _assert_clean_failure(rc, err, tmp_path / "out", "info.json", "unknown codebase_version")
+
+
+def test_missing_info_json(ds, tmp_path, capsys):
+    (ds / "meta/info.json").unlink()
+    rc, err = _run(capsys, ds, tmp_path / "out")
+    _assert_clean_failure(rc, err, tmp_path / "out", "info.json", "missing meta/info.json")
+
+
+def test_unreadable_h5(tmp_path, capsys):
+    src = make_droid_dataset(tmp_path / "droid", episode_lengths=(5, 6), height=64, width=96)
+    h5 = sorted(src.rglob("trajectory.h5"))[0]
+    h5.write_bytes(b"garbage")
+    rc, err = _run(capsys, src, tmp_path / "out")
+    _assert_clean_failure(rc, err, tmp_path / "out", "trajectory.h5", "unreadable h5")
+
+
+def test_output_folder_holding_something_else(ds, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    rc, err = _run(capsys, ds, out)
+    _assert_clean_failure(rc, err, out, str(out), "holds other files", "notes.txt")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_rerun_with_other_options_is_refused(ds, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _run(capsys, ds, out)[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    rc, err = _run(capsys, ds, out, "--layout", "nv12")
+    assert rc == 2 and len(err.splitlines()) == 1 and "other options" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the finished output is untouched
+
+
+def test_failed_run_can_be_resumed_with_skip(ds, tmp_path, capsys):
+    """A run stopped by a bad episode can be rerun with --on-error skip into the same folder."""
+    _video(ds, ep=2).unlink()
+    out = tmp_path / "out"
+    assert _run(capsys, ds, out, "--shard-size", "1")[0] == 2
+    assert (out / "shard-000000.tar").exists() and not (out / "index.json").exists()
+    rc, err = _run(capsys, ds, out, "--shard-size", "1", "--on-error", "skip")
+    assert rc == 0, err
+    idx = load_index(out)
+    assert [e.episode_index for e in idx.episodes] == [0, 1] and idx.skipped[0]["episode_index"] == 2
+
+
+def test_auto_decoder_falls_back(ds, tmp_path, monkeypatch):
+    """A backend ranked first that cannot read the stream is skipped; the next one decodes."""
+    from datakit import decoders
+
+    monkeypatch.setitem(decoders.BACKENDS, "broken", "tests.fake_backends")
+    rec = tmp_path / "rec.json"
+    rec.write_text(json.dumps({"recommendations": {"h264": {"sequential": ["broken", "torchcodec"]}}}))
+    monkeypatch.setenv("DATAKIT_DECODER_RECOMMENDATIONS", str(rec))
+    assert decoders.backend_order("h264")[:2] == ["broken", "torchcodec"]
+    dec = decoders.open_decoder(_video(ds), "auto")
+    assert dec.backend == "torchcodec"
+    from datakit.config import ConvertConfig
+    from datakit.convert import convert
+
+    s = convert(ds, tmp_path / "out", ConvertConfig(workers=1, progress=False))
+    assert s.decoders == {"torchcodec": 9}  # 3 episodes x 3 video cameras (one of them black)
