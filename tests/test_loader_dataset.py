@@ -141,7 +141,7 @@ def test_resume_through_the_device_batcher(shards_rgb):
     assert state["step"] == 4
     second = ShardLoader(shards_rgb, cfg)
     second.load_state_dict(state)
-    got += [b["row"].tolist() for b in second.device_batches("cpu")]
+    got += [b["row"].tolist() for b in second.device_batches("cpu", steps=len(want) - 4)]
     assert got == want
 
 

@@ -5,6 +5,7 @@ Import the fixtures from here (`from test_loader_fixtures import shards_rgb`); t
 below checks the fixture against the contract the loader relies on.
 """
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, load
 
 LENGTHS = (24, 31, 17, 9)
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+
+
+# Prebuilt folders (`bench/bench_loader.py --device-fixture DIR`) for machines without a
+# video decoder, e.g. the GPU machine: DIR/rgb/out and DIR/nv12/out.
+PREBUILT = os.environ.get("DATAKIT_LOADER_FIXTURES")
 
 
 def build(root: Path, layout: str) -> Path:
@@ -33,11 +39,15 @@ def build(root: Path, layout: str) -> Path:
 
 @pytest.fixture(scope="session")
 def shards_rgb(tmp_path_factory) -> Path:
+    if PREBUILT:
+        return Path(PREBUILT) / "rgb" / "out"
     return build(tmp_path_factory.mktemp("loader_rgb"), "rgb")
 
 
 @pytest.fixture(scope="session")
 def shards_nv12(tmp_path_factory) -> Path:
+    if PREBUILT:
+        return Path(PREBUILT) / "nv12" / "out"
     return build(tmp_path_factory.mktemp("loader_nv12"), "nv12")
 
 

@@ -4,13 +4,15 @@ Host side: each batch is copied into one of a few reused pinned buffers (`Pinned
 pinned memory is what lets `non_blocking=True` copies run asynchronously at full PCIe/NVLink
 speed, and reusing it avoids a page-locking allocation per step. A buffer is overwritten
 only after the event recorded behind its copy has fired. Device side: copies run on their
-own stream; the training stream waits on the copy's event only when it takes the batch, so
-with depth 2 the next batch is already in flight while the current step computes. Without
+own stream, issued by a feeder thread together with the pinned staging; the training stream
+waits on the copy's event only when it takes the batch, so with depth 2 the next batches are
+already on the device while the current step computes. Without
 CUDA the same iterator normalises on the CPU, so tests exercise the same code.
 """
 from __future__ import annotations
 
-from collections import deque
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -80,35 +82,56 @@ class DeviceBatcher:
         yield from self._cuda(host_batches)
 
     def _cuda(self, host_batches: Iterable[HostBatch]) -> Iterator[HostBatch]:
-        copy_stream = torch.cuda.Stream(self.device)
-        ring = PinnedRing(self.depth + 1) if self.pin else None
-        pending: deque[tuple[HostBatch, torch.cuda.Event, int, int]] = deque()
-        it = iter(host_batches)
+        """A feeder thread stages into pinned memory and launches the copies, so the training
+        thread's `next()` only waits on an event that has (normally) already fired."""
+        ready: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+        feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, stop), daemon=True)
+        feeder.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                dev, ev, epoch, step = item
+                stream = torch.cuda.current_stream(self.device)
+                stream.wait_event(ev)
+                for v in dev.values():
+                    v.record_stream(stream)  # the caching allocator must not recycle it under this step
+                yield self.normaliser(dev, epoch=epoch, step=step)
+        finally:
+            stop.set()
+            while feeder.is_alive():  # unblock a feeder waiting on a full queue
+                try:
+                    ready.get_nowait()
+                except queue.Empty:
+                    feeder.join(0.01)
 
-        def submit() -> bool:
-            hb = next(it, None)
-            if hb is None:
-                return False
-            src, slot = ring.stage(hb) if ring is not None else (hb, -1)
-            with torch.cuda.stream(copy_stream):
-                dev = {k: v.to(self.device, non_blocking=self.pin) for k, v in src.items()}
-                ev = torch.cuda.Event()
-                ev.record(copy_stream)
-            if ring is not None:
-                ring.release(slot, ev)
-            pending.append((dev, ev, _int(hb, "epoch"), _int(hb, "step")))
-            return True
+    def _feed(self, it: Iterator[HostBatch], ready: queue.Queue, stop: threading.Event) -> None:
+        try:
+            torch.cuda.set_device(self.device)
+            copy_stream = torch.cuda.Stream(self.device)
+            # depth batches queued + one being consumed + one being staged
+            ring = PinnedRing(self.depth + 2) if self.pin else None
+            for hb in it:
+                if stop.is_set():
+                    return
+                src, slot = ring.stage(hb) if ring is not None else (hb, -1)
+                with torch.cuda.stream(copy_stream):
+                    dev = {k: v.to(self.device, non_blocking=self.pin) for k, v in src.items()}
+                    ev = torch.cuda.Event()
+                    ev.record(copy_stream)
+                if ring is not None:
+                    ring.release(slot, ev)
+                ready.put((dev, ev, _int(hb, "epoch"), _int(hb, "step")))
+            ready.put(_END)
+        except BaseException as err:  # surfaced in the training thread
+            ready.put(err)
 
-        while len(pending) < self.depth and submit():
-            pass
-        while pending:
-            dev, ev, epoch, step = pending.popleft()
-            stream = torch.cuda.current_stream(self.device)
-            stream.wait_event(ev)
-            for v in dev.values():
-                v.record_stream(stream)  # the caching allocator must not recycle it under this step
-            submit()  # the next copy overlaps this step's compute
-            yield self.normaliser(dev, epoch=epoch, step=step)
+
+_END = object()
 
 
 def _int(batch: HostBatch, key: str) -> int:

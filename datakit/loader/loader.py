@@ -1,12 +1,12 @@
 """`ShardLoader`: the training-loop entry point, host batches in the global order, resumable.
 
     loader = ShardLoader("out/", LoaderConfig(batch_size=32, num_workers=4, rank=r, world_size=w))
-    for batch in loader.device_batches():        # normalised, on the GPU (or CPU)
+    for batch in loader.device_batches(steps=max_steps):  # normalised, on the GPU (or CPU)
         ...
         ckpt["loader"] = loader.state_dict()     # (epoch, step) of the next batch
 
 Under the hood it is a plain `torch.utils.data.DataLoader` over `ShardDataset` with our
-`StepSampler` as `batch_sampler`; the DataLoader hands out batches in sampler order whatever
+`StepSampler` as `batch_sampler` (endless, so workers survive epoch ends); the DataLoader hands out batches in sampler order whatever
 the number of workers. The sampler's state advances only when a batch reaches the caller,
 so batches prefetched before a checkpoint are produced again after a resume and a run
 resumed at step k sees exactly the batches of an unbroken run from step k on.
@@ -26,17 +26,20 @@ from datakit.loader.normalise import Normaliser
 from datakit.loader.sampler import StepSampler, block_ids
 
 
-class _EpochBatches:
-    """The `batch_sampler` of one pass: a rank's batches of one epoch from a start step."""
+class _StepBatches:
+    """The `batch_sampler`: a rank's batches from (epoch, step) on, across epochs, forever.
 
-    def __init__(self, sampler: StepSampler, epoch: int, start: int):
-        self.sampler, self.epoch, self.start = sampler, epoch, start
+    One DataLoader (and its workers) then lives across epoch boundaries instead of being
+    torn down and forked again at every epoch."""
+
+    def __init__(self, sampler: StepSampler, epoch: int, step: int):
+        self.sampler, self.epoch, self.step = sampler, epoch, step
 
     def __iter__(self) -> Iterator[list[int]]:
-        return self.sampler.iter_epoch(self.epoch, self.start)
-
-    def __len__(self) -> int:
-        return self.sampler.steps_per_epoch - self.start
+        epoch, step = self.epoch, self.step
+        while True:
+            yield from self.sampler.iter_epoch(epoch, step)
+            epoch, step = epoch + 1, 0
 
 
 class ShardLoader:
@@ -52,6 +55,7 @@ class ShardLoader:
             world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks,
         )
         self.num_skipped = 0
+        self._host: tuple[tuple[int, int], Iterator[dict[str, torch.Tensor]]] | None = None
 
     def __len__(self) -> int:
         """Batches left in the current epoch."""
@@ -59,34 +63,54 @@ class ShardLoader:
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         """The rest of the current epoch, as host uint8 batches; then the epoch rolls over."""
-        for batch in self._host_batches():
+        s = self.sampler
+        epoch = s.epoch
+        while s.epoch == epoch:
+            batch = self._next_host()
             self._delivered(batch)  # before the yield: a checkpoint taken now resumes after it
             yield batch
 
-    def device_batches(self, device: torch.device | str | None = None, depth: int = 2) -> Iterator[dict[str, torch.Tensor]]:
-        """The rest of the epoch, copied (pinned, side stream, double-buffered) and normalised.
+    def device_batches(self, device: torch.device | str | None = None, *, steps: int | None = None,
+                       depth: int = 2) -> Iterator[dict[str, torch.Tensor]]:
+        """Normalised device batches from the current state on, across epochs (`steps` of them,
+        or forever): copied from pinned buffers on a side stream, double-buffered.
 
-        Batches prefetched by the device batcher do not count as delivered: the state
-        advances when a batch is handed to the caller."""
+        Batches the device batcher prefetched do not count as delivered: the state advances
+        when a batch is handed to the caller."""
         batcher = DeviceBatcher(Normaliser.from_index(self.dataset.index, self.cfg), device, depth=depth,
                                 pin_memory=self.cfg.pin_memory)
-        for batch in batcher(self._host_batches()):
+        start = (self.sampler.epoch, self.sampler.step)
+        host = self._stream(*start)
+        self._host = None  # the batcher owns this stream (it reads ahead)
+        for n, batch in enumerate(batcher(host)):
+            if steps is not None and n >= steps:
+                return
             self._delivered(batch)
             yield batch
 
-    def _host_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+    def _next_host(self) -> dict[str, torch.Tensor]:
+        """The batch at the sampler's state, from a DataLoader kept alive while the caller
+        consumes in order (a `load_state_dict` elsewhere restarts it at the new state)."""
+        pos = (self.sampler.epoch, self.sampler.step)
+        if self._host is None or self._host[0] != pos:
+            self._host = (pos, self._stream(*pos))
+        batch = next(self._host[1])
+        s = self.sampler
+        nxt = (s.epoch, s.step + 1) if s.step + 1 < s.steps_per_epoch else (s.epoch + 1, 0)
+        self._host = (nxt, self._host[1])
+        return batch
+
+    def _stream(self, epoch: int, step: int) -> Iterator[dict[str, torch.Tensor]]:
         s, cfg = self.sampler, self.cfg
-        epoch, start = s.epoch, s.step
-        if start >= s.steps_per_epoch:
-            return
         loader = torch.utils.data.DataLoader(
-            self.dataset, batch_sampler=_EpochBatches(s, epoch, start), collate_fn=identity_collate,
+            self.dataset, batch_sampler=_StepBatches(s, epoch, step), collate_fn=identity_collate,
             num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
         )
-        for step, batch in enumerate(loader, start):
+        for batch in loader:
             batch["epoch"] = torch.tensor(epoch)
             batch["step"] = torch.tensor(step)
             yield batch
+            epoch, step = (epoch, step + 1) if step + 1 < s.steps_per_epoch else (epoch + 1, 0)
 
     def _delivered(self, batch: dict[str, torch.Tensor]) -> None:
         self.num_skipped += int(batch["num_skipped"])
@@ -101,3 +125,7 @@ class ShardLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.epoch, self.sampler.step = epoch, 0
+
+    def close(self) -> None:
+        """Stop the worker processes now rather than at garbage collection."""
+        self._host = None

@@ -111,7 +111,8 @@ def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int, coalesce_ga
     brk = np.ones(order.size, bool)
     brk[1:] = (shard_s[1:] != shard_s[:-1]) | (gap[1:] > coalesce_gap) | (gap[1:] < 0)
     starts = np.flatnonzero(brk).tolist() + [order.size]
-    scratch = bytearray(max(int(gap.max()), 1))
+    inside = gap[~brk]  # gaps that are read and discarded (breaks between runs are not)
+    scratch = bytearray(max(int(inside.max()) if inside.size else 1, 1))
     for a, b in zip(starts[:-1], starts[1:]):
         shard = int(shard_s[a])
         if shard in failed:
@@ -119,7 +120,7 @@ def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int, coalesce_ga
         try:
             fd = files.fd(shard)
             _read_run(fd, [plan.dest[i] for i in order[a:b].tolist()], off_s[a:b], gap[a:b], frame_bytes,
-                      memoryview(scratch), files.path(shard))
+                      memoryview(scratch), files, shard)
         except ShardError as err:
             failed[shard] = err
     for src, dst in twins:
@@ -128,7 +129,7 @@ def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int, coalesce_ga
 
 
 def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, frame_bytes: int,
-              scratch: memoryview, path: Path) -> None:
+              scratch: memoryview, files: ShardFiles, shard: int) -> None:
     """One contiguous byte range: frames scattered to `dests`, gaps to `scratch`."""
     i = 0
     while i < len(dests):
@@ -142,5 +143,5 @@ def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarr
         want = sum(len(v) for v in iov)
         got = os.preadv(fd, iov, int(offs[i]))
         if got != want:  # a short read means the file ended early: never hand out a partial frame
-            raise ShardError(path, f"short read at byte {int(offs[i])}: {got} of {want} bytes (truncated shard?)")
+            raise ShardError(files.path(shard), f"short read at byte {int(offs[i])}: {got} of {want} bytes (truncated shard?)")
         i = j
