@@ -70,6 +70,8 @@ class DeviceBatcher:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.normaliser = normaliser.to(self.device)
         self.depth = max(1, depth)
         self.pin = pin_memory and self.device.type == "cuda"
