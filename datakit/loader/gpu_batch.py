@@ -84,11 +84,17 @@ class DeviceBatcher:
         yield from self._cuda(host_batches)
 
     def _cuda(self, host_batches: Iterable[HostBatch]) -> Iterator[HostBatch]:
-        """A feeder thread stages into pinned memory and launches the copies, so the training
-        thread's `next()` only waits on an event that has (normally) already fired."""
-        ready: queue.Queue = queue.Queue(maxsize=self.depth)
+        """A feeder thread stages into pinned memory, launches the copy and the normalisation
+        on its own stream; the training thread's `next()` only takes a finished batch and
+        makes its stream wait on the batch's event.
+
+        The feeder holds `depth` credits and gets one back only when a batch is handed over,
+        so its Python work (unpickling from workers, staging) runs during the training step
+        instead of competing for the GIL inside `next()`."""
+        ready: queue.Queue = queue.Queue()
+        credits = threading.Semaphore(self.depth)
         stop = threading.Event()
-        feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, stop), daemon=True)
+        feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, credits, stop), daemon=True)
         feeder.start()
         try:
             while True:
@@ -97,42 +103,49 @@ class DeviceBatcher:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                dev, ev, epoch, step = item
+                batch, ev = item
                 stream = torch.cuda.current_stream(self.device)
                 stream.wait_event(ev)
-                for v in dev.values():
-                    v.record_stream(stream)  # the caching allocator must not recycle it under this step
-                yield self.normaliser(dev, epoch=epoch, step=step)
+                for v in batch.values():
+                    if v.is_cuda:
+                        v.record_stream(stream)  # the caching allocator must not recycle it under this step
+                credits.release()
+                yield batch
         finally:
             stop.set()
-            while feeder.is_alive():  # unblock a feeder waiting on a full queue
-                try:
-                    ready.get_nowait()
-                except queue.Empty:
-                    feeder.join(0.01)
+            credits.release()
+            feeder.join(timeout=5.0)
 
-    def _feed(self, it: Iterator[HostBatch], ready: queue.Queue, stop: threading.Event) -> None:
+    def _feed(self, it: Iterator[HostBatch], ready: queue.Queue, credits: threading.Semaphore,
+              stop: threading.Event) -> None:
         try:
             torch.cuda.set_device(self.device)
             copy_stream = torch.cuda.Stream(self.device)
-            # depth batches queued + one being consumed + one being staged
-            ring = PinnedRing(self.depth + 2) if self.pin else None
-            for hb in it:
+            ring = PinnedRing(self.depth + 1) if self.pin else None
+            while True:
+                credits.acquire()
                 if stop.is_set():
                     return
-                src, slot = ring.stage(hb) if ring is not None else (hb, -1)
+                hb = next(it, None)
+                if hb is None:
+                    ready.put(_END)
+                    return
+                meta = {k: hb[k] for k in HOST_KEYS if k in hb}  # stay on the host: no sync to read them
+                dev_keys = {k: v for k, v in hb.items() if k not in meta}
+                src, slot = ring.stage(dev_keys) if ring is not None else (dev_keys, -1)
                 with torch.cuda.stream(copy_stream):
                     dev = {k: v.to(self.device, non_blocking=self.pin) for k, v in src.items()}
+                    out = self.normaliser(dev, epoch=_int(hb, "epoch"), step=_int(hb, "step"))
                     ev = torch.cuda.Event()
                     ev.record(copy_stream)
                 if ring is not None:
                     ring.release(slot, ev)
-                ready.put((dev, ev, _int(hb, "epoch"), _int(hb, "step")))
-            ready.put(_END)
+                ready.put(({**out, **meta}, ev))
         except BaseException as err:  # surfaced in the training thread
             ready.put(err)
 
 
+HOST_KEYS = ("epoch", "step", "num_skipped")
 _END = object()
 
 

@@ -53,7 +53,7 @@ def bench(args: argparse.Namespace) -> None:
         batch = next(it)
         n += batch["index"].shape[0]
     dt = time.perf_counter() - t0
-    json.dump({"items": n, "seconds": dt, "items_per_s": n / dt, "backend": ds.video_backend,
+    json.dump({"items": n, "seconds": dt, "items_per_s": n / dt, "backend": getattr(ds, "_video_backend", None),
                "torch": torch.__version__, "workers": args.workers, "batch_size": args.batch_size},
               open(args.out, "w"))
 
