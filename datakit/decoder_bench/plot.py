@@ -28,7 +28,7 @@ def plot(records: list[dict], path: Path, title: str = "") -> Path:
     n_panels = len(patterns) + (1 if sweep else 0)
     cols = min(3, max(1, n_panels))
     rows = (n_panels + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False, layout="constrained")
     width = 0.8 / max(1, len(decoders))
     by = {(r["video"], r["decoder"], r["pattern"]): r for r in main}
     for ax, p in zip(axes.flat, patterns):
@@ -68,7 +68,6 @@ def plot(records: list[dict], path: Path, title: str = "") -> Path:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
