@@ -26,6 +26,8 @@ from pathlib import Path
 from datakit.decoder_bench import crosscheck, plan, recommend, report, runner, videos
 from datakit.decoder_bench.patterns import PATTERNS
 
+SCHEMA = "datakit.bench-decoders/1"
+
 QUICK = dict(sizes="180x320", codecs="h264,av1", frames=90, repeats=3, max_s=1.0, thread_sweep="", workers="2")
 THOROUGH = dict(sizes=",".join(videos.SIZES), codecs=",".join(videos.CODECS), frames=300, repeats=5, max_s=4.0,
                 thread_sweep="0,2,4", workers=None)
@@ -163,6 +165,8 @@ def run(args) -> int:
                     probe_files[(job.video.label, job.backend)] = path
                 rec = runner.run_job(job, timeout=args.timeout)
             records.append(rec)
+            if args.json:  # a run cut short (time limit, Ctrl-C) still leaves what it measured
+                _write_json(args.json, {"schema": SCHEMA, "partial": True, "machine": machine, "records": records})
             if not live:
                 console.print(f"[{i + 1}/{len(jobs)}] {name} {report.setting_label(rec)}: {report.cell(rec)} f/s"
                               + (f"  {rec['error']}" if rec.get("error") else ""), highlight=False, markup=False)
@@ -187,6 +191,13 @@ def run(args) -> int:
     return 1 if wrong else 0
 
 
+def _write_json(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
+    os.replace(tmp, path)
+
+
 def _finish(args, console, records, rankings, machine, probes, vids, checks, command) -> None:
     from datakit.decoders import recommendations_path
 
@@ -209,7 +220,7 @@ def _finish(args, console, records, rankings, machine, probes, vids, checks, com
     # json: inf PSNR (bit-identical frames) is not valid JSON, so it is written as null + identical
     clean = [{**r, "psnr_db": None if r.get("psnr_db") == float("inf") else r.get("psnr_db")} for r in records]
     if args.json:
-        doc = {"schema": "datakit.bench-decoders/1", "command": command, "machine": machine,
+        doc = {"schema": SCHEMA, "partial": False, "command": command, "machine": machine,
                "backends": {b: {"version": v, "error": e} for b, (v, e) in probes.items()},
                "videos": [{"label": v.label, "path": str(v.path), "codec": v.codec, "height": v.height,
                            "width": v.width, "frames": v.num_frames, "gop": v.gop, "numbered": v.numbered}
@@ -217,8 +228,7 @@ def _finish(args, console, records, rankings, machine, probes, vids, checks, com
                "records": clean, "crosscheck": checks,
                "recommendations": recommend.recommendations(rankings),
                "rankings": [r.line() for r in rankings]}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1, allow_nan=False))
+        _write_json(args.json, doc)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(report.markdown(clean, rankings, machine, command, checks))
