@@ -132,13 +132,20 @@ def _run_one(ref: EpisodeRef) -> EpisodeResult:
     return convert_episode(_WORKER["spec"], ref, _WORKER["cfg"], _WORKER["staging"])
 
 
-def _results(spec: DatasetSpec, refs: list[EpisodeRef], cfg: ConvertConfig, staging: Path) -> Iterator[EpisodeResult]:
-    """Episode results in episode order, computed by a pool (or inline for one worker)."""
+def _results(spec: DatasetSpec, refs: list[EpisodeRef], cfg: ConvertConfig, staging: Path,
+             asm: "Assembler") -> Iterator[EpisodeResult]:
+    """Episode results in episode order: from a process pool, or, for one worker, converted in
+    this process straight into the open shard (no fragment, no copy)."""
     if cfg.workers == 1 or len(refs) <= 1:
         _init_worker(spec, cfg, staging)
-        yield from map(_run_one, refs)
+        for ref in refs:
+            yield convert_episode(spec, ref, cfg, staging, sink=asm.sink())
         return
-    ctx = mp.get_context("spawn")  # no fork after torch/FFmpeg threads have started
+    # fork starts workers in milliseconds (spawn re-imports torch and FFmpeg: ~2.5 s here). It is
+    # safe here: the parent has run no torch op (no OpenMP pool) and no decoder before the pool
+    # starts, and pyarrow resets its thread pool in a forked child. DATAKIT_MP_START overrides.
+    method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ctx = mp.get_context(method)
     with ctx.Pool(min(cfg.workers, len(refs)), initializer=_init_worker, initargs=(spec, cfg, staging)) as pool:
         yield from pool.imap(_run_one, refs, chunksize=1)
 
@@ -146,7 +153,9 @@ def _results(spec: DatasetSpec, refs: list[EpisodeRef], cfg: ConvertConfig, stag
 # ---- assembly ------------------------------------------------------------------------------
 
 class Assembler:
-    """Appends episode fragments to shards in order; journals each shard when it is closed."""
+    """Places episodes in shards in episode order and journals each shard when it is closed.
+    A shard is closed after the first episode that takes it to --shard-size or beyond, so the
+    layout depends only on the episodes, never on the number of workers."""
 
     def __init__(self, out: Path, cfg: ConvertConfig, journals: list[Journal]):
         self.out, self.cfg, self.staging = out, cfg, out / STAGING
@@ -159,19 +168,23 @@ class Assembler:
     def next_index(self) -> int:
         return len(self.journals)
 
+    def sink(self) -> ShardFile:
+        """The open shard (opened on demand), for episodes written into it directly."""
+        if self.shard is None:
+            self.shard = ShardFile(self.out / SHARD_PATTERN.format(index=self.next_index))
+        return self.shard
+
     def add(self, res: EpisodeResult) -> None:
         if res.error is not None:
             self.skipped.append(res)
             return
-        if self.shard is not None and self.shard.bytes + res.fragment_bytes > self.cfg.shard_size:
-            self.close()
-        if self.shard is None:
-            self.shard = ShardFile(self.out / SHARD_PATTERN.format(index=self.next_index))
-        base = self.shard.append_file(self.staging / res.fragment)
+        base = self.sink().append_file(self.staging / res.fragment, res.fragment_bytes) if res.fragment else res.base
         self.placed.append(Placed(res, self.next_index, base))
+        if self.shard.bytes >= self.cfg.shard_size:
+            self.close()
 
     def close(self) -> None:
-        if self.shard is None:
+        if self.shard is None or not self.placed:
             return
         nbytes, sha = self.shard.close()
         prev_rows = self.journals[-1].entry.rows[1] if self.journals else 0
@@ -181,7 +194,8 @@ class Assembler:
         j = Journal(entry, self.placed, self.skipped)
         write_atomic(self.staging / JOURNAL.format(index=self.next_index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
         for p in self.placed:  # fragments are now inside a journaled shard
-            (self.staging / p.result.fragment).unlink(missing_ok=True)
+            if p.result.fragment:
+                (self.staging / p.result.fragment).unlink(missing_ok=True)
         self.journals.append(j)
         self.shard, self.placed, self.skipped = None, [], []
 
@@ -255,10 +269,11 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSumm
     asm = Assembler(out, cfg, journals)
     resumed = len(journals)
     decoders: dict[str, int] = {}
+    tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
     bar = tqdm(total=sum(r.length for r in todo), unit="frame", desc=f"convert {src.name}", disable=not cfg.progress,
                dynamic_ncols=True, smoothing=0.1)
     try:
-        for res in _results(spec, todo, cfg, out / STAGING):
+        for res in _results(spec, todo, cfg, out / STAGING, asm):
             if res.error is not None and cfg.on_error == "fail":
                 raise DatakitError(res.error)
             asm.add(res)
@@ -266,6 +281,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSumm
                 decoders[b] = decoders.get(b, 0) + 1
             bar.update(res.length or next(r.length for r in todo if r.episode_index == res.episode_index))
         asm.close()
+        asm.abort()  # an opened shard that received no episode (all remaining ones skipped)
     except BaseException:
         asm.abort()
         raise

@@ -12,7 +12,7 @@ import pickle
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import numpy as np
 import torch
@@ -20,15 +20,12 @@ import torch
 from datakit.config import ConvertConfig
 from datakit.decoders import BackendUnavailable, open_decoder, probe_video
 from datakit.errors import DatakitError, SourceError
-from datakit.shards.writer import FragmentWriter
+from datakit.shards.writer import FragmentWriter, ShardFile
 from datakit.sources import load_episode
 from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
 from datakit.stages.colour import rgb_to_nv12
 from datakit.stages.resize import resize_frames
 from datakit.stages.slots import SlotDetector
-
-CHUNK = 16  # frames per decode/resize/pack step: large enough to vectorise, small for memory
-
 
 @dataclass
 class EpisodeResult:
@@ -49,6 +46,8 @@ class EpisodeResult:
     state: np.ndarray | None = None
     action: np.ndarray | None = None
     decoders: dict[str, str] = field(default_factory=dict)  # camera -> backend used
+    base: int = -1  # offset in the shard when written there directly (no fragment)
+    trace: str = ""  # traceback of an unforeseen error, for --debug
 
 
 def staging_names(episode_index: int) -> tuple[str, str]:
@@ -56,42 +55,36 @@ def staging_names(episode_index: int) -> tuple[str, str]:
 
 
 class FrameStream:
-    """A camera's frames as fixed-size takes, whatever chunk sizes the source yields."""
+    """One camera's frames, pulled one at a time in lock-step with the other cameras; a stream
+    that ends exactly one frame early repeats its last frame (tolerated timing slack)."""
 
-    def __init__(self, chunks: Iterator[np.ndarray]):
-        self._chunks = chunks
-        self._buf: list[np.ndarray] = []
-        self._have = 0
-        self.count = 0  # frames handed out so far
+    def __init__(self, frames: Iterator[np.ndarray], where: Path):
+        self._frames = frames
+        self.where = where
+        self.count = 0
         self.last: np.ndarray | None = None
 
-    def take(self, n: int) -> np.ndarray | None:
-        while self._have < n:
-            nxt = next(self._chunks, None)
-            if nxt is None:
+    def next(self, length: int) -> np.ndarray:
+        f = next(self._frames, None)
+        if f is None:
+            if length - self.count > 1 or self.last is None:
+                raise SourceError(self.where, f"video shorter than the table ({self.count} frames, table says {length})")
+            return self.last
+        self.count += 1
+        self.last = f
+        return f
+
+    def extra(self, limit: int) -> int:
+        """Frames left after the table's length (up to `limit`), to detect a longer video."""
+        n = 0
+        for _ in self._frames:
+            n += 1
+            if n >= limit:
                 break
-            self._buf.append(nxt)
-            self._have += len(nxt)
-        if not self._have:
-            return None
-        allf = np.concatenate(self._buf) if len(self._buf) > 1 else self._buf[0]
-        out, rest = allf[:n], allf[n:]
-        self._buf, self._have = ([rest] if len(rest) else []), len(rest)
-        self.count += len(out)
-        self.last = out[-1]
-        return out
-
-    def drain(self, limit: int) -> int:
-        """Count the frames left (up to `limit`) without keeping them."""
-        extra = self._have
-        for c in self._chunks:
-            extra += len(c)
-            if extra >= limit:
-                break
-        return extra
+        return n
 
 
-def _video_chunks(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg: ConvertConfig,
+def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg: ConvertConfig,
                   used: dict[str, str]) -> Iterator[np.ndarray]:
     info = probe_video(vs.path)
     if abs(info.fps - spec.fps) > 0.01 * spec.fps:
@@ -117,8 +110,8 @@ def _video_chunks(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         raise SourceError(vs.path, str(e)) from None
     used[cam] = dec.backend
     try:
-        for chunk in dec.read_range(start, stop, chunk=CHUNK):
-            yield resize_frames(chunk, cfg.size) if cfg.size else chunk
+        for frame in dec.iter_frames(start, stop):
+            yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
     except DatakitError:
         raise
     except Exception as e:
@@ -127,63 +120,66 @@ def _video_chunks(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         dec.close()
 
 
-def _image_chunks(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path) -> Iterator[np.ndarray]:
+def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path) -> Iterator[np.ndarray]:
     from PIL import Image
 
-    for a in range(0, len(images), CHUNK):
+    for b in images:
         try:
-            batch = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images[a : a + CHUNK]])
+            frame = np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
         except Exception as e:
             raise SourceError(source, f"unreadable image in column {cam} ({e})") from None
-        yield resize_frames(batch, cfg.size) if cfg.size else batch
+        yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
 
 
 def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg: ConvertConfig,
-                   frag: io.BufferedWriter, res: EpisodeResult) -> None:
+                   sink: BinaryIO | ShardFile, res: EpisodeResult) -> None:
     T = len(table)
     streams: dict[str, FrameStream] = {}
     for cam in spec.cameras:
         if cam in table.images:
-            streams[cam] = FrameStream(_image_chunks(cam, table.images[cam], cfg, ref.source))
+            streams[cam] = FrameStream(_image_frames(cam, table.images[cam], cfg, ref.source), ref.source)
         elif ref.videos.get(cam) is not None:
-            streams[cam] = FrameStream(_video_chunks(cam, ref.videos[cam], spec, T, cfg, res.decoders))
+            vs = ref.videos[cam]
+            streams[cam] = FrameStream(_video_frames(cam, vs, spec, T, cfg, res.decoders), vs.path)
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
-    writer = FragmentWriter(frag)
-    for t0 in range(0, T, CHUNK):
-        n = min(CHUNK, T - t0)
-        packed: dict[str, np.ndarray] = {}
+    writer = FragmentWriter(sink)
+    for t in range(T):
+        images: dict[str, np.ndarray] = {}
         for cam, s in streams.items():
-            frames = s.take(n)
-            got = 0 if frames is None else len(frames)
-            if got < n:
-                if T - s.count > 1 or s.last is None:  # the stream has ended more than one frame short
-                    where = ref.videos[cam].path if ref.videos.get(cam) else ref.source
-                    raise SourceError(where, f"video shorter than the table ({s.count} frames, table says {T})")
-                pad = np.repeat(s.last[None], n - got, axis=0)  # one frame short: repeat the last
-                frames = pad if frames is None else np.concatenate([frames, pad])
-            detectors[cam].update(frames)
-            packed[cam] = rgb_to_nv12(torch.from_numpy(frames)).numpy() if cfg.layout == "nv12" else frames
-        for i in range(n):
-            t = t0 + i
-            meta = {"episode_index": ref.episode_index, "frame_index": int(table.frame_index[t]),
-                    "timestamp": float(table.timestamp[t]), "task_index": int(table.task_index[t]), "task": table.task}
-            offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]),
-                                      {c: p[i] for c, p in packed.items()}, table.state[t], table.action[t], meta)
-            for cam, o in offs.items():
-                res.offsets[cam][t] = o
+            frame = s.next(T)
+            detectors[cam].update(frame[None])
+            images[cam] = rgb_to_nv12(torch.from_numpy(frame[None]))[0].numpy() if cfg.layout == "nv12" else frame
+        meta = {"episode_index": ref.episode_index, "frame_index": int(table.frame_index[t]),
+                "timestamp": float(table.timestamp[t]), "task_index": int(table.task_index[t]), "task": table.task}
+        offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images,
+                                  table.state[t], table.action[t], meta)
+        for cam, o in offs.items():
+            res.offsets[cam][t] = o
     for cam, s in streams.items():
         vs = ref.videos.get(cam)
-        if vs is not None and vs.to_timestamp is None:
-            extra = s.drain(2)
-            if extra >= 2:
-                raise SourceError(vs.path, f"video longer than the table (at least {s.count + extra} frames, table says {T})")
+        if vs is not None and vs.to_timestamp is None and (extra := s.extra(2)) >= 2:
+            raise SourceError(vs.path, f"video longer than the table (at least {s.count + extra} frames, table says {T})")
     res.slots = {cam: (detectors[cam].slot if cam in detectors else "missing") for cam in spec.cameras}
     res.fragment_bytes = writer.pos
 
 
-def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, staging: Path) -> EpisodeResult:
-    """Convert (or reuse the finished conversion of) one episode; errors come back in `.error`."""
+def _save_result(res: EpisodeResult, path: Path) -> None:
+    part = path.with_name(path.name + ".tmp")
+    with open(part, "wb") as f:
+        pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(part, path)
+
+
+def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, staging: Path,
+                    sink: ShardFile | None = None) -> EpisodeResult:
+    """Convert (or reuse the finished conversion of) one episode; errors come back in `.error`.
+
+    With `sink` (single-process conversion) the frames go straight into the open shard at
+    `res.base`; otherwise into a fragment file in `staging` that the main process appends.
+    Fragments are scratch and not fsynced: a kill -9 keeps them in the page cache, and only the
+    shards, which are fsynced before their journal entry, are the durable result.
+    """
     frag_name, result_name = staging_names(ref.episode_index)
     result_path = staging / result_name
     if result_path.exists():
@@ -197,26 +193,30 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, stag
             raise SourceError(ref.source, f"table has {len(table)} rows, metadata says {ref.length}")
         if not np.array_equal(table.frame_index, np.arange(len(table))):
             raise SourceError(ref.source, "frame_index is not 0..length-1 in order")
-        with open(tmp, "wb") as frag:
-            _write_episode(spec, ref, table, cfg, frag, res)
-            frag.flush()
-            os.fsync(frag.fileno())
-        os.replace(tmp, staging / frag_name)
-        res.length, res.task, res.fragment = len(table), table.task, frag_name
+        if sink is not None:
+            res.base = sink.bytes
+            try:
+                _write_episode(spec, ref, table, cfg, sink, res)
+            except BaseException:
+                sink.truncate(res.base)
+                raise
+        else:
+            with open(tmp, "wb") as frag:
+                _write_episode(spec, ref, table, cfg, frag, res)
+            os.replace(tmp, staging / frag_name)
+            res.fragment = frag_name
+        res.length, res.task = len(table), table.task
         res.frame_index, res.timestamp, res.task_index = table.frame_index, table.timestamp, table.task_index
         res.state, res.action = table.state.astype(np.float32), table.action.astype(np.float32)
     except DatakitError as e:
         res.error = str(e)
-    except Exception as e:  # an unforeseen failure still names the episode, with the trace in the log
+    except Exception as e:  # an unforeseen failure still names the episode, with the trace kept
         res.error = f"{ref.source}: {type(e).__name__}: {e}"
-        res.trace = traceback.format_exc()  # type: ignore[attr-defined]
+        res.trace = traceback.format_exc()
     finally:
         tmp.unlink(missing_ok=True)
-    if res.error is None or cfg.on_error == "skip":  # a failure under --on-error fail is retried on rerun
-        part = result_path.with_name(result_name + ".tmp")
-        with open(part, "wb") as f:
-            pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(part, result_path)
+    # Kept for a rerun: finished fragments, and failures under --on-error skip (a failure under
+    # --on-error fail is retried on rerun). Direct writes live or die with their shard.
+    if res.fragment or (res.error is not None and cfg.on_error == "skip"):
+        _save_result(res, result_path)
     return res

@@ -23,8 +23,8 @@ def src(tmp_path_factory):
                                 episode_lengths=(30, 22, 41, 18, 35, 27, 33, 25), height=96, width=128)
 
 
-def _cmd(src, out):
-    return [sys.executable, "-m", "datakit.cli", "convert", str(src), str(out), "--workers", "1",
+def _cmd(src, out, workers=1):
+    return [sys.executable, "-m", "datakit.cli", "convert", str(src), str(out), "--workers", str(workers),
             "--shard-size", "1MiB", "--no-progress"]
 
 
@@ -39,9 +39,9 @@ def reference(src, tmp_path_factory):
     return tree_bytes(out)
 
 
-def _kill_when(src, out, ready, timeout=120.0):
+def _kill_when(src, out, ready, workers, timeout=120.0):
     """Start a conversion, SIGKILL it as soon as `ready(out)` holds, return whether it was killed."""
-    p = subprocess.Popen(_cmd(src, out), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(_cmd(src, out, workers), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.time()
     while p.poll() is None and time.time() - t0 < timeout:
         if ready(out):
@@ -58,7 +58,7 @@ def _staging(out):
 
 
 KILL_POINTS = {
-    # mid-episode: a fragment is being written
+    # mid-episode: a fragment is being written (workers > 1)
     "first_fragment_tmp": lambda o: any(_staging(o).glob("*.frag.tmp")) if _staging(o).exists() else False,
     # a shard is being assembled
     "shard_tmp": lambda o: any(o.glob("shard-*.tar.tmp")),
@@ -69,14 +69,19 @@ KILL_POINTS = {
 }
 
 
-@pytest.mark.parametrize("point", sorted(KILL_POINTS))
-def test_kill9_then_rerun_gives_identical_bytes(src, reference, tmp_path, point):
+CASES = [(p, 1) for p in sorted(KILL_POINTS) if p != "first_fragment_tmp"] + [(p, 2) for p in sorted(KILL_POINTS)]
+
+
+@pytest.mark.parametrize("point,workers", CASES)
+def test_kill9_then_rerun_gives_identical_bytes(src, reference, tmp_path, point, workers):
+    """workers=1 writes episodes straight into the shard; workers=2 goes through fragments.
+    Both, killed anywhere and rerun (with the other worker count), equal the unbroken run."""
     out = tmp_path / "out"
-    killed = _kill_when(src, out, KILL_POINTS[point])
+    killed = _kill_when(src, out, KILL_POINTS[point], workers)
     assert killed, f"the conversion finished before reaching {point}"
     assert not (out / "index.json").exists()  # nothing that looks finished
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*.tar")}
-    r = subprocess.run(_cmd(src, out), env=_env(), capture_output=True, text=True)
+    r = subprocess.run(_cmd(src, out, 3 - workers), env=_env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert tree_bytes(out) == reference
     assert not (out / ".datakit-staging").exists()

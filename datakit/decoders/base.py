@@ -34,6 +34,10 @@ class VideoDecoder(Protocol):
         """Decode frames [start, stop) in order, yielded in chunks of up to `chunk` (n, H, W, 3)."""
         ...
 
+    def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
+        """Frames [start, stop) one at a time as (H, W, 3) uint8, without stacking copies."""
+        ...
+
     def get_frames(self, indices: Sequence[int]) -> np.ndarray:
         """Random access: the frames at `indices` (any order) as (N, H, W, 3) uint8."""
         ...

@@ -56,6 +56,10 @@ class DecordDecoder:
         for a in range(start, stop, chunk):
             yield self._vr.get_batch(list(range(a, min(a + chunk, stop)))).asnumpy()
 
+    def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
+        for batch in self.read_range(start, stop, chunk=8):
+            yield from batch  # views into the batch: no per-frame copy
+
     def get_frames(self, indices: Sequence[int]) -> np.ndarray:
         idx = frame_indices_check(indices, len(self._vr), self.path)
         return self._vr.get_batch(idx).asnumpy()

@@ -54,14 +54,18 @@ class PyAVDecoder:
 
             raise SourceError(self.path, f"corrupt or truncated video ({e})") from None
 
-    def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
-        buf: list[np.ndarray] = []
+    def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
         for i, frame in self._frames_from(start):
             if i < start:
                 continue
             if i >= stop:
                 break
-            buf.append(frame.to_ndarray(format="rgb24"))
+            yield frame.to_ndarray(format="rgb24")
+
+    def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
+        buf: list[np.ndarray] = []
+        for f in self.iter_frames(start, stop):
+            buf.append(f)
             if len(buf) == chunk:
                 yield np.stack(buf)
                 buf = []

@@ -42,6 +42,10 @@ class TorchCodecDecoder:
         for a in range(start, stop, chunk):
             yield self._dec.get_frames_in_range(a, min(a + chunk, stop)).data.cpu().numpy()
 
+    def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
+        for batch in self.read_range(start, stop, chunk=8):
+            yield from batch  # views into the batch: no per-frame copy
+
     def get_frames(self, indices: Sequence[int]) -> np.ndarray:
         idx = frame_indices_check(indices, self.info.num_frames, self.path)
         return self._dec.get_frames_at(idx).data.cpu().numpy()

@@ -41,7 +41,8 @@ def tar_header(name: str, size: int) -> bytes:
 
 
 class FragmentWriter:
-    """Writes the members of consecutive frames into a binary stream, tracking pixel offsets."""
+    """Writes the members of consecutive frames into a binary stream, tracking pixel offsets
+    relative to where it started."""
 
     def __init__(self, f: BinaryIO):
         self.f = f
@@ -81,7 +82,11 @@ class FragmentWriter:
 
 
 class ShardFile:
-    """A shard being assembled under a temporary name; `close()` ends the archive, fsyncs and renames."""
+    """A shard being assembled under a temporary name; `close()` ends the archive, fsyncs and renames.
+
+    Bytes arrive either as whole fragment files (`append_file`, from worker processes) or
+    written straight in (`write`, a single-process conversion, which saves a copy of every frame).
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -89,26 +94,43 @@ class ShardFile:
         self.f = open(self.tmp, "wb")
         self.bytes = 0
         self.sha = hashlib.sha256()
+        self._rehash = False  # set when bytes were rolled back: hash the file again at close
 
-    def append_file(self, src: Path) -> int:
+    def write(self, data: bytes | memoryview) -> int:
+        self.f.write(data)
+        self.sha.update(data)
+        self.bytes += len(data)
+        return len(data)
+
+    def truncate(self, size: int) -> None:
+        """Roll back to `size` bytes (an episode that failed half-way through)."""
+        self.f.flush()
+        self.f.truncate(size)
+        self.f.seek(size)
+        self.bytes = size
+        self._rehash = True
+
+    def append_file(self, src: Path, expected: int) -> int:
         """Append a fragment verbatim; returns the offset it starts at in this shard."""
         base = self.bytes
+        buf = bytearray(4 << 20)
+        view = memoryview(buf)
         with open(src, "rb") as s:
-            while chunk := s.read(8 << 20):
-                self.f.write(chunk)
-                self.sha.update(chunk)
-                self.bytes += len(chunk)
+            while n := s.readinto(buf):
+                self.write(view[:n])
+        if self.bytes - base != expected:
+            raise OSError(f"{src}: fragment has {self.bytes - base} bytes, expected {expected} "
+                          "(staging damaged; delete the .datakit-staging folder and rerun)")
         return base
 
     def close(self) -> tuple[int, str]:
-        self.f.write(END_OF_ARCHIVE)
-        self.sha.update(END_OF_ARCHIVE)
-        self.bytes += len(END_OF_ARCHIVE)
+        self.write(END_OF_ARCHIVE)
         self.f.flush()
         os.fsync(self.f.fileno())
         self.f.close()
+        digest = sha256_file(self.tmp) if self._rehash else self.sha.hexdigest()
         os.replace(self.tmp, self.path)
-        return self.bytes, self.sha.hexdigest()
+        return self.bytes, digest
 
     def abort(self) -> None:
         self.f.close()

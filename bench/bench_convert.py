@@ -1,0 +1,124 @@
+"""Conversion benchmark: a 480x640 AV1 LeRobot dataset (LeRobot's encoder settings) converted at
+native size and at 224x224, against the chosen decoder's pure decode rate on the same files,
+measured in the same run. Also --workers 2 against --workers 1.
+
+    python bench/bench_convert.py [--episodes 6] [--frames 60] [--repeats 3] [--out bench/results]
+
+Goals (issue 2): conversion >= 85% of pure decode; --workers 2 >= 1.7x --workers 1 on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from datakit.config import ConvertConfig  # noqa: E402
+from datakit.convert import convert  # noqa: E402
+from datakit.decoders import open_decoder  # noqa: E402
+from datakit.sources import scan  # noqa: E402
+from datakit.synth import make_lerobot_dataset  # noqa: E402
+
+
+def pure_decode(src: Path, backend: str) -> tuple[float, int]:
+    """Seconds and camera-frames to decode every video of the dataset once, sequentially, 1 thread."""
+    spec = scan(src)
+    t0, n = time.perf_counter(), 0
+    for ref in spec.episodes:
+        for vs in ref.videos.values():
+            dec = open_decoder(vs.path, backend, threads=1)
+            for chunk in dec.read_range(0, ref.length):
+                n += len(chunk)
+            dec.close()
+    return time.perf_counter() - t0, n
+
+
+def timed_convert(src: Path, work: Path, **kw) -> tuple[float, int, dict]:
+    out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    s = convert(src, out, ConvertConfig(progress=False, **kw))
+    dt = time.perf_counter() - t0
+    frames = s.index.num_frames * sum(1 for c in s.index.cameras.values() if c.slot != "missing")
+    return dt, frames, s.decoders
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=6)
+    ap.add_argument("--frames", type=int, default=60, help="frames per episode")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="bench-convert-"))
+    try:
+        src = work / "src"
+        t0 = time.perf_counter()
+        make_lerobot_dataset(src, version="v2.1", codec="av1", height=480, width=640, fps=15,
+                             episode_lengths=[args.frames] * args.episodes)
+        gen_s = time.perf_counter() - t0
+        backend = open_decoder(scan(src).episodes[0].videos["observation.images.top"].path, "auto").backend
+        rows = []
+
+        def med(fn):
+            runs = [fn() for _ in range(args.repeats)]
+            return statistics.median(r[0] for r in runs), runs[0][1], runs[0]
+
+        dec_s, dec_n, _ = med(lambda: pure_decode(src, backend))
+        rows.append({"what": f"pure decode ({backend}, 1 thread)", "seconds": dec_s, "camera_frames": dec_n})
+        for label, kw in [("convert native, workers 1", dict(workers=1)),
+                          ("convert 224x224, workers 1", dict(workers=1, resize="224x224")),
+                          ("convert native, workers 2", dict(workers=2)),
+                          ("convert 224x224, workers 2", dict(workers=2, resize="224x224"))]:
+            s, n, run = med(lambda: timed_convert(src, work, decoder=backend, **kw))
+            rows.append({"what": label, "seconds": s, "camera_frames": n, "decoders": run[2]})
+        for r in rows:
+            r["camera_frames_per_s"] = r["camera_frames"] / r["seconds"]
+        base = rows[0]["camera_frames_per_s"]
+        by = {r["what"]: r["camera_frames_per_s"] for r in rows}
+        ratios = {
+            "native_vs_decode": by["convert native, workers 1"] / base,
+            "224_vs_decode": by["convert 224x224, workers 1"] / base,
+            "workers2_vs_1_native": by["convert native, workers 2"] / by["convert native, workers 1"],
+            "workers2_vs_1_224": by["convert 224x224, workers 2"] / by["convert 224x224, workers 1"],
+        }
+        result = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "python " + " ".join(sys.argv),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}",
+            "dataset": f"LeRobot v2.1, {args.episodes} episodes x {args.frames} frames, 3 cameras 480x640 AV1 "
+                       f"(libsvtav1 crf=30 g=2; one camera black), generated in {gen_s:.0f} s",
+            "decoder": backend, "repeats": args.repeats, "rows": rows, "ratios": ratios,
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "convert.json").write_text(json.dumps(result, indent=1))
+        md = [f"# Conversion benchmark\n", f"- date: {result['date']}", f"- command: `{result['command']}`",
+              f"- machine: {result['machine']}", f"- dataset: {result['dataset']}",
+              f"- median of {args.repeats} runs; rates in camera-frames/s (3 cameras per frame)\n",
+              "| run | seconds | camera-frames/s |", "|---|---:|---:|"]
+        md += [f"| {r['what']} | {r['seconds']:.2f} | {r['camera_frames_per_s']:.1f} |" for r in rows]
+        md += ["", "| ratio | value | goal |", "|---|---:|---:|",
+               f"| convert native / pure decode | {ratios['native_vs_decode']:.2f} | >= 0.85 |",
+               f"| convert 224x224 / pure decode | {ratios['224_vs_decode']:.2f} | >= 0.85 |",
+               f"| workers 2 / workers 1 (native) | {ratios['workers2_vs_1_native']:.2f} | >= 1.7 |",
+               f"| workers 2 / workers 1 (224x224) | {ratios['workers2_vs_1_224']:.2f} | >= 1.7 |", ""]
+        (args.out / "convert.md").write_text("\n".join(md))
+        print("\n".join(md))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
