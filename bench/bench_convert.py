@@ -44,6 +44,27 @@ def pure_decode(src: Path, backend: str) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+def disk_write_mb_s(work: Path, mb: int = 512) -> float:
+    """fsync'd sequential write bandwidth of the output disk: the ceiling for native-size output."""
+    buf = os.urandom(8 << 20)
+    path = work / "disk-probe"
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(mb // 8):
+            f.write(buf)
+        f.flush()
+        os.fsync(f.fileno())
+    dt = time.perf_counter() - t0
+    path.unlink()
+    return mb / dt
+
+
+def video_kb_per_frame(src: Path) -> float:
+    spec = scan(src)
+    files = [vs.path for r in spec.episodes for c, vs in r.videos.items() if c != "observation.images.side"]
+    return sum(f.stat().st_size for f in files) / 1024 / sum(r.length for r in spec.episodes) / 2
+
+
 def timed_convert(src: Path, work: Path, **kw) -> tuple[float, int, dict]:
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
@@ -67,7 +88,7 @@ def main() -> None:
         src = work / "src"
         t0 = time.perf_counter()
         make_lerobot_dataset(src, version="v2.1", codec="av1", height=480, width=640, fps=15,
-                             episode_lengths=[args.frames] * args.episodes)
+                             episode_lengths=[args.frames] * args.episodes, detail=1.0)
         gen_s = time.perf_counter() - t0
         backend = open_decoder(scan(src).episodes[0].videos["observation.images.top"].path, "auto").backend
         rows = []
@@ -86,6 +107,8 @@ def main() -> None:
             rows.append({"what": label, "seconds": s, "camera_frames": n, "decoders": run[2]})
         for r in rows:
             r["camera_frames_per_s"] = r["camera_frames"] / r["seconds"]
+        disk = disk_write_mb_s(work)
+        kb = video_kb_per_frame(src)
         base = rows[0]["camera_frames_per_s"]
         by = {r["what"]: r["camera_frames_per_s"] for r in rows}
         ratios = {
@@ -99,13 +122,17 @@ def main() -> None:
             "command": "python " + " ".join(sys.argv),
             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}",
             "dataset": f"LeRobot v2.1, {args.episodes} episodes x {args.frames} frames, 3 cameras 480x640 AV1 "
-                       f"(libsvtav1 crf=30 g=2; one camera black), generated in {gen_s:.0f} s",
+                       f"(libsvtav1 crf=30 g=2; one camera black; textured content), generated in {gen_s:.0f} s",
             "decoder": backend, "repeats": args.repeats, "rows": rows, "ratios": ratios,
+            "disk_write_mb_s_fsync": disk, "video_kb_per_real_frame": kb,
+            "disk_ceiling_native_camera_frames_per_s": disk * 2**20 / (480 * 640 * 3 + 1024),
         }
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "convert.json").write_text(json.dumps(result, indent=1))
         md = [f"# Conversion benchmark\n", f"- date: {result['date']}", f"- command: `{result['command']}`",
               f"- machine: {result['machine']}", f"- dataset: {result['dataset']}",
+              f"- video: {kb:.1f} KiB per real camera frame; output disk: {disk:.0f} MB/s fsync'd sequential write "
+              f"(= {result['disk_ceiling_native_camera_frames_per_s']:.0f} native 480x640 camera-frames/s at most)",
               f"- median of {args.repeats} runs; rates in camera-frames/s (3 cameras per frame)\n",
               "| run | seconds | camera-frames/s |", "|---|---:|---:|"]
         md += [f"| {r['what']} | {r['seconds']:.2f} | {r['camera_frames_per_s']:.1f} |" for r in rows]

@@ -35,9 +35,10 @@ def camera_seed(seed: int, camera_index: int, episode: int) -> int:
     return seed * 10007 + camera_index * 101 + episode
 
 
-def _frames(cam_i: int, blank: bool, ep: int, start: int, length: int, h: int, w: int, seed: int):
+def _frames(cam_i: int, blank: bool, ep: int, start: int, length: int, h: int, w: int, seed: int,
+            detail: float = 0.0):
     for i in range(length):
-        yield blank_frame(h, w) if blank else synth_frame(start + i, h, w, camera_seed(seed, cam_i, ep))
+        yield blank_frame(h, w) if blank else synth_frame(start + i, h, w, camera_seed(seed, cam_i, ep), detail=detail)
 
 
 def _png(img: np.ndarray) -> bytes:
@@ -108,14 +109,16 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                          blank_cameras=("observation.images.side",), image_cameras=(), height=96,
                          width=128, fps=10, codec="av1", channel_first=True, state_dim=6, action_dim=6,
                          tasks=("pick up the cube", "open the drawer"), seed=0,
-                         v3_episodes_per_file: int | None = None, v3_task_column=None) -> Path:
+                         v3_episodes_per_file: int | None = None, v3_task_column=None,
+                         detail: float = 0.0) -> Path:
     """Write a LeRobot dataset of `version` under `root` (replaced if present) and return root.
 
     `cameras` are mp4 video features except those also in `image_cameras` (PNG in the parquet);
     episode e has task tasks[e % len(tasks)]. v3.0: `v3_episodes_per_file` episodes per data/video
     file (None: all in one); tasks.parquet stores the text as the pandas index column
     `__index_level_0__` (as `pd.DataFrame({"task_index": ...}, index=tasks).to_parquet` does), or
-    as a column named `v3_task_column` (e.g. "task") if given."""
+    as a column named `v3_task_column` (e.g. "task") if given. `detail` > 0 adds a panning
+    multi-scale texture so that the video has a realistic bitrate (benchmarks)."""
     if version not in layout.LEROBOT_VERSIONS:
         raise ValueError(f"unknown version {version!r}")
     root = Path(root)
@@ -169,7 +172,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                     vpath = root / layout.LEROBOT_V2_VIDEO_PATH.format(
                         episode_chunk=e // chunks, video_key=cam, episode_index=e)
                     encode_video(vpath, _frames(ci, cam in blank_cameras, e, starts[e], n, height, width,
-                                                seed), fps, codec)
+                                                seed, detail), fps, codec)
         _write_jsonl(root / layout.LEROBOT_V2_EPISODES,
                      [{"episode_index": e, "tasks": [tasks[ep_task[e]]], "length": n}
                       for e, n in enumerate(episode_lengths)])
@@ -184,14 +187,14 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     else:
         _write_v3(root, info, features, tables, episode_lengths, starts, ep_task, tasks, cam_order,
                   video_cams, blank_cameras, hf_meta, height, width, fps, codec, seed,
-                  v3_episodes_per_file or n_eps, v3_task_column)
+                  v3_episodes_per_file or n_eps, v3_task_column, detail)
         _write_json(root / layout.LEROBOT_STATS, global_stats)
     _write_json(root / layout.LEROBOT_INFO, info)
     return root
 
 
 def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam_order, video_cams,
-              blank_cameras, hf_meta, height, width, fps, codec, seed, per_file, task_column):
+              blank_cameras, hf_meta, height, width, fps, codec, seed, per_file, task_column, detail=0.0):
     chunks = layout.LEROBOT_CHUNKS_SIZE
     n_eps = len(lengths)
     for ft in features.values():
@@ -211,7 +214,7 @@ def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam
         for ci, cam in enumerate(cam_order):
             if cam in video_cams:
                 frames = (f for e in eps for f in _frames(ci, cam in blank_cameras, e, starts[e], lengths[e],
-                                                          height, width, seed))
+                                                          height, width, seed, detail))
                 encode_video(root / layout.LEROBOT_V3_VIDEO_PATH.format(video_key=cam, **where), frames, fps,
                              codec)
         offset = 0

@@ -1,6 +1,7 @@
 """Synthetic frames with a machine-readable frame number, and real mp4 encoding (PyAV)."""
 from __future__ import annotations
 
+import functools
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -30,9 +31,25 @@ def _bits(frame_number: int) -> list[int]:
     return [(word >> k) & 1 for k in range(BARCODE_ROWS * BARCODE_COLS)]
 
 
-def synth_frame(frame_number: int, height: int, width: int, seed: int = 0) -> np.ndarray:
+@functools.lru_cache(maxsize=16)
+def _texture(height: int, width: int, seed: int) -> np.ndarray:
+    """A (H, 2W, 3) float32 multi-scale noise texture (fine to coarse), like a cluttered scene."""
+    rng = np.random.default_rng(seed + 7919)
+    tex = np.zeros((height, 2 * width, 3), np.float32)
+    for scale, amp in ((2, 14.0), (8, 30.0), (32, 45.0)):
+        small = rng.uniform(-1, 1, size=(height // scale + 2, 2 * width // scale + 2, 3)).astype(np.float32)
+        big = np.repeat(np.repeat(small, scale, axis=0), scale, axis=1)[:height, : 2 * width]
+        k = np.ones(scale, np.float32) / scale  # box blur: smooth the blocks into blobs
+        big = np.apply_along_axis(lambda v: np.convolve(v, k, mode="same"), 0, big)
+        big = np.apply_along_axis(lambda v: np.convolve(v, k, mode="same"), 1, big)
+        tex += amp * big
+    return tex
+
+
+def synth_frame(frame_number: int, height: int, width: int, seed: int = 0, detail: float = 0.0) -> np.ndarray:
     """(H, W, 3) uint8: moving coloured gradients and a moving square, different per seed, with
-    `frame_number` written as a barcode band across the top (see `read_frame_number`)."""
+    `frame_number` written as a barcode band across the top (see `read_frame_number`).
+    `detail` (0..1) adds a slowly panning textured background, for realistic bitrates."""
     if width < 8 * BARCODE_COLS or height < 8 * BARCODE_ROWS + 8:
         raise ValueError(f"frame {height}x{width} too small for the barcode (min 32x64)")
     rng = np.random.default_rng(seed)
@@ -48,6 +65,9 @@ def synth_frame(frame_number: int, height: int, width: int, seed: int = 0) -> np
     side = max(4, min(height, width) // 5)
     cy = int((0.5 + 0.4 * np.sin(0.13 * t + seed)) * (height - side))
     cx = int((0.5 + 0.4 * np.cos(0.11 * t + 2 * seed)) * (width - side))
+    if detail > 0:
+        shift = (2 * frame_number) % width
+        img = img + detail * _texture(height, width, seed)[:, shift : shift + width]
     img[cy:cy + side, cx:cx + side] = 255.0 - base.astype(np.float32)
     out = np.clip(img, 0, 255).astype(np.uint8)
     bh, bw = _block_size(height, width)
