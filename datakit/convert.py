@@ -28,7 +28,7 @@ from datakit.episode_convert import EpisodeResult, convert_episode
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import (
     FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
-    ShardIndex, frames_schema, load_index, write_atomic, write_frames,
+    ShardIndex, frames_schema, load_index, member_schema, write_atomic, write_frames,
 )
 from datakit.shards.stats import vector_stats
 from datakit.shards.writer import ShardFile, sha256_file
@@ -249,6 +249,7 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal], 
         skipped=[{"episode_index": s.episode_index, "source": s.source, "reason": s.error} for s in skipped],
         source={"format": spec.format, "version": spec.version, "name": spec.root.name},
         options=cfg.output_options(), num_episodes=len(episodes), num_frames=row, num_shards=len(journals),
+        schema=member_schema(cameras, sd, ad),
     )
     return index, table
 

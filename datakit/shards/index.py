@@ -82,6 +82,7 @@ class ShardIndex:
     skipped: list[dict[str, Any]]  # {"episode_index", "source", "reason"}
     source: dict[str, Any]  # {"format", "version", "name"}
     options: dict[str, Any]
+    schema: dict[str, Any] = field(default_factory=dict)  # tar key pattern + every member's dtype/shape
     num_episodes: int = 0
     num_frames: int = 0
     num_shards: int = 0
@@ -122,6 +123,15 @@ class ShardIndex:
             "skipped": self.skipped,
             "source": self.source,
         }
+
+
+def member_schema(cameras: dict[str, CameraEntry], state_dim: int, action_dim: int) -> dict[str, Any]:
+    """What each tar member of a frame holds, declared up front (readers need not open a .npy)."""
+    members: dict[str, Any] = {f"{c}.npy": {"dtype": "uint8", "shape": e.frame_shape} for c, e in cameras.items()}
+    members["state.npy"] = {"dtype": "float32", "shape": [state_dim]}
+    members["action.npy"] = {"dtype": "float32", "shape": [action_dim]}
+    members["json"] = {"keys": ["episode_index", "frame_index", "timestamp", "task_index", "task"]}
+    return {"key": FRAME_KEY, "members": members, "frames_table": FRAMES_NAME}
 
 
 def frames_schema(cameras: list[str], state_dim: int, action_dim: int) -> pa.Schema:
