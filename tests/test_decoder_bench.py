@@ -172,6 +172,10 @@ def test_command_json_schema_recommendation_and_missing_backend(tmp_path, tiny, 
     assert rec["h264"]["sequential"] == ["pyav"]
     monkeypatch.setenv("DATAKIT_DECODER_RECOMMENDATIONS", str(out / "rec.json"))
     assert backend_order("h264", "sequential")[0] == "pyav"
+    # re-rendering a saved run measures nothing and gives the same Markdown tables
+    assert main(["bench-decoders", "--from-json", str(out / "r.json"), "--markdown", str(out / "again.md")]) == 0
+    again = (out / "again.md").read_text()
+    assert again.split("## Frames/s")[1] == md.split("## Frames/s")[1]
 
 
 def test_command_fails_loudly_on_wrong_frames(tmp_path, tiny, capsys):

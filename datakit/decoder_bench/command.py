@@ -88,6 +88,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="where to write the ranking convert uses (default: datakit.decoders.recommendations_path())")
     p.add_argument("--no-recommend", action="store_true", help="do not write the ranking file")
     p.add_argument("--no-live", action="store_true", help="one line per result instead of a live table")
+    p.add_argument("--from-json", type=Path, metavar="FILE",
+                   help="measure nothing: re-render tables, --markdown and --plot from a saved --json file "
+                        "(also a partial one); writes the ranking only with --recommend-out")
     return p
 
 
@@ -118,13 +121,22 @@ def _videos(args, opts, say) -> list[videos.BenchVideo]:
     return videos.generate_all(specs, args.videos_dir, lambda name: say(f"video {name}"))
 
 
-def run(args) -> int:
-    from rich.console import Console
+@dataclasses.dataclass
+class Results:
+    """Everything one run produced: what the reports and the JSON file are made from."""
+
+    records: list[dict]
+    machine: dict
+    backends: dict[str, dict]  # name -> {"version", "error"}
+    videos: list[dict]
+    crosscheck: list[dict]
+    command: str
+    partial: bool = False  # the run stopped before every planned measurement was made
+
+
+def _measure(args, console) -> Results:
     from rich.live import Live
 
-    console = Console()
-    if not console.is_terminal:  # logs and CI: wide enough that tables do not wrap every cell
-        console = Console(width=200)
     opts = _resolve(args)
     machine = machine_info()
     backends = _names(args.backends or default_backends())
@@ -143,8 +155,12 @@ def run(args) -> int:
             probes[b] = runner.probe_backend(b)
     for b, (ver, err) in probes.items():
         console.print(f"{b}: " + (f"[green]{ver}[/]" if ver else f"[yellow]unavailable[/] ({err})"))
+    argv = sys.argv[sys.argv.index("bench-decoders") + 1:] if "bench-decoders" in sys.argv else []
+    res = Results([], machine, {b: {"version": v, "error": e} for b, (v, e) in probes.items()},
+                  [{"label": v.label, "path": str(v.path), "codec": v.codec, "height": v.height, "width": v.width,
+                    "frames": v.num_frames, "gop": v.gop, "numbered": v.numbered} for v in vids],
+                  [], " ".join(["datakit bench-decoders", *map(shlex.quote, argv)]), partial=True)
     jobs = plan.build(vids, cfg)
-    records: list[dict] = []
     probe_dir = Path(tempfile.mkdtemp(prefix="bench-decoders-"))
     probe_files: dict[tuple[str, str], Path] = {}
     live = None if args.no_live or not console.is_terminal else Live(console=console, refresh_per_second=4)
@@ -155,40 +171,54 @@ def run(args) -> int:
             ver, err = probes[job.backend]
             name = f"{job.backend} {job.video.label} {job.pattern} [{job.group}]"
             if live:
-                live.update(report.live_view(records, i, len(jobs), name))
+                live.update(report.live_view(res.records, i, len(jobs), name))
             if ver is None:
-                rec = runner.error_record(job, f"unavailable: {err}")
+                rec = runner.error_record(job, err if err.startswith("unavailable") else f"unavailable: {err}")
             else:
                 if job.group == "main" and job.pattern == "sequential":
                     path = runner.probe_path(probe_dir, job.backend, job.video.label)
                     job = dataclasses.replace(job, probe_out=str(path))
                     probe_files[(job.video.label, job.backend)] = path
                 rec = runner.run_job(job, timeout=args.timeout)
-            records.append(rec)
+            res.records.append(rec)
             if args.json:  # a run cut short (time limit, Ctrl-C) still leaves what it measured
-                _write_json(args.json, {"schema": SCHEMA, "partial": True, "machine": machine, "records": records})
+                _write_json(args.json, _doc(res, []))
             if not live:
-                console.print(f"[{i + 1}/{len(jobs)}] {name} {report.setting_label(rec)}: {report.cell(rec)} f/s"
-                              + (f"  {rec['error']}" if rec.get("error") else ""), highlight=False, markup=False)
+                out = f"{rec['error']}" if rec.get("error") else report.cell(rec) + " f/s"
+                console.print(f"[{i + 1}/{len(jobs)}] {name} {report.setting_label(rec)}: {out}",
+                              highlight=False, markup=False)
         if live:
-            live.update(report.live_view(records, len(jobs), len(jobs), "done"))
+            live.update(report.live_view(res.records, len(jobs), len(jobs), "done"))
     finally:
         if live:
             live.stop()
-    checks = crosscheck.compare(probe_files)
+    res.crosscheck = crosscheck.compare(probe_files)
     shutil.rmtree(probe_dir, ignore_errors=True)
-    for c in checks:
-        for r in records:
+    for c in res.crosscheck:
+        for r in res.records:
             if (r["group"], r["pattern"], r["video"], r["decoder"]) == ("main", "sequential", c["video"], c["decoder"]):
-                r["psnr_db"] = c["psnr_db"] if not c["identical"] else float("inf")
-    rankings = recommend.rank(records)
-    argv = sys.argv[sys.argv.index("bench-decoders") + 1:] if "bench-decoders" in sys.argv else []
-    command = " ".join(["datakit bench-decoders", *map(shlex.quote, argv)])
-    _finish(args, console, records, rankings, machine, probes, vids, checks, command)
-    wrong = [r for r in records if runner.is_wrong(r)]
-    if wrong:
-        console.print(f"[bold red]{len(wrong)} measurement(s) returned WRONG FRAMES[/]: see above")
-    return 1 if wrong else 0
+                r["psnr_db"] = c["psnr_db"]  # None with identical=True in crosscheck: bit-identical frames
+    res.partial = False
+    return res
+
+
+def _load(path: Path) -> Results:
+    """A saved --json file (also a partial one) back into Results, to re-render its reports."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a bench-decoders JSON file (schema {doc.get('schema')!r})")
+    records = doc["records"]
+    backends = doc.get("backends") or {
+        d: {"version": next((r["version"] for r in records if r["decoder"] == d and r.get("version")), None),
+            "error": None} for d in dict.fromkeys(r["decoder"] for r in records)}
+    return Results(records, doc.get("machine", {}), backends, doc.get("videos", []), doc.get("crosscheck", []),
+                   doc.get("command", "(unknown)"), partial=bool(doc.get("partial")))
+
+
+def _doc(res: Results, rankings: list) -> dict:
+    return {"schema": SCHEMA, "partial": res.partial, "command": res.command, "machine": res.machine,
+            "backends": res.backends, "videos": res.videos, "records": res.records, "crosscheck": res.crosscheck,
+            "recommendations": recommend.recommendations(rankings), "rankings": [r.line() for r in rankings]}
 
 
 def _write_json(path: Path, doc: dict) -> None:
@@ -198,41 +228,45 @@ def _write_json(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def _finish(args, console, records, rankings, machine, probes, vids, checks, command) -> None:
+def run(args) -> int:
+    from rich.console import Console
+
     from datakit.decoders import recommendations_path
 
+    console = Console()
+    if not console.is_terminal:  # logs and CI: wide enough that tables do not wrap every cell
+        console = Console(width=200)
+    res = _load(args.from_json) if args.from_json else _measure(args, console)
+    records = res.records
+    rankings = recommend.rank(records)
     console.print(report.main_table(records))
     if (t := report.sweep_table(records)) is not None:
         console.print(t)
     for p in report.problems(records):
         console.print(p, style="bold red" if p.startswith("WRONG") else "yellow", highlight=False, markup=False)
-    for c in checks:
+    for c in res.crosscheck:
         if c["disagree"]:
             console.print(f"[yellow]{c['decoder']} and {c['reference']} disagree on {c['video']}: "
                           f"{c['psnr_db']} dB PSNR[/]")
     console.print("[bold]Recommendation[/]")
     for r in rankings:
         console.print("  " + r.line(), highlight=False, markup=False)
-    if not args.no_recommend:
+    # a re-rendered file only updates convert's ranking when asked to, with --recommend-out
+    if not args.no_recommend and (args.recommend_out or not args.from_json):
         out = args.recommend_out or recommendations_path()
-        recommend.write_recommendations(out, rankings, machine)
+        recommend.write_recommendations(out, rankings, res.machine)
         console.print(f"wrote {out} (used by convert --decoder auto)")
-    # json: inf PSNR (bit-identical frames) is not valid JSON, so it is written as null + identical
-    clean = [{**r, "psnr_db": None if r.get("psnr_db") == float("inf") else r.get("psnr_db")} for r in records]
     if args.json:
-        doc = {"schema": SCHEMA, "partial": False, "command": command, "machine": machine,
-               "backends": {b: {"version": v, "error": e} for b, (v, e) in probes.items()},
-               "videos": [{"label": v.label, "path": str(v.path), "codec": v.codec, "height": v.height,
-                           "width": v.width, "frames": v.num_frames, "gop": v.gop, "numbered": v.numbered}
-                          for v in vids],
-               "records": clean, "crosscheck": checks,
-               "recommendations": recommend.recommendations(rankings),
-               "rankings": [r.line() for r in rankings]}
-        _write_json(args.json, doc)
+        _write_json(args.json, _doc(res, rankings))
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(report.markdown(clean, rankings, machine, command, checks))
+        args.markdown.write_text(report.markdown(records, rankings, res.machine, res.command, res.crosscheck,
+                                                 partial=res.partial, backends=res.backends))
     if args.plot:
         from datakit.decoder_bench.plot import plot
 
-        plot(records, args.plot, title=f"bench-decoders, {machine['cores']} cores, {machine['date']}")
+        plot(records, args.plot, title=f"bench-decoders, {res.machine.get('cores')} cores, {res.machine.get('date')}")
+    wrong = [r for r in records if runner.is_wrong(r)]
+    if wrong:
+        console.print(f"[bold red]{len(wrong)} measurement(s) returned WRONG FRAMES[/]: see above")
+    return 1 if wrong else 0

@@ -41,7 +41,7 @@ def plot(records: list[dict], path: Path, title: str = "") -> Path:
                     ys.append(r["frames_per_s"])
                 elif r is not None:
                     bad.append(i + k * width)
-            ax.bar(xs, ys, width, label=d)
+            ax.bar(xs, ys, width, label=d.split(":")[-1][:20])
             for x in bad:  # a failed or wrong measurement is marked, not left as a gap
                 ax.text(x, 1, "x", ha="center", va="bottom", color="red", fontsize=9)
         ax.set_yscale("log")

@@ -142,9 +142,13 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def markdown(records: list[dict], rankings: list[Ranking], machine: dict, command: str,
-             crosscheck: list[dict]) -> str:
+             crosscheck: list[dict], partial: bool = False, backends: dict | None = None) -> str:
     videos, decoders, patterns, by = _index(records)
     out = ["# bench-decoders", "", f"- command: `{command}`"]
+    for name, b in (backends or {}).items():
+        out.append(f"- {name}: " + (b["version"] if b.get("version") else f"unavailable ({b.get('error')})"))
+    if partial:
+        out.append(f"- PARTIAL: the run stopped after {len(records)} measurements; what is below is what it made")
     out += [f"- {k}: {v}" for k, v in machine.items()]
     out += ["", "## Recommendation (used by `datakit convert --decoder auto`)", ""]
     out += [f"- {r.line()}" for r in rankings]

@@ -56,18 +56,17 @@ def resolve(backend: str, threads: int = 1, seek_mode: str = "exact") -> tuple[C
         except (ImportError, AttributeError) as e:
             raise BackendUnavailable(f"{backend}: {e}") from None
         return (lambda p: fn(p, threads=threads, seek_mode=seek_mode)), str(getattr(mod, "__version__", "custom"))
-    if backend == "torchcodec-cuda":
-        mod = backend_module("torchcodec")
-        import torch
-
-        if not torch.cuda.is_available():
-            raise BackendUnavailable("torchcodec-cuda: no CUDA device visible to torch")
-        return (lambda p: mod.TorchCodecDecoder(Path(p), threads, seek_mode, device="cuda")), mod.version()
-    mod = backend_module(backend)
+    mod = backend_module("torchcodec" if backend == "torchcodec-cuda" else backend)
     try:
         version = mod.version()
     except Exception as e:  # the backend module imports lazily: a missing library shows up here
         raise BackendUnavailable(f"{backend} is not usable ({type(e).__name__}: {e})") from None
+    if backend == "torchcodec-cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BackendUnavailable("torchcodec-cuda: no CUDA device visible to torch")
+        return (lambda p: mod.TorchCodecDecoder(Path(p), threads, seek_mode, device="cuda")), version
     return (lambda p: mod.open_video(p, threads=threads, seek_mode=seek_mode)), version
 
 
