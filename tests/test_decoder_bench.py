@@ -202,6 +202,9 @@ def test_rank_puts_failing_and_wrong_backends_last(tmp_path):
     (r,) = recommend.rank(records)
     assert r.order[:2] == ["torchcodec", "pyav"]  # geometric mean 141 > 100; both complete
     assert set(r.order[2:]) == {"decord", "fast:wrong"} and "wrong frames" in r.incomplete["fast:wrong"]
+    # a run cut short: decord has no record for "b" yet; it is compared with pyav on "a" alone
+    (r2,) = recommend.rank([_rec("pyav", "a", 100), _rec("pyav", "b", 10), _rec("decord", "a", 300)])
+    assert r2.order == ["decord", "pyav"] and not r2.incomplete and r2.fps["pyav"] == pytest.approx(100)
     path = tmp_path / "rec.json"
     path.write_text(json.dumps({"recommendations": {"h264": {"sequential": ["decord"]}}}))
     doc = recommend.write_recommendations(path, [r], {"cores": 2})

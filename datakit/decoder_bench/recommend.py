@@ -3,9 +3,10 @@
 
 Only the main matrix counts (threads=1, decoder reused, one worker: what conversion and a
 data-loader worker do by default). A backend's score for a codec and pattern is the geometric
-mean of its frames/s over that codec's videos, so one small video does not outweigh a large
+mean of its frames/s over that codec's videos (those every ranked backend has a result for, so
+a run cut short still compares like with like), so one small video does not outweigh a large
 one. A backend that failed or returned a wrong frame on any of those videos ranks after every
-backend that read them all correctly: skipping the hard file must not make it look fast.
+backend that read them correctly: skipping the hard file must not make it look fast.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _main(rec: dict) -> bool:
 def rank(records: list[dict]) -> list[Ranking]:
     """One Ranking per (codec, pattern) present in the main matrix."""
     videos: dict[tuple[str, str], set[str]] = defaultdict(set)
-    fps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    fps: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
     bad: dict[tuple[str, str, str], str] = {}
     for r in filter(_main, records):
         key = (r["codec"], r["pattern"])
@@ -55,17 +56,20 @@ def rank(records: list[dict]) -> list[Ranking]:
         elif is_wrong(r):
             bad.setdefault(k3, "wrong frames on " + r["video"])
         elif r.get("frames_per_s"):
-            fps[k3].append(float(r["frames_per_s"]))
+            fps[k3][r["video"]] = float(r["frames_per_s"])
     out = []
-    for (codec, pattern), vids in sorted(videos.items()):
+    for codec, pattern in sorted(videos):
         backends = sorted({r["decoder"] for r in records if _main(r) and (r["codec"], r["pattern"]) == (codec, pattern)})
-        score, incomplete = {}, {}
+        incomplete = {b: bad[(codec, pattern, b)] for b in backends if (codec, pattern, b) in bad}
+        good = [b for b in backends if b not in incomplete]
+        # compare on the videos every good backend has a result for (a run cut short leaves gaps)
+        common = set.intersection(*(set(fps[(codec, pattern, b)]) for b in good)) if good else set()
+        score = {}
         for b in backends:
-            vals = fps.get((codec, pattern, b), [])
+            got = fps.get((codec, pattern, b), {})
+            vals = [got[v] for v in sorted(common)] if b in good and common else list(got.values())
             if vals:
                 score[b] = math.exp(sum(math.log(v) for v in vals) / len(vals))
-            if (codec, pattern, b) in bad or len(vals) < len(vids):
-                incomplete[b] = bad.get((codec, pattern, b), f"{len(vals)}/{len(vids)} videos")
         order = sorted(backends, key=lambda b: (b in incomplete, -score.get(b, 0.0)))
         out.append(Ranking(codec, pattern, order, score, incomplete))
     return out
