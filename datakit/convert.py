@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -154,8 +155,13 @@ def _results(spec: DatasetSpec, refs: list[EpisodeRef], cfg: ConvertConfig, stag
 
 class Assembler:
     """Places episodes in shards in episode order and journals each shard when it is closed.
+
     A shard is closed after the first episode that takes it to --shard-size or beyond, so the
-    layout depends only on the episodes, never on the number of workers."""
+    layout depends only on the episodes, never on the number of workers. Closing (fsync, rename,
+    journal) runs on one background thread, in order, while the next shard fills.
+    """
+
+    MAX_PENDING = 2  # shards waiting for their fsync before the assembler waits too
 
     def __init__(self, out: Path, cfg: ConvertConfig, journals: list[Journal]):
         self.out, self.cfg, self.staging = out, cfg, out / STAGING
@@ -163,15 +169,15 @@ class Assembler:
         self.shard: ShardFile | None = None
         self.placed: list[Placed] = []
         self.skipped: list[EpisodeResult] = []
-
-    @property
-    def next_index(self) -> int:
-        return len(self.journals)
+        self._opened = len(journals)  # index of the shard being filled
+        self._rows = journals[-1].entry.rows[1] if journals else 0
+        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-close")
+        self._pending: list[Future] = []
 
     def sink(self) -> ShardFile:
         """The open shard (opened on demand), for episodes written into it directly."""
         if self.shard is None:
-            self.shard = ShardFile(self.out / SHARD_PATTERN.format(index=self.next_index))
+            self.shard = ShardFile(self.out / SHARD_PATTERN.format(index=self._opened))
         return self.shard
 
     def add(self, res: EpisodeResult) -> None:
@@ -179,30 +185,48 @@ class Assembler:
             self.skipped.append(res)
             return
         base = self.sink().append_file(self.staging / res.fragment, res.fragment_bytes) if res.fragment else res.base
-        self.placed.append(Placed(res, self.next_index, base))
+        self.placed.append(Placed(res, self._opened, base))
         if self.shard.bytes >= self.cfg.shard_size:
             self.close()
 
     def close(self) -> None:
+        """Hand the open shard to the closer thread (if it holds any episode)."""
         if self.shard is None or not self.placed:
             return
-        nbytes, sha = self.shard.close()
-        prev_rows = self.journals[-1].entry.rows[1] if self.journals else 0
         n = sum(p.result.length for p in self.placed)
-        eps = [p.result.episode_index for p in self.placed]
-        entry = ShardEntry(self.shard.path.name, nbytes, sha, [eps[0], eps[-1]], [prev_rows, prev_rows + n], n)
-        j = Journal(entry, self.placed, self.skipped)
-        write_atomic(self.staging / JOURNAL.format(index=self.next_index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
-        for p in self.placed:  # fragments are now inside a journaled shard
+        rows = [self._rows, self._rows + n]
+        self._pending.append(self._closer.submit(self._finish, self.shard, self.placed, self.skipped, self._opened, rows))
+        self._rows += n
+        self._opened += 1
+        self.shard, self.placed, self.skipped = None, [], []
+        while len(self._pending) > self.MAX_PENDING or (self._pending and self._pending[0].done()):
+            self.journals.append(self._pending.pop(0).result())
+
+    def _finish(self, shard: ShardFile, placed: list[Placed], skipped: list[EpisodeResult], index: int,
+                rows: list[int]) -> Journal:
+        nbytes, sha = shard.close()
+        eps = [p.result.episode_index for p in placed]
+        j = Journal(ShardEntry(shard.path.name, nbytes, sha, [eps[0], eps[-1]], rows, rows[1] - rows[0]), placed, skipped)
+        write_atomic(self.staging / JOURNAL.format(index=index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
+        for p in placed:  # fragments are now inside a journaled shard
             if p.result.fragment:
                 (self.staging / p.result.fragment).unlink(missing_ok=True)
-        self.journals.append(j)
-        self.shard, self.placed, self.skipped = None, [], []
+        return j
+
+    def finish(self) -> None:
+        """Close the last shard and wait for every close; drop a shard that got no episode."""
+        self.close()
+        self.abort()
 
     def abort(self) -> None:
         if self.shard is not None:
             self.shard.abort()
             self.shard = None
+        try:  # shards already handed over are complete: let them land, so a rerun keeps them
+            while self._pending:
+                self.journals.append(self._pending.pop(0).result())
+        finally:
+            self._closer.shutdown(wait=True)
 
 
 def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal], skipped: list[EpisodeResult]) -> tuple[ShardIndex, pa.Table]:
@@ -281,8 +305,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSumm
             for b in res.decoders.values():
                 decoders[b] = decoders.get(b, 0) + 1
             bar.update(res.length or next(r.length for r in todo if r.episode_index == res.episode_index))
-        asm.close()
-        asm.abort()  # an opened shard that received no episode (all remaining ones skipped)
+        asm.finish()
     except BaseException:
         asm.abort()
         raise

@@ -10,7 +10,9 @@ import hashlib
 import io
 import json
 import os
+import queue
 import tarfile
+import threading
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,6 +88,7 @@ class ShardFile:
 
     Bytes arrive either as whole fragment files (`append_file`, from worker processes) or
     written straight in (`write`, a single-process conversion, which saves a copy of every frame).
+    SHA-256 runs on a helper thread (hashlib releases the GIL), off the decoding thread.
     """
 
     def __init__(self, path: Path):
@@ -93,12 +96,20 @@ class ShardFile:
         self.tmp = path.with_name(path.name + ".tmp")
         self.f = open(self.tmp, "wb")
         self.bytes = 0
-        self.sha = hashlib.sha256()
+        self._sha = hashlib.sha256()
         self._rehash = False  # set when bytes were rolled back: hash the file again at close
+        self._q: queue.Queue = queue.Queue(maxsize=256)
+        self._hasher = threading.Thread(target=self._hash_loop, name=f"sha256-{path.name}", daemon=True)
+        self._hasher.start()
+
+    def _hash_loop(self) -> None:
+        while (item := self._q.get()) is not None:
+            self._sha.update(item)
 
     def write(self, data: bytes | memoryview) -> int:
+        """Append bytes; `data` must not change afterwards (it is hashed later, on the helper thread)."""
         self.f.write(data)
-        self.sha.update(data)
+        self._q.put(data)
         self.bytes += len(data)
         return len(data)
 
@@ -113,11 +124,9 @@ class ShardFile:
     def append_file(self, src: Path, expected: int) -> int:
         """Append a fragment verbatim; returns the offset it starts at in this shard."""
         base = self.bytes
-        buf = bytearray(4 << 20)
-        view = memoryview(buf)
         with open(src, "rb") as s:
-            while n := s.readinto(buf):
-                self.write(view[:n])
+            while chunk := s.read(4 << 20):
+                self.write(chunk)
         if self.bytes - base != expected:
             raise OSError(f"{src}: fragment has {self.bytes - base} bytes, expected {expected} "
                           "(staging damaged; delete the .datakit-staging folder and rerun)")
@@ -125,14 +134,18 @@ class ShardFile:
 
     def close(self) -> tuple[int, str]:
         self.write(END_OF_ARCHIVE)
+        self._q.put(None)
+        self._hasher.join()
         self.f.flush()
         os.fsync(self.f.fileno())
         self.f.close()
-        digest = sha256_file(self.tmp) if self._rehash else self.sha.hexdigest()
+        digest = sha256_file(self.tmp) if self._rehash else self._sha.hexdigest()
         os.replace(self.tmp, self.path)
         return self.bytes, digest
 
     def abort(self) -> None:
+        self._q.put(None)
+        self._hasher.join()
         self.f.close()
         self.tmp.unlink(missing_ok=True)
 
