@@ -56,6 +56,9 @@ class LoaderConfig:
     # --- reading and bad input --------------------------------------------------------------
     num_workers: int = 0  # DataLoader worker processes
     prefetch_factor: int = 2  # batches each worker keeps ready
+    # Shared-memory batch buffers per worker, allocated once and reused (see `shm_pool`);
+    # 0 = prefetch_factor + 1, the most a worker can have in flight, so it never waits.
+    worker_slots: int = 0
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
     # sample is dropped from its batch and counted in `batch["num_skipped"]`.
     on_error: str = "raise"
@@ -99,8 +102,8 @@ class LoaderConfig:
             raise ValueError("batch_size and block_size must be >= 1")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank} world_size={self.world_size}")
-        if self.num_workers < 0 or self.prefetch_factor < 1:
-            raise ValueError("num_workers must be >= 0 and prefetch_factor >= 1")
+        if self.num_workers < 0 or self.prefetch_factor < 1 or self.worker_slots < 0:
+            raise ValueError("num_workers and worker_slots must be >= 0 and prefetch_factor >= 1")
         for name in ("resize", "crop"):
             v = getattr(self, name)
             if v is not None and (len(v) != 2 or min(v) < 1):

@@ -17,6 +17,7 @@ Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,11 @@ class ShardDataset(torch.utils.data.Dataset):
     def __getitems__(self, positions: list[int]) -> dict[str, torch.Tensor]:
         return self.read_batch(positions)
 
-    def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None) -> dict[str, torch.Tensor]:
+    def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
+                   alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The batch of `positions`. `alloc(shape)` supplies the uint8 images tensor (default: a
+        new one); DataLoader workers pass a view of a reused shared-memory slot (`shm_pool`).
+        Every byte of it is written here, so a reused buffer needs no clearing."""
         cfg = self.cfg
         rows = self.anchors[np.asarray(positions, np.int64)]
         ep = self.ep_of_row[rows]
@@ -116,7 +121,8 @@ class ShardDataset(torch.utils.data.Dataset):
         real = self.slots.real[ep]
         keep = kept_slots(real, cfg.prune_slots if prune is None else prune)
         b, k, t = rows.size, keep.size, self.num_frames
-        images = _new_tensor((b, k, t, *self.frame_shape), torch.uint8)
+        shape = (b, k, t, *self.frame_shape)
+        images = alloc(shape) if alloc is not None else _new_tensor(shape, torch.uint8)
         image_is_pad = np.zeros((b, k, t), bool)
         flat = images.numpy().reshape(b, k, t, self.frame_bytes)
         view = memoryview(flat.reshape(-1))
