@@ -41,9 +41,11 @@ def plot(records: list[dict], path: Path, title: str = "") -> Path:
                     ys.append(r["frames_per_s"])
                 elif r is not None:
                     bad.append(i + k * width)
-            ax.bar(xs, ys, width, label=d.split(":")[-1][:20])
+            if xs:  # a backend with no result gets no legend entry, only its red x marks
+                ax.bar(xs, ys, width, label=d.split(":")[-1][:20], color=f"C{k}")
             for x in bad:  # a failed or wrong measurement is marked, not left as a gap
-                ax.text(x, 1, "x", ha="center", va="bottom", color="red", fontsize=9)
+                ax.text(x, 0.02, "x", ha="center", va="bottom", color="red", fontsize=9,
+                        transform=ax.get_xaxis_transform())  # x in data, y in axes fraction
         ax.set_yscale("log")
         ax.set_title(p, fontsize=10)
         ax.set_xticks([i + width * (len(decoders) - 1) / 2 for i in range(len(videos))])
