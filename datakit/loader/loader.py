@@ -102,37 +102,10 @@ class ShardLoader:
         return batch
 
     def _stream(self, epoch: int, step: int, *, borrow: bool = False) -> Iterator[dict[str, torch.Tensor]]:
-        """Host batches from (epoch, step) on. With workers, images arrive in shared-memory
-        slots (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the slot,
-        valid until the next batch is asked for (the device batcher copies it into pinned
-        memory before that), which saves one 10 MB copy per step."""
-        s, cfg = self.sampler, self.cfg
-        pool, dataset = None, self.dataset
-        if cfg.num_workers:
-            slots = cfg.worker_slots or cfg.prefetch_factor + 1
-            pool = SlotPool(cfg.num_workers, slots, slot_bytes_for(self.dataset, cfg.batch_size))
-            dataset = PooledDataset(self.dataset, pool)
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=_StepBatches(s, epoch, step), collate_fn=identity_collate,
-            num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-        )
-        it, held = iter(loader), None
-        while True:
-            if held is not None:  # the caller is done with the borrowed slot: free it before
-                pool.release(*held)  # waiting on the workers (one of them may need it)
-                held = None
-            item = next(it, None)
-            if item is None:
-                return
-            if pool is not None:
-                batch = pool.receive(item, borrow=borrow)
-                held = (item.worker, item.slot) if borrow else None
-            else:
-                batch = item
-            batch["epoch"] = torch.tensor(epoch)
-            batch["step"] = torch.tensor(step)
-            yield batch
-            epoch, step = (epoch, step + 1) if step + 1 < s.steps_per_epoch else (epoch + 1, 0)
+        # a module-level generator: one whose frame held `self` would make a reference cycle
+        # (loader -> _host -> generator -> loader), and a DataLoader iterator freed by the
+        # cycle collector finds its queues already finalised and waits 5 s per worker to join
+        return host_batches(self.dataset, self.sampler, self.cfg, epoch, step, borrow=borrow)
 
     def _delivered(self, batch: dict[str, torch.Tensor]) -> None:
         self.num_skipped += int(batch["num_skipped"])
@@ -151,3 +124,41 @@ class ShardLoader:
     def close(self) -> None:
         """Stop the worker processes now rather than at garbage collection."""
         self._host = None
+
+
+def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
+                 borrow: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+    """Host batches from (epoch, step) on. With workers, images arrive in shared-memory
+    slots (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the slot,
+    valid until the next batch is asked for (the device batcher copies it into pinned
+    memory before that), which saves one 10 MB copy per step."""
+    pool, dataset = None, ds
+    if cfg.num_workers:
+        slots = cfg.worker_slots or cfg.prefetch_factor + 1
+        pool = SlotPool(cfg.num_workers, slots, slot_bytes_for(ds, cfg.batch_size))
+        dataset = PooledDataset(ds, pool)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=_StepBatches(s, epoch, step), collate_fn=identity_collate,
+        num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+    )
+    it, held = iter(loader), None
+    try:
+        while True:
+            if held is not None:  # the caller is done with the borrowed slot: free it before
+                pool.release(*held)  # waiting on the workers (one of them may need it)
+                held = None
+            item = next(it, None)
+            if item is None:
+                return
+            if pool is not None:
+                batch = pool.receive(item, borrow=borrow)
+                held = (item.worker, item.slot) if borrow else None
+            else:
+                batch = item
+            batch["epoch"] = torch.tensor(epoch)
+            batch["step"] = torch.tensor(step)
+            yield batch
+            epoch, step = (epoch, step + 1) if step + 1 < s.steps_per_epoch else (epoch + 1, 0)
+    finally:
+        if pool is not None:
+            pool.close()  # before the DataLoader iterator goes: its workers may wait on slots

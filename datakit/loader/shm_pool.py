@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-_WAIT_S = 2.0  # how often a waiting worker checks that its parent is still alive
+_WAIT_S = 0.1  # how often a waiting worker checks that the pool is still in use
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class SlotPool:
         storage = torch.UntypedStorage._new_shared(num_workers * slots * slot_bytes)
         self.buf = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (num_workers, slots, slot_bytes))
         self._free = [ctx.Semaphore(slots) for _ in range(num_workers)]
+        self._closed = ctx.Event()
         self._next = [0] * num_workers  # worker side: the ring position it fills next
         self._head = [0] * num_workers  # main side: the oldest filled, unreleased slot of each ring
         self._parent = os.getpid()
@@ -71,8 +72,9 @@ class SlotPool:
     def acquire(self, worker: int) -> int:
         """Wait until the ring's next slot is free (its last batch released); returns it."""
         while not self._free[worker].acquire(timeout=_WAIT_S):
-            if os.getppid() != self._parent:  # orphaned: nobody will ever release
-                raise RuntimeError("the main process is gone; stopping the loader worker")
+            orphaned = os.getpid() != self._parent and os.getppid() != self._parent
+            if self._closed.is_set() or orphaned:  # nobody will ever release
+                raise RuntimeError("the loader was closed; this worker's batch is not wanted")
         slot = self._next[worker]
         self._next[worker] = (slot + 1) % self.slots
         return slot
@@ -89,6 +91,11 @@ class SlotPool:
             raise RuntimeError(f"worker {worker}: slot {slot} released out of order (expected {self._head[worker]})")
         self._head[worker] = (slot + 1) % self.slots
         self._free[worker].release()
+
+    def close(self) -> None:
+        """The main process wants no more batches: waiting workers give up at once, so the
+        DataLoader's shutdown does not sit out its join timeout on a worker stuck in `acquire`."""
+        self._closed.set()
 
     def receive(self, msg: SlotBatch, *, borrow: bool) -> dict[str, torch.Tensor]:
         """The batch of `msg`. `borrow=False`: images copied out and the slot released now.
