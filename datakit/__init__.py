@@ -5,7 +5,16 @@
     datakit info OUT [--json]
     datakit.open_shards(OUT).read_frame(episode, frame, camera)  # (H, W, 3) uint8, random access
 """
-from datakit.reader import ShardReader, open_shards
+from __future__ import annotations
 
 __all__ = ["open_shards", "ShardReader"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # Lazy: the reader imports torch (~1 s); `import datakit.<submodule>` should not pay for it.
+    if name in __all__:
+        from datakit import reader
+
+        return getattr(reader, name)
+    raise AttributeError(f"module 'datakit' has no attribute {name!r}")

@@ -20,8 +20,13 @@ BACKENDS = {
     "decord": "datakit.decoders.decord_backend",
     "torchcodec": "datakit.decoders.torchcodec_backend",
 }
-# Used until a bench-decoders run on this machine says otherwise.
-DEFAULT_ORDER = ["pyav", "torchcodec", "decord"]
+# Used until a bench-decoders run on this machine says otherwise; from bench/results/decoders.md
+# (2 and 16 cores, AV1 and H.264, 1 thread): Decord decodes whole files fastest, TorchCodec
+# seeks fastest. PyAV, which reads everything, comes last.
+DEFAULT_ORDER = {
+    "sequential": ["decord", "torchcodec", "pyav"],
+    "random": ["torchcodec", "decord", "pyav"],
+}
 
 __all__ = [
     "BACKENDS", "BackendUnavailable", "VideoDecoder", "VideoInfo", "probe_video",
@@ -54,7 +59,8 @@ def backend_order(codec: str, pattern: str = "sequential") -> list[str]:
         ranked = list(rec[codec][pattern])
     except (OSError, KeyError, ValueError, TypeError):
         ranked = []
-    return ranked + [b for b in DEFAULT_ORDER if b not in ranked]
+    default = DEFAULT_ORDER["sequential" if pattern == "sequential" else "random"]
+    return ranked + [b for b in default if b not in ranked]
 
 
 def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek_mode: str = "exact",
