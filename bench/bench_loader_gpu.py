@@ -59,7 +59,9 @@ def h2d(batch_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict:
 
 
 def normalise_timing(index) -> dict:
-    """uint8 (32, 3 slots, 1 frame) 224x224 -> normalised bf16 NCHW, rgb and nv12 input."""
+    """uint8 (32, 3 slots, 1 frame) 224x224 -> normalised bf16 NCHW, rgb and nv12 input; nv12
+    both by the folded two-pass path (`datakit.loader.nv12`, the default) and by the general
+    path (colour conversion to float RGB, then scaling), checked against each other."""
     out = {}
     for layout, shape in (("rgb", (32, 3, 1, 224, 224, 3)), ("nv12", (32, 3, 1, 336, 224))):
         index.layout = layout
@@ -68,6 +70,12 @@ def normalise_timing(index) -> dict:
         y = norm.images(x)
         assert y.shape == (32, 3, 1, 3, 224, 224) and y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
         out[layout] = {"ms": cuda_ms(lambda: norm.images(x)), "out_bytes": y.numel() * 2}
+        if layout == "nv12":
+            general = Normaliser.from_index(index, pi05_config(image_dtype="bfloat16")).to("cuda")
+            general.fused_nv12 = None
+            g = general.images(x)
+            out["nv12_general"] = {"ms": cuda_ms(lambda: general.images(x)), "out_bytes": g.numel() * 2,
+                                   "max_abs_diff_vs_fused": float((g.float() - y.float()).abs().max())}
     return out
 
 

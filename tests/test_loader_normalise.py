@@ -147,3 +147,21 @@ def test_pinned_ring_reuses_buffers_after_the_copy():
         ring.release(slot, ev)
         assert int(dev[0]) == i
     assert len(set(seen)) == 2  # two buffers, reused
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 8e-3)])
+def test_fused_nv12_matches_numpy_on_random_bytes(dtype, tol):
+    """Random bytes drive many pixels outside [0, 255] before the clamp, which the folded
+    map must clamp per channel exactly as the reference does after the colour matrix."""
+    from datakit.loader.nv12 import FusedNV12
+    rng = np.random.default_rng(0)
+    nv12 = rng.integers(0, 256, (5, 12, 10), dtype=np.uint8)  # 5 frames of 8 x 10
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    rgb = np_nv12_to_rgb(nv12)
+    want = ((rgb / 255.0 - mean) / std).transpose(0, 3, 1, 2)
+    fused = FusedNV12.of(torch.tensor(1.0 / (255.0 * std), dtype=torch.float32),
+                         torch.tensor(-mean / std, dtype=torch.float32))
+    got = fused(torch.from_numpy(nv12), dtype)
+    assert got.dtype == dtype and got.shape == (5, 3, 8, 10)
+    assert rel(got.float(), want) < tol
+    assert np.abs(got.float().numpy() - want).max() < (1e-5 if dtype == torch.float32 else 0.04)

@@ -9,12 +9,13 @@ exactly as the unbroken one did.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from datakit.loader.config import LoaderConfig
+from datakit.loader.nv12 import FusedNV12
 from datakit.shards.index import ShardIndex
 from datakit.stages.colour import nv12_to_rgb_float
 
@@ -55,6 +56,13 @@ class Normaliser:
     image_bias: torch.Tensor  # (3,) -mean / std
     state_affine: tuple[torch.Tensor, torch.Tensor]
     action_affine: tuple[torch.Tensor, torch.Tensor]
+    # NV12 with no resize / crop / jitter: colour matrix and scaling folded into two passes
+    fused_nv12: FusedNV12 | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        if self.layout == "nv12" and cfg.resize is None and cfg.crop is None and cfg.colour_jitter == 0:
+            self.fused_nv12 = FusedNV12.of(self.image_scale, self.image_bias)
 
     @classmethod
     def from_index(cls, index: ShardIndex, cfg: LoaderConfig) -> "Normaliser":
@@ -85,6 +93,9 @@ class Normaliser:
         """(B, K, T, *frame_shape) uint8 -> (B, K, T, 3, H', W') in the configured dtype."""
         cfg, lead = self.cfg, u8.shape[:3]
         flat = u8.reshape(-1, *u8.shape[3:])
+        if self.fused_nv12 is not None:
+            out = self.fused_nv12(flat, self.dtype)
+            return out.view(*lead, *out.shape[1:])
         if self.layout == "nv12":
             x = nv12_to_rgb_float(flat)  # (N, 3, H, W) float in [0, 255]
         else:
