@@ -1,10 +1,12 @@
 """`datakit convert SRC OUT`: episodes -> verified uint8 frame shards + global index.
 
-Flow: scan the source -> convert episodes in a process pool (each into a tar fragment, see
-episode_convert) -> append fragments in episode order into shards, rolled over at episode
-boundaries past --shard-size -> after the last shard is closed, write frames.arrow, then
-index.json. Each closed shard gets a journal entry in the staging folder, so a rerun after a
-crash or kill -9 keeps the shards already complete (re-hashed) and produces the same bytes.
+Flow: scan the source -> plan shards (consecutive episodes, closed after the episode whose
+predicted bytes reach --shard-size; the plan depends only on the source metadata and the
+options) -> each shard is written by one worker, episode after episode, straight into
+`shard-N.tar.tmp` (hashed on the fly, fsynced, renamed, then journaled) -> after every shard is
+closed, frames.arrow, then index.json. A rerun after a crash or kill -9 keeps the journaled
+shards that still hash right and redoes the others: the same bytes as an unbroken run, with any
+number of workers.
 """
 from __future__ import annotations
 
@@ -12,12 +14,12 @@ import json
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import shutil
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -28,11 +30,11 @@ from datakit.config import ConvertConfig
 from datakit.episode_convert import EpisodeResult, convert_episode
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import (
-    FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
+    FRAMES_NAME, MANIFEST_NAME, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
     ShardIndex, frames_schema, load_index, member_schema, write_atomic, write_frames,
 )
 from datakit.shards.stats import vector_stats
-from datakit.shards.writer import ShardFile, sha256_file
+from datakit.shards.writer import BLOCK, ShardFile, npy_header, sha256_file
 from datakit.sources import scan
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 from datakit.stages.colour import stored_shape
@@ -45,7 +47,7 @@ JOURNAL = "shard-{index:06d}.journal"
 
 @dataclass
 class Placed:
-    """An episode placed in a shard: its result plus where its fragment landed."""
+    """An episode written into a shard at byte offset `base`."""
 
     result: EpisodeResult
     shard: int
@@ -54,9 +56,16 @@ class Placed:
 
 @dataclass
 class Journal:
-    entry: ShardEntry
+    """A closed shard: written to the staging folder after the shard is fsynced and renamed."""
+
+    index: int
+    planned: list[int]  # episode indices the plan gave this shard
+    name: str
+    bytes: int
+    sha256: str
     placed: list[Placed]
     skipped: list[EpisodeResult]
+    decoders: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +75,39 @@ class ConvertSummary:
     resumed_shards: int = 0
     already_complete: bool = False
     decoders: dict[str, int] = field(default_factory=dict)  # backend -> camera-episodes decoded
+
+
+# ---- plan ----------------------------------------------------------------------------------
+
+def _member_bytes(payload: int) -> int:
+    return BLOCK + -(-payload // BLOCK) * BLOCK
+
+
+def predicted_bytes(spec: DatasetSpec, cfg: ConvertConfig, ref: EpisodeRef) -> int:
+    """Bytes an episode will take in a shard, from metadata alone (json assumed < 512 bytes)."""
+    per_frame = 0
+    for cam, cs in spec.cameras.items():
+        if cs.storage == "image" or ref.videos.get(cam) is not None:
+            h, w = cfg.size or (cs.height, cs.width)
+            shape = stored_shape(cfg.layout, h, w)
+            per_frame += _member_bytes(len(npy_header(shape, np.dtype(np.uint8))) + int(np.prod(shape)))
+    for dim in (len(spec.state_names), len(spec.action_names)):
+        per_frame += _member_bytes(len(npy_header((dim,), np.dtype(np.float32))) + 4 * dim)
+    per_frame += _member_bytes(1)  # json
+    return ref.length * per_frame
+
+
+def plan_shards(spec: DatasetSpec, cfg: ConvertConfig) -> list[list[EpisodeRef]]:
+    """Consecutive episodes per shard; a shard ends after the episode that reaches --shard-size."""
+    plan: list[list[EpisodeRef]] = [[]]
+    size = 0
+    for ref in spec.episodes:
+        plan[-1].append(ref)
+        size += predicted_bytes(spec, cfg, ref)
+        if size >= cfg.shard_size:
+            plan.append([])
+            size = 0
+    return [p for p in plan if p]
 
 
 # ---- output folder -------------------------------------------------------------------------
@@ -104,134 +146,129 @@ def prepare_output(out: Path, options: dict) -> bool:
     return False
 
 
-def load_journals(out: Path) -> list[Journal]:
-    """Journals of shards that are complete and intact, in order; stops at the first gap/damage."""
-    journals: list[Journal] = []
-    i = 0
-    while (p := out / STAGING / JOURNAL.format(index=i)).exists():
-        with open(p, "rb") as f:
-            j: Journal = pickle.load(f)
-        shard = out / j.entry.name
-        if not shard.exists() or shard.stat().st_size != j.entry.bytes or sha256_file(shard) != j.entry.sha256:
-            break
-        journals.append(j)
-        i += 1
-    return journals
+# ---- one shard ----------------------------------------------------------------------------
 
+def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
+                  progress: Callable[[int], None]) -> Journal | str:
+    """Write one shard from its planned episodes; returns its journal, or the error under --on-error fail."""
+    shard = ShardFile(out / SHARD_PATTERN.format(index=index))
+    placed: list[Placed] = []
+    skipped: list[EpisodeResult] = []
+    decoders: dict[str, int] = {}
+    try:
+        for ref in refs:
+            res = convert_episode(spec, ref, cfg, shard)
+            progress(ref.length)
+            if res.error is not None:
+                if cfg.on_error == "fail":
+                    shard.abort()
+                    return res.error
+                skipped.append(res)
+                continue
+            placed.append(Placed(res, index, res.base))
+            for b in res.decoders.values():
+                decoders[b] = decoders.get(b, 0) + 1
+        nbytes, sha = shard.close()
+    except BaseException:
+        shard.abort()
+        raise
+    j = Journal(index, [r.episode_index for r in refs], shard.path.name, nbytes, sha, placed, skipped, decoders)
+    write_atomic(out / STAGING / JOURNAL.format(index=index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
+    return j
 
-# ---- workers -------------------------------------------------------------------------------
 
 _WORKER: dict = {}
 
 
-def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, staging: Path) -> None:
-    torch.set_num_threads(1)  # parallelism is across episodes; one core per worker
-    _WORKER.update(spec=spec, cfg=cfg, staging=staging)
+def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, out: Path, progress_q) -> None:
+    torch.set_num_threads(1)  # parallelism is across shards; one core per worker
+    _WORKER.update(spec=spec, cfg=cfg, out=out, q=progress_q)
 
 
-def _run_one(ref: EpisodeRef) -> EpisodeResult:
-    return convert_episode(_WORKER["spec"], ref, _WORKER["cfg"], _WORKER["staging"])
+def _run_shard(job: tuple[int, list[EpisodeRef]]) -> Journal | str:
+    w = _WORKER
+    return convert_shard(w["spec"], w["cfg"], w["out"], job[0], job[1], w["q"].put)
 
 
-def _results(spec: DatasetSpec, refs: list[EpisodeRef], cfg: ConvertConfig, staging: Path,
-             asm: "Assembler") -> Iterator[EpisodeResult]:
-    """Episode results in episode order: from a process pool, or, for one worker, converted in
-    this process straight into the open shard (no fragment, no copy)."""
-    if cfg.workers == 1 or len(refs) <= 1:
-        _init_worker(spec, cfg, staging)
-        for ref in refs:
-            yield convert_episode(spec, ref, cfg, staging, sink=asm.sink())
-        return
+def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[tuple[int, list[EpisodeRef]]],
+               bar: tqdm) -> list[Journal]:
+    """Convert shards in this process (one worker) or in a process pool; stops at the first
+    error under --on-error fail (raised as DatakitError, unfinished .tmp files removed)."""
+    if cfg.workers == 1 or len(jobs) <= 1:
+        torch.set_num_threads(1)
+        done = []
+        for i, refs in jobs:
+            j = convert_shard(spec, cfg, out, i, refs, bar.update)
+            if isinstance(j, str):
+                raise DatakitError(j)
+            done.append(j)
+        return done
     # fork starts workers in milliseconds (spawn re-imports torch and FFmpeg: ~2.5 s here). It is
-    # safe here: the parent has run no torch op (no OpenMP pool) and no decoder before the pool
-    # starts, and pyarrow resets its thread pool in a forked child. DATAKIT_MP_START overrides.
+    # safe here: the parent has run no torch op (no OpenMP pool) and no decoder, and pyarrow
+    # resets its thread pool in a forked child. DATAKIT_MP_START overrides.
     method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
     ctx = mp.get_context(method)
-    with ctx.Pool(min(cfg.workers, len(refs)), initializer=_init_worker, initargs=(spec, cfg, staging)) as pool:
-        yield from pool.imap(_run_one, refs, chunksize=1)
+    q = ctx.Queue()
+    done: list[Journal] = []
+    pool = ctx.Pool(min(cfg.workers, len(jobs)), initializer=_init_worker, initargs=(spec, cfg, out, q))
+    try:
+        pending = [pool.apply_async(_run_shard, (job,)) for job in jobs]
+        while pending:
+            try:
+                bar.update(q.get(timeout=0.2))
+            except queue.Empty:
+                pass
+            for r in [r for r in pending if r.ready()]:
+                pending.remove(r)
+                j = r.get()
+                if isinstance(j, str):
+                    raise DatakitError(j)
+                done.append(j)
+        while True:  # the last progress messages
+            try:
+                bar.update(q.get_nowait())
+            except queue.Empty:
+                break
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        for tmp in out.glob("shard-*.tar.tmp"):
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        pool.join()
+    return done
 
 
-# ---- assembly ------------------------------------------------------------------------------
-
-class Assembler:
-    """Places episodes in shards in episode order and journals each shard when it is closed.
-
-    A shard is closed after the first episode that takes it to --shard-size or beyond, so the
-    layout depends only on the episodes, never on the number of workers. Closing (fsync, rename,
-    journal) runs on one background thread, in order, while the next shard fills.
-    """
-
-    MAX_PENDING = 2  # shards waiting for their fsync before the assembler waits too
-
-    def __init__(self, out: Path, cfg: ConvertConfig, journals: list[Journal]):
-        self.out, self.cfg, self.staging = out, cfg, out / STAGING
-        self.journals = journals
-        self.shard: ShardFile | None = None
-        self.placed: list[Placed] = []
-        self.skipped: list[EpisodeResult] = []
-        self._opened = len(journals)  # index of the shard being filled
-        self._rows = journals[-1].entry.rows[1] if journals else 0
-        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-close")
-        self._pending: list[Future] = []
-
-    def sink(self) -> ShardFile:
-        """The open shard (opened on demand), for episodes written into it directly."""
-        if self.shard is None:
-            self.shard = ShardFile(self.out / SHARD_PATTERN.format(index=self._opened))
-        return self.shard
-
-    def add(self, res: EpisodeResult) -> None:
-        if res.error is not None:
-            self.skipped.append(res)
-            return
-        base = self.sink().append_file(self.staging / res.fragment, res.fragment_bytes) if res.fragment else res.base
-        self.placed.append(Placed(res, self._opened, base))
-        if self.shard.bytes >= self.cfg.shard_size:
-            self.close()
-
-    def close(self) -> None:
-        """Hand the open shard to the closer thread (if it holds any episode)."""
-        if self.shard is None or not self.placed:
-            return
-        n = sum(p.result.length for p in self.placed)
-        rows = [self._rows, self._rows + n]
-        self._pending.append(self._closer.submit(self._finish, self.shard, self.placed, self.skipped, self._opened, rows))
-        self._rows += n
-        self._opened += 1
-        self.shard, self.placed, self.skipped = None, [], []
-        while len(self._pending) > self.MAX_PENDING or (self._pending and self._pending[0].done()):
-            self.journals.append(self._pending.pop(0).result())
-
-    def _finish(self, shard: ShardFile, placed: list[Placed], skipped: list[EpisodeResult], index: int,
-                rows: list[int]) -> Journal:
-        nbytes, sha = shard.close()
-        eps = [p.result.episode_index for p in placed]
-        j = Journal(ShardEntry(shard.path.name, nbytes, sha, [eps[0], eps[-1]], rows, rows[1] - rows[0]), placed, skipped)
-        write_atomic(self.staging / JOURNAL.format(index=index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
-        for p in placed:  # fragments are now inside a journaled shard
-            if p.result.fragment:
-                (self.staging / p.result.fragment).unlink(missing_ok=True)
-        return j
-
-    def finish(self) -> None:
-        """Close the last shard and wait for every close; drop a shard that got no episode."""
-        self.close()
-        self.abort()
-
-    def abort(self) -> None:
-        if self.shard is not None:
-            self.shard.abort()
-            self.shard = None
-        try:  # shards already handed over are complete: let them land, so a rerun keeps them
-            while self._pending:
-                self.journals.append(self._pending.pop(0).result())
-        finally:
-            self._closer.shutdown(wait=True)
+def load_journals(out: Path, plan: list[list[EpisodeRef]]) -> dict[int, Journal]:
+    """Journals of shards that are complete, intact (re-hashed) and match the plan."""
+    good: dict[int, Journal] = {}
+    for i, refs in enumerate(plan):
+        p = out / STAGING / JOURNAL.format(index=i)
+        if not p.exists():
+            continue
+        try:
+            with open(p, "rb") as f:
+                j: Journal = pickle.load(f)
+        except Exception:
+            continue
+        shard = out / j.name
+        if (j.planned == [r.episode_index for r in refs] and shard.exists()
+                and shard.stat().st_size == j.bytes and sha256_file(shard) == j.sha256):
+            good[i] = j
+    return good
 
 
-def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal], skipped: list[EpisodeResult]) -> tuple[ShardIndex, pa.Table]:
+def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal]) -> tuple[ShardIndex, pa.Table]:
+    """The manifest and the per-frame table from the shards' journals (in shard order)."""
     placed = [p for j in journals for p in j.placed]
-    skipped = [s for j in journals for s in j.skipped] + skipped
+    skipped = [s for j in journals for s in j.skipped]
+    shards, row = [], 0
+    for j in journals:
+        n = sum(p.result.length for p in j.placed)
+        eps = [p.result.episode_index for p in j.placed] or j.planned
+        shards.append(ShardEntry(j.name, j.bytes, j.sha256, [eps[0], eps[-1]], [row, row + n], n))
+        row += n
     cams = list(spec.cameras)
     size = cfg.size
     cameras: dict[str, CameraEntry] = {}
@@ -269,10 +306,10 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal], 
     index = ShardIndex(
         fps=spec.fps, layout=cfg.layout, cameras=cameras, state_names=spec.state_names, action_names=spec.action_names,
         tasks=spec.tasks, stats={"state": vector_stats(state), "action": vector_stats(action)},
-        shards=[j.entry for j in journals], episodes=episodes,
+        shards=shards, episodes=episodes,
         skipped=[{"episode_index": s.episode_index, "source": s.source, "reason": s.error} for s in skipped],
         source={"format": spec.format, "version": spec.version, "name": spec.root.name},
-        options=cfg.output_options(), num_episodes=len(episodes), num_frames=row, num_shards=len(journals),
+        options=cfg.output_options(), num_episodes=len(episodes), num_frames=row, num_shards=len(shards),
         schema=member_schema(cameras, sd, ad),
     )
     return index, table
@@ -287,32 +324,22 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSumm
     if prepare_output(out, options):
         shutil.rmtree(out / STAGING, ignore_errors=True)  # a crash after index.json left it behind
         return ConvertSummary(load_index(out), time.perf_counter() - t0, already_complete=True)
-    journals = load_journals(out)
-    done = {p.result.episode_index for j in journals for p in j.placed} | {s.episode_index for j in journals for s in j.skipped}
-    last = max(done, default=-1)
-    todo = [r for r in spec.episodes if r.episode_index > last]
-    asm = Assembler(out, cfg, journals)
-    resumed = len(journals)
-    decoders: dict[str, int] = {}
+    plan = plan_shards(spec, cfg)
+    kept = load_journals(out, plan)
+    for tmp in out.glob("shard-*.tar.tmp"):  # left by a killed run
+        tmp.unlink()
+    jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
     tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
-    bar = tqdm(total=sum(r.length for r in todo), unit="frame", desc=f"convert {src.name}", disable=not cfg.progress,
-               dynamic_ncols=True, smoothing=0.1)
-    try:
-        for res in _results(spec, todo, cfg, out / STAGING, asm):
-            if res.error is not None and cfg.on_error == "fail":
-                raise DatakitError(res.error)
-            asm.add(res)
-            for b in res.decoders.values():
-                decoders[b] = decoders.get(b, 0) + 1
-            bar.update(res.length or next(r.length for r in todo if r.episode_index == res.episode_index))
-        asm.finish()
-    except BaseException:
-        asm.abort()
-        raise
-    finally:
-        bar.close()
-    index, table = build_index(spec, cfg, asm.journals, asm.skipped)
+    with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
+              disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
+        new = run_shards(spec, cfg, out, jobs, bar)
+    journals = sorted([*kept.values(), *new], key=lambda j: j.index)
+    index, table = build_index(spec, cfg, journals)
     write_frames(out / FRAMES_NAME, table)
     write_atomic(out / MANIFEST_NAME, index.to_json().encode())  # last: its presence means finished
     shutil.rmtree(out / STAGING, ignore_errors=True)
-    return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=resumed, decoders=decoders)
+    decoders: dict[str, int] = {}
+    for j in new:
+        for b, n in j.decoders.items():
+            decoders[b] = decoders.get(b, 0) + n
+    return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=len(kept), decoders=decoders)

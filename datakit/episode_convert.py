@@ -1,14 +1,10 @@
 """Convert one episode: load its table, decode every camera in lock-step, resize, detect slots,
-pack the colour layout, and write its frames as a tar fragment (run inside a worker process).
-
-Output goes to a temporary name and is renamed when complete, with a small result file beside
-it, so a rerun after a crash reuses finished episodes and redoes only the interrupted one.
+pack the colour layout, and append its frames (tar members, frame-major) to the open shard.
+An episode that fails half-way is rolled back, so the shard never holds part of an episode.
 """
 from __future__ import annotations
 
 import io
-import os
-import pickle
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +16,7 @@ import torch
 from datakit.config import ConvertConfig
 from datakit.decoders import BackendUnavailable, open_decoder, probe_video
 from datakit.errors import DatakitError, SourceError
-from datakit.shards.writer import FragmentWriter, ShardFile
+from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
 from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
 from datakit.stages.colour import rgb_to_nv12
@@ -36,22 +32,17 @@ class EpisodeResult:
     error: str | None = None
     length: int = 0
     task: str = ""
-    fragment: str = ""  # file name in the staging folder
-    fragment_bytes: int = 0
+    nbytes: int = 0  # bytes of tar members written for this episode
     slots: dict[str, str] = field(default_factory=dict)
-    offsets: dict[str, np.ndarray] = field(default_factory=dict)  # relative to the fragment, -1 missing
+    offsets: dict[str, np.ndarray] = field(default_factory=dict)  # relative to `base`, -1 missing
     frame_index: np.ndarray | None = None
     timestamp: np.ndarray | None = None
     task_index: np.ndarray | None = None
     state: np.ndarray | None = None
     action: np.ndarray | None = None
     decoders: dict[str, str] = field(default_factory=dict)  # camera -> backend used
-    base: int = -1  # offset in the shard when written there directly (no fragment)
+    base: int = -1  # offset in the shard where this episode's members start
     trace: str = ""  # traceback of an unforeseen error, for --debug
-
-
-def staging_names(episode_index: int) -> tuple[str, str]:
-    return f"ep-{episode_index:06d}.frag", f"ep-{episode_index:06d}.result"
 
 
 class FrameStream:
@@ -143,7 +134,7 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
             streams[cam] = FrameStream(_video_frames(cam, vs, spec, T, cfg, res.decoders), vs.path)
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
-    writer = FragmentWriter(sink)
+    writer = FrameWriter(sink)
     for t in range(T):
         images: dict[str, np.ndarray] = {}
         for cam, s in streams.items():
@@ -161,50 +152,23 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
         if vs is not None and vs.to_timestamp is None and (extra := s.extra(2)) >= 2:
             raise SourceError(vs.path, f"video longer than the table (at least {s.count + extra} frames, table says {T})")
     res.slots = {cam: (detectors[cam].slot if cam in detectors else "missing") for cam in spec.cameras}
-    res.fragment_bytes = writer.pos
+    res.nbytes = writer.pos
 
 
-def _save_result(res: EpisodeResult, path: Path) -> None:
-    part = path.with_name(path.name + ".tmp")
-    with open(part, "wb") as f:
-        pickle.dump(res, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(part, path)
-
-
-def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, staging: Path,
-                    sink: ShardFile | None = None) -> EpisodeResult:
-    """Convert (or reuse the finished conversion of) one episode; errors come back in `.error`.
-
-    With `sink` (single-process conversion) the frames go straight into the open shard at
-    `res.base`; otherwise into a fragment file in `staging` that the main process appends.
-    Fragments are scratch and not fsynced: a kill -9 keeps them in the page cache, and only the
-    shards, which are fsynced before their journal entry, are the durable result.
-    """
-    frag_name, result_name = staging_names(ref.episode_index)
-    result_path = staging / result_name
-    if result_path.exists():
-        with open(result_path, "rb") as f:
-            return pickle.load(f)
-    res = EpisodeResult(ref.episode_index, str(ref.source))
-    tmp = staging / (frag_name + ".tmp")
+def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink: ShardFile) -> EpisodeResult:
+    """Append one episode to the open shard `sink`; errors come back in `.error` (nothing written)."""
+    res = EpisodeResult(ref.episode_index, str(ref.source), base=sink.bytes)
     try:
         table = load_episode(spec, ref)
         if len(table) != ref.length:
             raise SourceError(ref.source, f"table has {len(table)} rows, metadata says {ref.length}")
         if not np.array_equal(table.frame_index, np.arange(len(table))):
             raise SourceError(ref.source, "frame_index is not 0..length-1 in order")
-        if sink is not None:
-            res.base = sink.bytes
-            try:
-                _write_episode(spec, ref, table, cfg, sink, res)
-            except BaseException:
-                sink.truncate(res.base)
-                raise
-        else:
-            with open(tmp, "wb") as frag:
-                _write_episode(spec, ref, table, cfg, frag, res)
-            os.replace(tmp, staging / frag_name)
-            res.fragment = frag_name
+        try:
+            _write_episode(spec, ref, table, cfg, sink, res)
+        except BaseException:
+            sink.truncate(res.base)
+            raise
         res.length, res.task = len(table), table.task
         res.frame_index, res.timestamp, res.task_index = table.frame_index, table.timestamp, table.task_index
         res.state, res.action = table.state.astype(np.float32), table.action.astype(np.float32)
@@ -213,10 +177,4 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, stag
     except Exception as e:  # an unforeseen failure still names the episode, with the trace kept
         res.error = f"{ref.source}: {type(e).__name__}: {e}"
         res.trace = traceback.format_exc()
-    finally:
-        tmp.unlink(missing_ok=True)
-    # Kept for a rerun: finished fragments, and failures under --on-error skip (a failure under
-    # --on-error fail is retried on rerun). Direct writes live or die with their shard.
-    if res.fragment or (res.error is not None and cfg.on_error == "skip"):
-        _save_result(res, result_path)
     return res

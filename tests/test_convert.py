@@ -184,3 +184,19 @@ def test_webdataset_and_tar_read_shards(datasets, tmp_path):
     ep, fr = s["json"]["episode_index"], s["json"]["frame_index"]
     np.testing.assert_array_equal(s["observation.images.top.npy"], reader.read_frame(ep, fr, CAMS[0]))
     assert s["state.npy"].dtype == np.float32 and s["state.npy"].shape == (6,)
+
+
+def test_shard_plan_predicts_the_written_bytes(datasets, tmp_path):
+    """The plan (made from metadata alone) predicts each episode's bytes exactly, and shards
+    end after the episode that reaches --shard-size."""
+    from datakit.convert import plan_shards, predicted_bytes
+
+    src = datasets["droid"]  # one camera missing in one episode
+    cfg = ConvertConfig(workers=1, shard_size=150_000, progress=False)
+    idx = convert(src, tmp_path / "o", cfg).index
+    spec = scan(src)
+    plan = plan_shards(spec, cfg)
+    assert [[r.episode_index for r in p] for p in plan] == [[e.episode_index for e in idx.episodes if e.shard == i]
+                                                          for i in range(idx.num_shards)]
+    for i, refs in enumerate(plan):
+        assert idx.shards[i].bytes == sum(predicted_bytes(spec, cfg, r) for r in refs) + 1024

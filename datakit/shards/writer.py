@@ -1,8 +1,8 @@
-"""Tar writing: one episode -> a fragment of tar members (frame-major), fragments -> shards.
+"""Tar writing: frames -> tar members (frame-major) appended to a shard written under a
+temporary name, hashed on the fly, fsynced and renamed when closed.
 
-Tar headers are position-independent (fixed mtime/uid/mode), so an episode's members can be
-written by a worker into a fragment file and later appended verbatim to a shard: the shard is
-a valid POSIX tar and every offset is the fragment's base plus the relative offset.
+Tar headers are position-independent (fixed mtime/uid/mode, USTAR), so the same frames give the
+same bytes wherever they land; offsets are recorded relative to where an episode starts.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def tar_header(name: str, size: int) -> bytes:
     return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="strict")
 
 
-class FragmentWriter:
+class FrameWriter:
     """Writes the members of consecutive frames into a binary stream, tracking pixel offsets
     relative to where it started."""
 
@@ -86,8 +86,6 @@ class FragmentWriter:
 class ShardFile:
     """A shard being assembled under a temporary name; `close()` ends the archive, fsyncs and renames.
 
-    Bytes arrive either as whole fragment files (`append_file`, from worker processes) or
-    written straight in (`write`, a single-process conversion, which saves a copy of every frame).
     SHA-256 runs on a helper thread (hashlib releases the GIL), off the decoding thread.
     """
 
@@ -120,17 +118,6 @@ class ShardFile:
         self.f.seek(size)
         self.bytes = size
         self._rehash = True
-
-    def append_file(self, src: Path, expected: int) -> int:
-        """Append a fragment verbatim; returns the offset it starts at in this shard."""
-        base = self.bytes
-        with open(src, "rb") as s:
-            while chunk := s.read(4 << 20):
-                self.write(chunk)
-        if self.bytes - base != expected:
-            raise OSError(f"{src}: fragment has {self.bytes - base} bytes, expected {expected} "
-                          "(staging damaged; delete the .datakit-staging folder and rerun)")
-        return base
 
     def close(self) -> tuple[int, str]:
         self.write(END_OF_ARCHIVE)
