@@ -65,11 +65,14 @@ def video_kb_per_frame(src: Path) -> float:
     return sum(f.stat().st_size for f in files) / 1024 / sum(r.length for r in spec.episodes) / 2
 
 
+SHARD_SIZE = 64 << 20  # several shards, so that workers have shards to share
+
+
 def timed_convert(src: Path, work: Path, **kw) -> tuple[float, int, dict]:
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    s = convert(src, out, ConvertConfig(progress=False, **kw))
+    s = convert(src, out, ConvertConfig(progress=False, shard_size=SHARD_SIZE, **kw))
     dt = time.perf_counter() - t0
     frames = s.index.num_frames * sum(1 for c in s.index.cameras.values() if c.slot != "missing")
     return dt, frames, s.decoders
@@ -94,6 +97,7 @@ def main() -> None:
         rows = []
 
         def med(fn):
+            fn()  # warm-up: imports, decoder libraries, page cache of the sources
             runs = [fn() for _ in range(args.repeats)]
             return statistics.median(r[0] for r in runs), runs[0][1], runs[0]
 
@@ -133,7 +137,8 @@ def main() -> None:
               f"- machine: {result['machine']}", f"- dataset: {result['dataset']}",
               f"- video: {kb:.1f} KiB per real camera frame; output disk: {disk:.0f} MB/s fsync'd sequential write "
               f"(= {result['disk_ceiling_native_camera_frames_per_s']:.0f} native 480x640 camera-frames/s at most)",
-              f"- median of {args.repeats} runs; rates in camera-frames/s (3 cameras per frame)\n",
+              f"- median of {args.repeats} runs after a warm-up run; rates in camera-frames/s (3 cameras per frame); "
+              f"--shard-size {SHARD_SIZE >> 20} MiB; load average at start {os.getloadavg()[0]:.2f}\n",
               "| run | seconds | camera-frames/s |", "|---|---:|---:|"]
         md += [f"| {r['what']} | {r['seconds']:.2f} | {r['camera_frames_per_s']:.1f} |" for r in rows]
         md += ["", "| ratio | value | goal |", "|---|---:|---:|",

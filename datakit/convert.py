@@ -17,6 +17,7 @@ import pickle
 import queue
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -149,8 +150,9 @@ def prepare_output(out: Path, options: dict) -> bool:
 # ---- one shard ----------------------------------------------------------------------------
 
 def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
-                  progress: Callable[[int], None]) -> Journal | str:
-    """Write one shard from its planned episodes; returns its journal, or the error under --on-error fail."""
+                  progress: Callable[[int], None], closer: ThreadPoolExecutor | None = None) -> Journal | Future | str:
+    """Write one shard from its planned episodes; returns its journal (a Future of it when a
+    `closer` thread does the fsync while the caller goes on), or the error under --on-error fail."""
     shard = ShardFile(out / SHARD_PATTERN.format(index=index))
     placed: list[Placed] = []
     skipped: list[EpisodeResult] = []
@@ -168,11 +170,20 @@ def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, 
             placed.append(Placed(res, index, res.base))
             for b in res.decoders.values():
                 decoders[b] = decoders.get(b, 0) + 1
-        nbytes, sha = shard.close()
     except BaseException:
         shard.abort()
         raise
-    j = Journal(index, [r.episode_index for r in refs], shard.path.name, nbytes, sha, placed, skipped, decoders)
+    planned = [r.episode_index for r in refs]
+    if closer is not None:
+        return closer.submit(_close_shard, out, shard, index, planned, placed, skipped, decoders)
+    return _close_shard(out, shard, index, planned, placed, skipped, decoders)
+
+
+def _close_shard(out: Path, shard: ShardFile, index: int, planned: list[int], placed: list[Placed],
+                 skipped: list[EpisodeResult], decoders: dict[str, int]) -> Journal:
+    """fsync + rename the shard, then journal it (the journal is the proof it is complete)."""
+    nbytes, sha = shard.close()
+    j = Journal(index, planned, shard.path.name, nbytes, sha, placed, skipped, decoders)
     write_atomic(out / STAGING / JOURNAL.format(index=index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
     return j
 
@@ -196,12 +207,17 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[tupl
     error under --on-error fail (raised as DatakitError, unfinished .tmp files removed)."""
     if cfg.workers == 1 or len(jobs) <= 1:
         torch.set_num_threads(1)
-        done = []
-        for i, refs in jobs:
-            j = convert_shard(spec, cfg, out, i, refs, bar.update)
-            if isinstance(j, str):
-                raise DatakitError(j)
-            done.append(j)
+        futures: list[Future] = []
+        f: Future | str | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix="shard-close") as closer:  # fsync overlaps decoding
+            for i, refs in jobs:
+                f = convert_shard(spec, cfg, out, i, refs, bar.update, closer)
+                if isinstance(f, str):
+                    break
+                futures.append(f)
+            done = [f.result() for f in futures]  # shards already closed stay, for a rerun
+        if isinstance(f, str):
+            raise DatakitError(f)
         return done
     # fork starts workers in milliseconds (spawn re-imports torch and FFmpeg: ~2.5 s here). It is
     # safe here: the parent has run no torch op (no OpenMP pool) and no decoder, and pyarrow
