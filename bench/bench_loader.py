@@ -149,7 +149,7 @@ def main() -> None:
     src, out = build(args.work, args.episodes, args.length, 224, "rgb", args.rebuild)
     info = load_index(out).info()
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": _machine(), "dataset": {k: info[k] for k in ("num_episodes", "num_frames", "bytes")},
+           "machine": _machine(), "loadavg_start": _loadavg(), "dataset": {k: info[k] for k in ("num_episodes", "num_frames", "bytes")},
            "page_cache_bytes_per_s": page_cache_bandwidth(out)}
     res["ours"] = ours(out, args.workers, args.batches, {})
     res["ours_single_process"] = ours(out, 0, args.batches, {})
@@ -160,6 +160,7 @@ def main() -> None:
         res["ratio_items_per_s"] = res["ours"]["items_per_s"] / res["lerobot"]["items_per_s"]
         res["ratio_cpu_normalised"] = res["ours_cpu_normalised"]["items_per_s"] / res["lerobot"]["items_per_s"]
     res["bandwidth_fraction"] = res["ours"]["image_bytes_per_s"] / res["page_cache_bytes_per_s"]
+    res["loadavg_end"] = _loadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
@@ -177,6 +178,11 @@ def _ours_normalised(out: Path, workers: int, batches: int) -> dict:
         n += next(it)["row"].numel()
     dt = time.perf_counter() - t0
     return {"workers": workers, "items_per_s": n / dt, "seconds": dt}
+
+
+def _loadavg() -> list[float]:
+    """1, 5 and 15-minute load averages: the machine may be shared, so each run records them."""
+    return [float(x) for x in open("/proc/loadavg").read().split()[:3]]
 
 
 def _machine() -> str:
