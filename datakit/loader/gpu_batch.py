@@ -63,6 +63,11 @@ class DeviceBatcher:
     """Iterate device-ready batches from host batches (dicts of CPU tensors).
 
     `epoch` / `step` keys, when the loader adds them, seed the augmentations.
+
+    A host batch may be borrowed: its images a view of a worker's shared-memory slot, valid
+    only until the next host batch is asked for (`loader.host_batches(borrow=True)`). Every
+    path here is done reading it by then: pinned staging copies it, a pageable `.to()` returns
+    once the source is consumed, and the CPU normaliser writes new tensors.
     """
 
     def __init__(self, normaliser: Normaliser, device: torch.device | str | None = None, *, depth: int = 2,

@@ -7,7 +7,9 @@
 
 Under the hood it is a plain `torch.utils.data.DataLoader` over `ShardDataset` with our
 `StepSampler` as `batch_sampler` (endless, so workers survive epoch ends); the DataLoader hands out batches in sampler order whatever
-the number of workers. The sampler's state advances only when a batch reaches the caller,
+the number of workers. With workers, each reads its batches into a ring of shared-memory slots
+allocated once (`shm_pool`) and sends only the slot id, so a 10 MB batch is not a new
+shared-memory segment per step. The sampler's state advances only when a batch reaches the caller,
 so batches prefetched before a checkpoint are produced again after a resume and a run
 resumed at step k sees exactly the batches of an unbroken run from step k on.
 """
