@@ -3,7 +3,7 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench clean lerobot-oracle
 
 install: $(STAMP)
 
@@ -19,6 +19,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_convert.py
+
+# Optional: LeRobotDataset 0.6.1 as an oracle for tests/benchmarks, in its own Python 3.12 venv
+# (it needs Python >= 3.12 and torch < 2.12, so it is never a dependency of this project).
+LEROBOT_VENV ?= /tmp/lerobot-venv
+lerobot-oracle:
+	[ -x $(LEROBOT_VENV)/bin/python ] || python3.12 -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset]==0.6.1'
 
 clean:
 	rm -rf demo-out .pytest_cache
