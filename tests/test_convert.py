@@ -200,3 +200,15 @@ def test_shard_plan_predicts_the_written_bytes(datasets, tmp_path):
                                                           for i in range(idx.num_shards)]
     for i, refs in enumerate(plan):
         assert idx.shards[i].bytes == sum(predicted_bytes(spec, cfg, r) for r in refs) + 1024
+
+
+def test_normalisation_stats_match_numpy_on_the_source(datasets, tmp_path):
+    idx = convert(datasets["v2.1"], tmp_path / "o", ConvertConfig(workers=1, progress=False)).index
+    spec = scan(datasets["v2.1"])
+    tables = [load_episode(spec, r) for r in spec.episodes]
+    for key in ("state", "action"):
+        x = np.concatenate([getattr(t, key) for t in tables]).astype(np.float64)
+        want = {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0),
+                "q01": np.percentile(x, 1, axis=0), "q99": np.percentile(x, 99, axis=0)}
+        for stat, v in want.items():
+            np.testing.assert_allclose(idx.stats[key][stat], v, rtol=1e-6, atol=1e-6, err_msg=f"{key} {stat}")
