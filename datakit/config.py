@@ -24,6 +24,7 @@ class ConvertConfig:
     workers: int = max(1, os.cpu_count() or 1)  # processes converting episodes in parallel
     shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
     on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
+    prefetch: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
     progress: bool = True  # progress bar on stderr
 
     def __post_init__(self) -> None:
@@ -41,6 +42,11 @@ class ConvertConfig:
             raise ValueError("workers >= 1, decoder_threads >= 0 and shard_size >= 1 are required")
 
     @property
+    def use_prefetch(self) -> bool:
+        """Per-camera decode threads pay off only where cores are left over by the workers."""
+        return self.prefetch if self.prefetch is not None else self.workers < (os.cpu_count() or 1)
+
+    @property
     def size(self) -> tuple[int, int] | None:
         return parse_size(self.resize) if self.resize else None
 
@@ -48,7 +54,7 @@ class ConvertConfig:
         """The options that determine the shard bytes (a rerun must match them to resume).
         on_error is not one: a run stopped by a bad episode may be resumed with --on-error skip."""
         d = asdict(self)
-        for k in ("workers", "progress", "decoder_threads", "on_error"):
+        for k in ("workers", "progress", "decoder_threads", "on_error", "prefetch"):
             d.pop(k)
         return d
 

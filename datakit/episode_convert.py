@@ -20,6 +20,7 @@ from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
 from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
 from datakit.stages.colour import rgb_to_nv12
+from datakit.stages.prefetch import prefetch
 from datakit.stages.resize import resize_frames
 from datakit.stages.slots import SlotDetector
 
@@ -128,10 +129,12 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     streams: dict[str, FrameStream] = {}
     for cam in spec.cameras:
         if cam in table.images:
-            streams[cam] = FrameStream(_image_frames(cam, table.images[cam], cfg, ref.source), ref.source)
+            frames = _image_frames(cam, table.images[cam], cfg, ref.source)
+            streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, ref.source)
         elif ref.videos.get(cam) is not None:
             vs = ref.videos[cam]
-            streams[cam] = FrameStream(_video_frames(cam, vs, spec, T, cfg, res.decoders), vs.path)
+            frames = _video_frames(cam, vs, spec, T, cfg, res.decoders)
+            streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, vs.path)
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)

@@ -1,0 +1,52 @@
+"""Run a frame iterator on its own thread, a few items ahead of the consumer.
+
+Each camera of an episode decodes (and resizes) on its own thread while the main thread packs
+and writes frames: decoders and torch release the GIL in their C code, so the stages overlap on
+spare cores. Errors are re-raised in the consumer; closing the consumer stops the thread.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Iterator, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+def prefetch(items: Iterator[T], depth: int = 4, name: str = "prefetch") -> Iterator[T]:
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(_END)
+        except BaseException as e:  # handed to the consumer, raised there
+            q.put(e)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()
