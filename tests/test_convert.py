@@ -212,3 +212,19 @@ def test_normalisation_stats_match_numpy_on_the_source(datasets, tmp_path):
                 "q01": np.percentile(x, 1, axis=0), "q99": np.percentile(x, 99, axis=0)}
         for stat, v in want.items():
             np.testing.assert_allclose(idx.stats[key][stat], v, rtol=1e-6, atol=1e-6, err_msg=f"{key} {stat}")
+
+
+def test_toml_config_with_cli_override(datasets, tmp_path, capsys):
+    cfg = tmp_path / "convert.toml"
+    cfg.write_text('[convert]\nresize = "32x48"\nlayout = "nv12"\nworkers = 1\nshard_size = 100000\n')
+    out = tmp_path / "o"
+    assert main(["convert", str(datasets["v2.1"]), str(out), "--config", str(cfg), "--layout", "rgb",
+                 "--no-progress"]) == 0
+    idx = datakit.open_shards(out).index
+    assert idx.options["resize"] == "32x48" and idx.options["shard_size"] == 100000  # from the file
+    assert idx.layout == "rgb" and idx.cameras[CAMS[0]].frame_shape == [32, 48, 3]  # the flag wins
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[convert]\nresise = "32x48"\n')
+    capsys.readouterr()
+    assert main(["convert", str(datasets["v2.1"]), str(tmp_path / "o2"), "--config", str(bad)]) == 2
+    assert "unknown keys ['resise']" in capsys.readouterr().err
