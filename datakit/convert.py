@@ -17,7 +17,7 @@ import pickle
 import queue
 import shutil
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -150,9 +150,10 @@ def prepare_output(out: Path, options: dict) -> bool:
 # ---- one shard ----------------------------------------------------------------------------
 
 def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
-                  progress: Callable[[int], None], closer: ThreadPoolExecutor | None = None) -> Journal | Future | str:
-    """Write one shard from its planned episodes; returns its journal (a Future of it when a
-    `closer` thread does the fsync while the caller goes on), or the error under --on-error fail."""
+                  progress: Callable[[int], None], closer: ThreadPoolExecutor | None = None) -> Journal | str:
+    """Write one shard from its planned episodes; returns its journal, or the error under
+    --on-error fail. With a `closer` thread, fsync + rename + journal run there while the
+    caller goes on: the caller must shut the closer down before it trusts the shard."""
     shard = ShardFile(out / SHARD_PATTERN.format(index=index))
     placed: list[Placed] = []
     skipped: list[EpisodeResult] = []
@@ -174,18 +175,23 @@ def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, 
         shard.abort()
         raise
     planned = [r.episode_index for r in refs]
-    if closer is not None:
-        return closer.submit(_close_shard, out, shard, index, planned, placed, skipped, decoders)
-    return _close_shard(out, shard, index, planned, placed, skipped, decoders)
-
-
-def _close_shard(out: Path, shard: ShardFile, index: int, planned: list[int], placed: list[Placed],
-                 skipped: list[EpisodeResult], decoders: dict[str, int]) -> Journal:
-    """fsync + rename the shard, then journal it (the journal is the proof it is complete)."""
-    nbytes, sha = shard.close()
+    nbytes, sha = shard.finish()
     j = Journal(index, planned, shard.path.name, nbytes, sha, placed, skipped, decoders)
-    write_atomic(out / STAGING / JOURNAL.format(index=index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
+    if closer is None:
+        _commit_shard(out, shard, j)
+        return j
+    closer.submit(_commit_shard, out, shard, j)
     return j
+
+
+def _commit_shard(out: Path, shard: ShardFile, j: Journal) -> None:
+    """fsync + rename the shard, then journal it (the journal is the proof it is complete)."""
+    shard.commit()
+    write_atomic(out / STAGING / JOURNAL.format(index=j.index), pickle.dumps(j, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _is_committed(out: Path, j: Journal) -> bool:
+    return (out / j.name).exists() and (out / STAGING / JOURNAL.format(index=j.index)).exists()
 
 
 _WORKER: dict = {}
@@ -193,12 +199,16 @@ _WORKER: dict = {}
 
 def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, out: Path, progress_q) -> None:
     torch.set_num_threads(1)  # parallelism is across shards; one core per worker
-    _WORKER.update(spec=spec, cfg=cfg, out=out, q=progress_q)
+    closer = ThreadPoolExecutor(1, thread_name_prefix="shard-close")
+    # A pool worker's exit runs multiprocessing finalizers: pending closes finish before it ends,
+    # so pool.join() in the parent also waits for them.
+    mp.util.Finalize(closer, closer.shutdown, kwargs={"wait": True}, exitpriority=100)
+    _WORKER.update(spec=spec, cfg=cfg, out=out, q=progress_q, closer=closer)
 
 
 def _run_shard(job: tuple[int, list[EpisodeRef]]) -> Journal | str:
     w = _WORKER
-    return convert_shard(w["spec"], w["cfg"], w["out"], job[0], job[1], w["q"].put)
+    return convert_shard(w["spec"], w["cfg"], w["out"], job[0], job[1], w["q"].put, w["closer"])
 
 
 def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[tuple[int, list[EpisodeRef]]],
@@ -207,17 +217,19 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[tupl
     error under --on-error fail (raised as DatakitError, unfinished .tmp files removed)."""
     if cfg.workers == 1 or len(jobs) <= 1:
         torch.set_num_threads(1)
-        futures: list[Future] = []
-        f: Future | str | None = None
+        done: list[Journal] = []
+        error = None
         with ThreadPoolExecutor(1, thread_name_prefix="shard-close") as closer:  # fsync overlaps decoding
             for i, refs in jobs:
-                f = convert_shard(spec, cfg, out, i, refs, bar.update, closer)
-                if isinstance(f, str):
+                j = convert_shard(spec, cfg, out, i, refs, bar.update, closer)
+                if isinstance(j, str):
+                    error = j
                     break
-                futures.append(f)
-            done = [f.result() for f in futures]  # shards already closed stay, for a rerun
-        if isinstance(f, str):
-            raise DatakitError(f)
+                done.append(j)
+        # leaving the `with` waited for every close; shards already closed stay, for a rerun
+        if error is not None:
+            raise DatakitError(error)
+        _check_committed(out, done)
         return done
     # fork starts workers in milliseconds (spawn re-imports torch and FFmpeg: ~2.5 s here). It is
     # safe here: the parent has run no torch op (no OpenMP pool) and no decoder, and pyarrow
@@ -240,20 +252,28 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[tupl
                 if isinstance(j, str):
                     raise DatakitError(j)
                 done.append(j)
+        pool.close()
+        pool.join()  # the workers' exit waits for their pending shard closes
         while True:  # the last progress messages
             try:
                 bar.update(q.get_nowait())
             except queue.Empty:
                 break
-        pool.close()
     except BaseException:
         pool.terminate()
+        pool.join()
         for tmp in out.glob("shard-*.tar.tmp"):
             tmp.unlink(missing_ok=True)
         raise
-    finally:
-        pool.join()
+    _check_committed(out, done)
     return done
+
+
+def _check_committed(out: Path, journals: list[Journal]) -> None:
+    """Every shard reported done must be renamed and journaled (a close can fail, e.g. disk full)."""
+    missing = [j.name for j in journals if not _is_committed(out, j)]
+    if missing:
+        raise DatakitError(f"{out / missing[0]}: shard was written but not committed (fsync/rename failed); rerun to redo it")
 
 
 def load_journals(out: Path, plan: list[list[EpisodeRef]]) -> dict[int, Journal]:

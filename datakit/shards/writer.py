@@ -119,16 +119,25 @@ class ShardFile:
         self.bytes = size
         self._rehash = True
 
-    def close(self) -> tuple[int, str]:
+    def finish(self) -> tuple[int, str]:
+        """End the archive and return (bytes, sha256); the data may not be on disk yet."""
         self.write(END_OF_ARCHIVE)
         self._q.put(None)
         self._hasher.join()
         self.f.flush()
+        self._digest = sha256_file(self.tmp) if self._rehash else self._sha.hexdigest()
+        return self.bytes, self._digest
+
+    def commit(self) -> None:
+        """fsync and rename: from here on the shard is complete under its final name."""
         os.fsync(self.f.fileno())
         self.f.close()
-        digest = sha256_file(self.tmp) if self._rehash else self._sha.hexdigest()
         os.replace(self.tmp, self.path)
-        return self.bytes, digest
+
+    def close(self) -> tuple[int, str]:
+        nbytes, digest = self.finish()
+        self.commit()
+        return nbytes, digest
 
     def abort(self) -> None:
         self._q.put(None)
