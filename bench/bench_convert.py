@@ -16,7 +16,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 import time

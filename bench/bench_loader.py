@@ -23,12 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datakit.loader import LoaderConfig, ShardLoader, h2d_bytes, pi05_config  # noqa: E402
+from datakit.loader import ShardLoader, h2d_bytes, pi05_config  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")

@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from datakit import open_shards
 from datakit.loader import Normaliser, ShardLoader, pi05_config  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
@@ -130,8 +131,11 @@ def throughput(fixture: Path, workers: int, batches: int) -> dict:
         b = next(it)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    # host bytes per sample: the slots kept in the batch x the stored frame size from the index
+    frame_bytes = open_shards(fixture).index.cameras[CAMS[0]].frame_bytes
+    kept = int(b["images"].shape[1])
     return {"workers": workers, "items_per_s": batches * 32 / dt,
-            "image_bytes_per_s_host": batches * 32 * 2 * 224 * 336 / dt}
+            "image_bytes_per_s_host": batches * 32 * kept * frame_bytes / dt}
 
 
 def main() -> None:

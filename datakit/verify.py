@@ -53,6 +53,7 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
     if len(frames) != index.num_frames:
         rep.problems.append(f"{out}: frames table has {len(frames)} rows, the manifest says {index.num_frames}")
     shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
+    offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
     for si, entry in enumerate(index.shards):
         path = out / entry.name
         rep.shards += 1
@@ -71,7 +72,7 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
         expected: dict[str, int] = {}
         hlen: dict[str, int] = {}
         for cam, c in index.cameras.items():
-            offs = column(frames, OFFSET_PREFIX + cam)
+            offs = offsets[cam]
             h = len(npy_header(tuple(c.frame_shape), np.dtype(np.uint8)))
             for r in rows:
                 o = int(offs[r])

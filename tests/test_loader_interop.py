@@ -6,7 +6,6 @@ venv is absent: it needs Python 3.12 and torch < 2.12, never a dependency of our
 """
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

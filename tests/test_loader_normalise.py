@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from datakit.loader import DeviceBatcher, LoaderConfig, Normaliser, PinnedRing, ShardLoader, h2d_bytes
+from datakit.loader import LoaderConfig, Normaliser, PinnedRing, ShardLoader, h2d_bytes
 from datakit.loader.normalise import affine_from_stats
 from datakit.shards.index import load_index
 from test_loader_fixtures import shards_nv12, shards_rgb  # noqa: F401
