@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from datakit.machine import available_cpus  # noqa: E402
 from datakit.config import ConvertConfig  # noqa: E402
 from datakit.convert import convert  # noqa: E402
 from datakit.decoders import open_decoder  # noqa: E402
@@ -160,7 +161,7 @@ def main() -> None:
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": "python " + " ".join(sys.argv),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}",
+            "machine": f"{platform.node()} {platform.machine()} {available_cpus()} cores, {platform.python_version()}, torch {torch.__version__}",
             "dataset": f"LeRobot v2.1, {args.episodes} episodes x {args.frames} frames, 3 cameras 480x640 AV1 "
                        f"(libsvtav1 crf=30 g=2; one camera black; textured content), generated in {gen_s:.0f} s",
             "decoder": backend, "repeats": args.repeats, "rows": rows, "ratios": ratios,

@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from datakit.machine import available_cpus  # noqa: E402
 from datakit.loader import ShardLoader, h2d_bytes, pi05_config  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
@@ -46,7 +47,7 @@ def build(work: Path, episodes: int, length: int, size: int, layout: str, rebuil
                              cameras=CAMS, blank_cameras=(CAMS[2],))
         shutil.rmtree(out, ignore_errors=True)
     if not (out / "index.json").exists():
-        convert(src, out, ConvertConfig(workers=os.cpu_count() or 1, progress=False, layout=layout,
+        convert(src, out, ConvertConfig(workers=available_cpus(), progress=False, layout=layout,
                                         shard_size=64 << 20))
     return src, out
 
@@ -186,7 +187,7 @@ def _loadavg() -> list[float]:
 
 def _machine() -> str:
     model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    return f"{platform.node()}: {model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return f"{platform.node()}: {model}, {available_cpus()} cores, Python {platform.python_version()}"
 
 
 if __name__ == "__main__":

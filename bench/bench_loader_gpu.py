@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from datakit.machine import available_cpus  # noqa: E402
 from datakit import open_shards
 from datakit.loader import Normaliser, ShardLoader, pi05_config  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
@@ -147,7 +148,7 @@ def main() -> None:
     args = p.parse_args()
     assert torch.cuda.is_available(), "needs CUDA"
     res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": os.cpu_count()}
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": available_cpus()}
     res["h2d"] = h2d({
         "uint8_pruned_2slots": ((32, 2, 1, 224, 224, 3), torch.uint8),
         "uint8_all_3slots": ((32, 3, 1, 224, 224, 3), torch.uint8),

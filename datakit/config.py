@@ -1,12 +1,12 @@
 """ConvertConfig: the one config object of `datakit convert`, from TOML and overridable on the CLI."""
 from __future__ import annotations
 
-import os
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from datakit.machine import available_cpus
 from datakit.stages.resize import parse_size
 
 LAYOUTS = ("rgb", "nv12")
@@ -21,7 +21,7 @@ class ConvertConfig:
     decoder_threads: int = 1  # threads per decoder; episodes are parallel across --workers
     resize: str | None = None  # "HxW" applied to every camera (antialiased), None = native size
     layout: str = "rgb"  # rgb (H,W,3) or nv12 (1.5 bytes/pixel, read back as RGB)
-    workers: int = max(1, os.cpu_count() or 1)  # processes converting episodes in parallel
+    workers: int = field(default_factory=available_cpus)  # processes converting episodes in parallel
     shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
     on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
     prefetch: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
@@ -44,7 +44,7 @@ class ConvertConfig:
     @property
     def use_prefetch(self) -> bool:
         """Per-camera decode threads pay off only where cores are left over by the workers."""
-        return self.prefetch if self.prefetch is not None else self.workers < (os.cpu_count() or 1)
+        return self.prefetch if self.prefetch is not None else self.workers < available_cpus()
 
     @property
     def size(self) -> tuple[int, int] | None:

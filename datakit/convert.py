@@ -32,10 +32,11 @@ from datakit.episode_convert import EpisodeResult, convert_episode
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import (
     FRAMES_NAME, MANIFEST_NAME, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
-    ShardIndex, frames_schema, load_index, member_schema, write_atomic, write_frames,
+    ShardIndex, frames_schema, load_index, member_schema, write_atomic, write_index,
 )
 from datakit.shards.stats import vector_stats
-from datakit.shards.writer import BLOCK, ShardFile, npy_header, sha256_file
+from datakit.durable import file_sha256
+from datakit.shards.writer import BLOCK, ShardFile, npy_header
 from datakit.sources import scan
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 from datakit.stages.colour import stored_shape
@@ -114,7 +115,8 @@ def plan_shards(spec: DatasetSpec, cfg: ConvertConfig) -> list[list[EpisodeRef]]
 # ---- output folder -------------------------------------------------------------------------
 
 def _is_ours(name: str) -> bool:
-    return name in (STAGING, MANIFEST_NAME, FRAMES_NAME, MANIFEST_NAME + ".tmp", FRAMES_NAME + ".tmp") or (
+    stem = name.split(".", 1)[0] if name.endswith(".tmp") else None  # index.json.<pid>.tmp, frames.arrow.tmp
+    return name in (STAGING, MANIFEST_NAME, FRAMES_NAME) or stem in ("index", "frames") or (
         name.startswith("shard-") and (name.endswith(".tar") or name.endswith(".tar.tmp"))
     )
 
@@ -290,7 +292,7 @@ def load_journals(out: Path, plan: list[list[EpisodeRef]]) -> dict[int, Journal]
             continue
         shard = out / j.name
         if (j.planned == [r.episode_index for r in refs] and shard.exists()
-                and shard.stat().st_size == j.bytes and sha256_file(shard) == j.sha256):
+                and shard.stat().st_size == j.bytes and file_sha256(shard) == j.sha256):
             good[i] = j
     return good
 
@@ -371,8 +373,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSumm
         new = run_shards(spec, cfg, out, jobs, bar)
     journals = sorted([*kept.values(), *new], key=lambda j: j.index)
     index, table = build_index(spec, cfg, journals)
-    write_frames(out / FRAMES_NAME, table)
-    write_atomic(out / MANIFEST_NAME, index.to_json().encode())  # last: its presence means finished
+    write_index(out, index, table)  # last: its presence means finished
     shutil.rmtree(out / STAGING, ignore_errors=True)
     decoders: dict[str, int] = {}
     for j in new:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from datakit.errors import ShardError
+from datakit.durable import check_size, file_size
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.stages.colour import nv12_to_rgb
 
@@ -49,12 +49,7 @@ class ShardReader:
         if m is None:
             entry = self.index.shards[shard]
             path = self.root / entry.name
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                raise ShardError(path, "missing shard file") from None
-            if size != entry.bytes:
-                raise ShardError(path, f"size {size} differs from the index ({entry.bytes})")
+            check_size(path, file_size(path), entry.bytes)
             m = self._maps[shard] = np.memmap(path, dtype=np.uint8, mode="r")
         return m
 

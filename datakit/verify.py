@@ -9,7 +9,8 @@ import numpy as np
 
 from datakit.errors import ShardError
 from datakit.shards.index import FRAME_KEY, OFFSET_PREFIX, column, load_frames, load_index
-from datakit.shards.writer import npy_header, sha256_file
+from datakit.durable import file_sha256
+from datakit.shards.writer import npy_header
 
 
 @dataclass
@@ -65,7 +66,7 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
         if size != entry.bytes:
             rep.problems.append(f"{path}: {size} bytes, the index says {entry.bytes}")
             continue
-        if sha256_file(path) != entry.sha256:
+        if file_sha256(path) != entry.sha256:
             rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
             continue
         rows = np.flatnonzero(shard_col == si)

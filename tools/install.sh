@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install the project with everything it needs on a fresh Debian
 # machine: FFmpeg 5.1 libraries for torchcodec (apt-get, when missing) and the CPU build of torch,
-# pinned so that no multi-GB CUDA build is pulled.
+# pinned so that no multi-GB CUDA build is pulled. Any failed step fails the install (set -e and
+# pipefail); the Makefile writes its stamp only after this script succeeded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -17,9 +18,14 @@ if command -v dpkg >/dev/null && ! dpkg -s libavdevice59 >/dev/null 2>&1; then
   fi
 fi
 
+# pip's "Location" warnings are noise; everything else is shown, and pip's own exit status counts.
+pip_install() {
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location" >&2)
+}
+
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+pip_install --upgrade pip
 # torch first and pinned: an unpinned torch resolves to a CUDA build of several GB.
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c tools/constraints.txt torch 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c tools/constraints.txt -e ".[convert,dev]" 2>&1 | grep -v "^WARNING: Location" || true
+pip_install -c tools/constraints.txt torch
+pip_install -c tools/constraints.txt -e ".[convert,dev]"
 "$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset; print('installed: torch', torch.__version__, '| av', av.__version__)"

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from datakit.durable import write_atomic
+from datakit.machine import available_cpus
 from datakit.decoder_bench import crosscheck, plan, recommend, report, runner, videos
 from datakit.decoder_bench.patterns import PATTERNS
 
@@ -102,7 +104,7 @@ def machine_info() -> dict:
                    if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = available_cpus()
     return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu,
             "cores": cores, "platform": platform.platform(), "python": platform.python_version(),
             "load_avg_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
@@ -224,9 +226,7 @@ def _doc(res: Results, rankings: list) -> dict:
 
 def _write_json(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, indent=1, allow_nan=False).encode(), durable=False)
 
 
 def run(args) -> int:

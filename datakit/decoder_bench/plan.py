@@ -12,16 +12,16 @@ with every video would take hours and mostly repeat what the main matrix says:
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
+from datakit.machine import available_cpus
 from datakit.decoder_bench.measure import Job, Setting
 from datakit.decoder_bench.videos import BenchVideo
 
 
 def default_workers() -> tuple[int, ...]:
     """1, 2, 4, ... up to the usable cores, and the core count itself."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = available_cpus()
     out, w = [], 1
     while w < n:
         out.append(w)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from datakit.decoder_bench.runner import is_wrong
+from datakit.durable import write_atomic
 from datakit.decoders import BACKENDS
 
 
@@ -104,7 +104,5 @@ def write_recommendations(path: Path, rankings: list[Ranking], machine: dict) ->
         "written_by": "datakit bench-decoders",
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, indent=1).encode(), durable=False)
     return doc

@@ -11,13 +11,13 @@ fails with its name instead of returning a wrong frame.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from datakit.durable import check_size, fd_sha256
 from datakit.errors import ShardError
 from datakit.shards.index import ShardEntry
 
@@ -51,12 +51,13 @@ class ShardFiles:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise ShardError(path, "missing shard file") from None
-        size = os.fstat(fd).st_size
-        if size != entry.bytes:
+        try:
+            check_size(path, os.fstat(fd).st_size, entry.bytes)
+        except ShardError:
             os.close(fd)
-            raise ShardError(path, f"size {size} differs from the index ({entry.bytes} bytes): truncated or replaced")
+            raise
         if self.verify == "sha256":
-            digest = _sha256(fd)
+            digest = fd_sha256(fd)
             if digest != entry.sha256:
                 os.close(fd)
                 raise ShardError(path, f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
@@ -69,14 +70,6 @@ class ShardFiles:
 
     def __getstate__(self) -> dict:
         return {"root": self.root, "shards": self.shards, "verify": self.verify, "_fds": {}, "_pid": -1}
-
-
-def _sha256(fd: int) -> str:
-    h, off = hashlib.sha256(), 0
-    while chunk := os.pread(fd, 1 << 24, off):
-        h.update(chunk)
-        off += len(chunk)
-    return h.hexdigest()
 
 
 @dataclass

@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from datakit.durable import fsync_dir, write_atomic  # noqa: F401  (write_atomic re-exported)
+
 FORMAT_NAME = "datakit-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "index.json"
@@ -148,16 +150,6 @@ def frames_schema(cameras: list[str], state_dim: int, action_dim: int) -> pa.Sch
     return pa.schema(fields)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to `path` via a temporary name, fsync and rename: never half-written."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_frames(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with pa.OSFile(str(tmp), "wb") as sink:
@@ -166,6 +158,14 @@ def write_frames(path: Path, table: pa.Table) -> None:
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_index(out: Path, index: ShardIndex, table: pa.Table) -> None:
+    """Write the index files after every shard is committed: frames table first, manifest last
+    (the manifest's presence means the conversion finished)."""
+    write_frames(Path(out) / FRAMES_NAME, table)
+    write_atomic(Path(out) / MANIFEST_NAME, index.to_json().encode())
 
 
 def load_index(out: Path) -> ShardIndex:

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from datakit.durable import file_sha256
 from datakit.shards.index import FRAME_KEY
 
 BLOCK = tarfile.BLOCKSIZE  # 512
@@ -125,7 +126,7 @@ class ShardFile:
         self._q.put(None)
         self._hasher.join()
         self.f.flush()
-        self._digest = sha256_file(self.tmp) if self._rehash else self._sha.hexdigest()
+        self._digest = file_sha256(self.tmp) if self._rehash else self._sha.hexdigest()
         return self.bytes, self._digest
 
     def commit(self) -> None:
@@ -145,10 +146,3 @@ class ShardFile:
         self.f.close()
         self.tmp.unlink(missing_ok=True)
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
