@@ -31,8 +31,8 @@ from datakit.config import ConvertConfig
 from datakit.episode_convert import EpisodeResult, convert_episode
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import (
-    FRAMES_NAME, MANIFEST_NAME, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
-    ShardIndex, frames_schema, load_index, member_schema, write_atomic, write_index,
+    CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, SHARD_PATTERN, CameraEntry, EpisodeEntry, ShardEntry,
+    ShardIndex, frames_schema, load_index, is_finished, member_schema, write_atomic, write_index,
 )
 from datakit.shards.stats import vector_stats
 from datakit.durable import file_sha256
@@ -116,7 +116,7 @@ def plan_shards(spec: DatasetSpec, cfg: ConvertConfig) -> list[list[EpisodeRef]]
 
 def _is_ours(name: str) -> bool:
     stem = name.split(".", 1)[0] if name.endswith(".tmp") else None  # index.json.<pid>.tmp, frames.arrow.tmp
-    return name in (STAGING, MANIFEST_NAME, FRAMES_NAME) or stem in ("index", "frames") or (
+    return name in (STAGING, MANIFEST_NAME, FRAMES_NAME, CHECKSUMS_NAME) or stem in ("index", "frames", "checksums") or (
         name.startswith("shard-") and (name.endswith(".tar") or name.endswith(".tar.tmp"))
     )
 
@@ -129,7 +129,7 @@ def prepare_output(out: Path, options: dict) -> bool:
     others = sorted(n for n in os.listdir(out) if not _is_ours(n))
     if others:
         raise OutputError(f"{out}: output folder holds other files ({', '.join(others[:3])}); use an empty or new folder")
-    if (out / MANIFEST_NAME).exists():
+    if is_finished(out):
         try:
             idx = load_index(out)
         except Exception as e:

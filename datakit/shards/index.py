@@ -24,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from datakit.durable import fsync_dir, write_atomic  # noqa: F401  (write_atomic re-exported)
+from datakit.durable import file_sha256, fsync_dir, write_atomic  # noqa: F401  (write_atomic re-exported)
 
 FORMAT_NAME = "datakit-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "index.json"
 FRAMES_NAME = "frames.arrow"
+CHECKSUMS_NAME = "checksums.json"  # sha256 of index.json and frames.arrow; written last = finished
 SHARD_PATTERN = "shard-{index:06d}.tar"
 FRAME_KEY = "{episode:06d}/{frame:06d}"  # tar member key; members are <key>.<field>
 OFFSET_PREFIX = "offset/"
@@ -162,10 +163,18 @@ def write_frames(path: Path, table: pa.Table) -> None:
 
 
 def write_index(out: Path, index: ShardIndex, table: pa.Table) -> None:
-    """Write the index files after every shard is committed: frames table first, manifest last
-    (the manifest's presence means the conversion finished)."""
-    write_frames(Path(out) / FRAMES_NAME, table)
-    write_atomic(Path(out) / MANIFEST_NAME, index.to_json().encode())
+    """Write the index files after every shard is committed: frames table, manifest, then the
+    checksums of both (its presence means the conversion finished; `verify` checks them)."""
+    out = Path(out)
+    write_frames(out / FRAMES_NAME, table)
+    write_atomic(out / MANIFEST_NAME, index.to_json().encode())
+    sums = {name: file_sha256(out / name) for name in (MANIFEST_NAME, FRAMES_NAME)}
+    write_atomic(out / CHECKSUMS_NAME, (json.dumps({"sha256": sums}, indent=1) + "\n").encode())
+
+
+def is_finished(out: Path) -> bool:
+    """A conversion into `out` finished: its last file, the checksums, is there."""
+    return (Path(out) / CHECKSUMS_NAME).exists()
 
 
 def load_index(out: Path) -> ShardIndex:
