@@ -28,3 +28,13 @@ class ShardError(DatakitError):
         self.shard = str(shard)
         self.problem = problem
         super().__init__(f"{self.shard}: {problem}")
+
+
+class StorageError(DatakitError):
+    """Object storage (s3://, gs://, hf://, ...) cannot be read or written: offline, refused, or
+    still failing after the retries. Names the URL (or Hub repo id) and the problem."""
+
+    def __init__(self, url: str, problem: str):
+        self.url = str(url)
+        self.problem = problem
+        super().__init__(f"{self.url}: {problem}")
