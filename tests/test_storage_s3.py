@@ -276,3 +276,34 @@ def test_prefetch_stays_ahead_of_the_reader_within_its_budget(converted, uploade
     assert present() == set(plan)
     cache.close()
     assert cache.prefetch_errors == []
+
+
+@pytest.mark.timeout(60)
+def test_sha256_mismatch_is_refused_and_never_cached(converted, uploaded, tmp_path):
+    import s3fs
+
+    cache = ShardCache(uploaded, tmp_path / "cache", max_bytes=1 << 30, verify="sha256", policy=FAST)
+    entry = cache.index.shards[0]
+    good = (converted / entry.name).read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF  # same size, one flipped byte: only the hash can tell
+    s3fs.S3FileSystem().pipe(f"{uploaded}/{entry.name}"[len("s3://"):], bytes(bad))
+    with pytest.raises(Exception, match=r"sha256 .* differs from the index"):
+        cache.local_path(entry)
+    assert not (cache.folder / entry.name).exists() and not list(cache.folder.glob("*.tmp"))
+
+
+@pytest.mark.timeout(60)
+def test_fetch_source_files_from_s3_to_scratch(converted, bucket, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    names = ["meta/info.json", "videos/chunk-000/cam/episode_000000.mp4"]
+    blobs = {n: os.urandom(50_000 + i) for i, n in enumerate(names)}
+    for n, data in blobs.items():
+        fs.pipe(f"{bucket}/src/{n}"[len("s3://"):], data)
+    got = transfer.fetch(f"{bucket}/src", names, tmp_path / "scratch", policy=FAST)
+    assert got == [tmp_path / "scratch" / n for n in names]
+    assert [p.read_bytes() for p in got] == [blobs[n] for n in names]
+    with pytest.raises(StorageError, match=rf"{bucket}/src/meta/missing.json: no such file"):
+        transfer.fetch(f"{bucket}/src", ["meta/missing.json"], tmp_path / "scratch", policy=FAST)
