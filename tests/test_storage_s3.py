@@ -307,3 +307,33 @@ def test_fetch_source_files_from_s3_to_scratch(converted, bucket, tmp_path):
     assert [p.read_bytes() for p in got] == [blobs[n] for n in names]
     with pytest.raises(StorageError, match=rf"{bucket}/src/meta/missing.json: no such file"):
         transfer.fetch(f"{bucket}/src", ["meta/missing.json"], tmp_path / "scratch", policy=FAST)
+
+
+@pytest.fixture
+def flaky(s3_server):
+    from flaky_proxy import FlakyProxy
+
+    proxy = FlakyProxy(s3_server)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.timeout(120)
+def test_server_errors_over_http_are_retried_then_fail_clearly(converted, uploaded, tmp_path, flaky):
+    """503 SlowDown answers from a real HTTP endpoint (a proxy before the S3 server); botocore's
+    own retries are switched off so that ours are the ones tested."""
+    opts = {"endpoint_url": flaky.url, "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}}}
+    sleeps = []
+    policy = RetryPolicy(attempts=4, base_delay=0.01, max_delay=1.0, jitter=0.0, sleep=sleeps.append)
+    cache = ShardCache(uploaded, tmp_path / "cache", max_bytes=1 << 30, storage_options=opts, policy=policy)
+    entry = cache.index.shards[2]
+    flaky.fail_next(3, entry.name)  # an error for a while, then the server recovers
+    assert hashlib.sha256(cache.local_path(entry).read_bytes()).hexdigest() == entry.sha256
+    assert flaky.failed == 3
+    sleeps.clear()
+    flaky.fail_next(10**6, cache.index.shards[3].name)  # an error that does not go away
+    t0 = time.time()
+    with pytest.raises(StorageError, match=rf"^{uploaded}/{cache.index.shards[3].name}: download failed 4 times"):
+        cache.local_path(cache.index.shards[3])
+    assert sleeps == [0.01, 0.02, 0.04] and time.time() - t0 < 60
+    assert not list(cache.folder.glob("*.tmp"))

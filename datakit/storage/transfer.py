@@ -36,6 +36,10 @@ def temp_name(dest: Path) -> Path:
     return dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
 
 
+class IncompleteDownload(ConnectionError):
+    """The stream ended before the expected size: retried like a dropped connection."""
+
+
 def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
     """Copy a remote file into the open binary `out` from its start; returns the bytes copied."""
     out.seek(0)
@@ -46,7 +50,7 @@ def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
             out.write(chunk)
             n += len(chunk)
     if expected is not None and n != expected:
-        raise ShardError(rpath, f"downloaded {n} bytes, expected {expected} (object changed or truncated?)")
+        raise IncompleteDownload(f"got {n} of {expected} bytes (connection dropped, or the object changed?)")
     return n
 
 
