@@ -337,3 +337,21 @@ def test_server_errors_over_http_are_retried_then_fail_clearly(converted, upload
         cache.local_path(cache.index.shards[3])
     assert sleeps == [0.01, 0.02, 0.04] and time.time() - t0 < 60
     assert not list(cache.folder.glob("*.tmp"))
+
+
+@pytest.mark.timeout(60)
+def test_plan_reads_a_remote_index_like_a_local_one(converted, uploaded, capsys):
+    import argparse
+
+    from datakit.planner.command import add_parser, run
+
+    ap = argparse.ArgumentParser()
+    add_parser(ap.add_subparsers(dest="command"))
+    docs = []
+    for root in (str(converted), uploaded):
+        assert run(ap.parse_args(["plan", root, "--samples-per-s", "500", "--ranks", "2", "--batch-size", "4",
+                                  "--shuffle", "shard_block", "--json"])) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0] == docs[1]
+    with pytest.raises(ValueError, match="needs a local folder"):
+        run(ap.parse_args(["plan", uploaded, "--samples-per-s", "500", "--measure"]))
