@@ -5,7 +5,6 @@ import argparse
 import json
 import shutil
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -134,7 +133,7 @@ def test_plan_command_json_and_measure(converted, capsys):
                           "--batch-size", "4", "--shuffle", "shard_block", "--measure", "--json"])
     assert run(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    index, frames = load_index(converted), load_frames(converted)
+    index = load_index(converted)
     cams_bytes = sum(index.cameras[c].frame_bytes for c in CAMS)
     assert doc["plan"]["image_bytes_per_sample"] == cams_bytes  # pi05: one frame per camera, all present
     assert doc["plan"]["h2d_image_bytes_per_step_uint8"] == 4 * cams_bytes
