@@ -75,3 +75,17 @@ def test_fetch_from_a_local_root_reads_in_place(tmp_path):
     (tmp_path / "meta").mkdir()
     (tmp_path / "meta" / "info.json").write_text("{}")
     assert transfer.fetch(str(tmp_path), ["meta/info.json"], tmp_path / "scratch") == [tmp_path / "meta/info.json"]
+
+
+def test_a_url_mangled_by_pathlib_is_refused():
+    from pathlib import Path
+
+    with pytest.raises(ValueError, match="pathlib"):
+        resolve(Path("s3://bucket/ds"))
+
+
+def test_shard_sequence_collapses_runs_only():
+    from datakit.storage.cache import shard_sequence
+
+    assert shard_sequence([3, 3, 3, 1, 1, 3, 0, 0]) == [3, 1, 3, 0]
+    assert shard_sequence([]) == []

@@ -64,6 +64,17 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
+def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
+    """The order in which shards are needed, from the shard of every sample read in order (e.g.
+    `shard[anchors[order]]` of one rank's epoch): consecutive repeats collapsed, later returns to
+    a shard kept, which is what `ShardCache.prefetch` takes."""
+    out: list[int] = []
+    for s in shard_of_each_read:
+        if not out or out[-1] != int(s):
+            out.append(int(s))
+    return out
+
+
 def root_key(url: str) -> str:
     """A readable, collision-free folder name for a root URL."""
     tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rstrip("/").split("/")[-1])[:40]

@@ -19,6 +19,7 @@ HF_DATASETS = "hf://datasets/"
 # owner/name as the Hub spells it (letters, digits, '-', '_', '.'), nothing more
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_MANGLED = re.compile(r"^(s3|gs|gcs|hf|az|abfs|file|https?):/[^/]")  # pathlib.Path("s3://b") == "s3:/b"
 
 
 def scheme(path: str | Path) -> str | None:
@@ -37,6 +38,9 @@ def resolve(path: str | Path) -> str:
     """The canonical form of a location: a Hub repo id becomes `hf://datasets/<id>`, `file://x`
     becomes the plain path x, other URLs and local paths are returned as they are."""
     text = str(path)
+    if _MANGLED.match(text):
+        raise ValueError(f"{text}: a URL with one slash after the scheme (was it passed through pathlib.Path?); "
+                         "pass URLs as str")
     if scheme(text) == "file":
         return text[len("file://"):]
     if scheme(text) is None and is_repo_id(text):
