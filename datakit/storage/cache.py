@@ -36,6 +36,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
 from datakit.errors import ShardError, StorageError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, ShardIndex
@@ -68,11 +70,8 @@ def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
     """The order in which shards are needed, from the shard of every sample read in order (e.g.
     `shard[anchors[order]]` of one rank's epoch): consecutive repeats collapsed, later returns to
     a shard kept, which is what `ShardCache.prefetch` takes."""
-    out: list[int] = []
-    for s in shard_of_each_read:
-        if not out or out[-1] != int(s):
-            out.append(int(s))
-    return out
+    a = np.asarray(shard_of_each_read, np.int64)
+    return a[np.r_[True, a[1:] != a[:-1]]].tolist() if a.size else []
 
 
 def root_key(url: str) -> str:
