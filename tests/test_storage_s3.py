@@ -357,3 +357,42 @@ def test_plan_reads_a_remote_index_like_a_local_one(converted, uploaded, capsys)
     assert docs[0] == docs[1]
     with pytest.raises(ValueError, match="needs a local folder"):
         run(ap.parse_args(["plan", uploaded, "--samples-per-s", "500", "--measure"]))
+
+
+@pytest.mark.timeout(120)
+def test_shard_uploader_overlaps_shards_and_puts_the_index_last(converted, bucket, monkeypatch):
+    from datakit.storage import uploader as uploader_mod
+
+    order, real = [], transfer.upload
+
+    def recording(local, url, **kw):
+        names = _remote_names(url.rsplit("/", 1)[0]) if Path(local).suffix != ".tar" else set()
+        order.append((Path(local).name, names))
+        return real(local, url, **kw)
+
+    monkeypatch.setattr(uploader_mod, "upload", recording)
+    monkeypatch.setattr(transfer, "upload", recording)
+    shards = [s.name for s in load_index(converted).shards]
+    up = uploader_mod.ShardUploader(f"{bucket}/ds", policy=FAST)
+    for name in shards:  # as the converter commits them
+        up.shard_committed(converted / name)
+    assert up.finish(converted) == shards + ["frames.arrow", "index.json", "checksums.json"]
+    assert [n for n, _ in order] == shards + ["frames.arrow", "index.json", "checksums.json"]
+    for name, present in order[len(shards):]:  # each index file went up over every shard
+        assert set(shards) <= present
+    assert _remote_names(f"{bucket}/ds") == set(shards) | {"frames.arrow", "index.json", "checksums.json"}
+
+
+@pytest.mark.timeout(120)
+def test_shard_uploader_failure_stops_before_the_index(converted, bucket, monkeypatch):
+    from datakit.storage import uploader as uploader_mod
+
+    def refuse(local, url, **kw):
+        raise PermissionError(f"{url}: access denied")
+
+    monkeypatch.setattr(uploader_mod, "upload", refuse)
+    up = uploader_mod.ShardUploader(f"{bucket}/ds", policy=FAST)
+    up.shard_committed(converted / load_index(converted).shards[0].name)
+    with pytest.raises(PermissionError, match="access denied"):
+        up.finish(converted)
+    assert _remote_names(bucket) == set()  # nothing at all under the bucket: no index
