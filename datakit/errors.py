@@ -28,3 +28,18 @@ class ShardError(DatakitError):
         self.shard = str(shard)
         self.problem = problem
         super().__init__(f"{self.shard}: {problem}")
+
+
+class IndexFileError(DatakitError):
+    """`index.json`, `frames.arrow` or `checksums.json` of an output folder is malformed,
+    inconsistent or not strict JSON; the message names the file and the field."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class ResourceLimitError(DatakitError):
+    """The machine lacks a resource a run needs (shared memory, file descriptors); the
+    message says how much is needed and what to raise."""

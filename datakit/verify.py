@@ -1,15 +1,39 @@
-"""`datakit verify OUT`: re-hash every shard and check every indexed offset against the tar structure."""
+"""`datakit verify OUT`: prove the output folder is what the conversion wrote, or name what is not.
+
+In order:
+1. checksums.json (written last) holds the sha256 of index.json and frames.arrow: an edited
+   state value, offset or manifest field fails here first;
+2. index.json is checked field by field (`shards/manifest_check.py`): types, shard and camera
+   names, frame_shape against the layout and size, frame_bytes = prod(frame_shape), shard row
+   and episode ranges tiling the table, episode rows inside their shard, totals;
+3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
+   frame, shard and task, and every offset either -1 or inside its shard;
+4. each shard: size (`durable.check_size`), sha256, and every indexed offset against the tar
+   headers (each camera member must start exactly there).
+Steps 2-4 run whatever step 1 found, so damage is named even when checksums.json was rewritten
+to match it; checksum problems are listed after the specific ones. A manifest that cannot be parsed at all (not JSON, wrong types, missing fields) or
+a frames table that cannot be read raises IndexFileError (the CLI prints it and exits 2).
+
+What it cannot prove: that the source was converted correctly (the tests do that against
+independent decoders), or anything about a folder whose checksums.json, index.json,
+frames.arrow and shards were all rewritten consistently.
+"""
 from __future__ import annotations
 
+import json
+import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from datakit.durable import check_size, file_sha256, file_size
 from datakit.errors import ShardError
-from datakit.shards.index import FRAME_KEY, OFFSET_PREFIX, column, load_frames, load_index
-from datakit.durable import file_sha256
+from datakit.shards.frames_check import table_problems
+from datakit.shards.index import (
+    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, column, load_frames, load_index,
+)
 from datakit.shards.writer import npy_header
 
 
@@ -26,8 +50,28 @@ class VerifyReport:
         return not self.problems
 
 
-def _check_shard(path: Path, expected: dict[str, int], header_len: dict[str, int]) -> list[str]:
-    """Walk the tar headers: every indexed member must sit exactly at its indexed offset."""
+def checksum_problems(out: Path) -> list[str]:
+    """index.json and frames.arrow against the sha256 that checksums.json records."""
+    path = out / CHECKSUMS_NAME
+    try:
+        sums = json.loads(path.read_text())["sha256"]
+        want = {name: sums[name] for name in (MANIFEST_NAME, FRAMES_NAME)}
+    except FileNotFoundError:
+        return [f"{path}: missing: the conversion did not finish (or the file was removed)"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{path}: unreadable ({type(e).__name__}: {e})"]
+    problems = []
+    for name, digest in want.items():
+        if not (out / name).exists():
+            continue  # named by the load that follows
+        if file_sha256(out / name) != digest:
+            problems.append(f"{out / name}: sha256 differs from {CHECKSUMS_NAME} (the file was modified)")
+    return problems
+
+
+def _check_shard(path: Path, expected: dict[str, int], headers: dict[str, bytes]) -> list[str]:
+    """Walk the tar headers: every indexed member must sit exactly at its indexed offset, and
+    its .npy header must declare the index's frame_shape (a transposed shape fails here)."""
     found: dict[str, int] = {}
     try:
         with tarfile.open(path, "r:") as tf:
@@ -36,56 +80,61 @@ def _check_shard(path: Path, expected: dict[str, int], header_len: dict[str, int
     except (tarfile.TarError, OSError) as e:
         return [f"{path}: unreadable tar ({e})"]
     problems = []
-    for name, off in expected.items():
-        if name not in found:
-            problems.append(f"{path}: member {name} is missing")
-        elif found[name] + header_len[name] != off:
-            problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - header_len[name]}")
-        if len(problems) > 5:
-            break
+    with open(path, "rb") as f:
+        for name, off in expected.items():
+            hdr = headers[name]
+            if name not in found:
+                problems.append(f"{path}: member {name} is missing")
+            elif found[name] + len(hdr) != off:
+                problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - len(hdr)}")
+            elif os.pread(f.fileno(), len(hdr), found[name]) != hdr:
+                problems.append(f"{path}: member {name} is not a uint8 array of the index's frame_shape")
+            if len(problems) > 5:
+                break
     return problems
 
 
 def verify(out: str | Path, progress: bool = False) -> VerifyReport:
     out = Path(out)
-    index = load_index(out)
-    frames = load_frames(out)
-    rep = VerifyReport(frames=index.num_frames)
-    if len(frames) != index.num_frames:
-        rep.problems.append(f"{out}: frames table has {len(frames)} rows, the manifest says {index.num_frames}")
+    rep = VerifyReport()
+    sums = checksum_problems(out)  # listed last: the specific problems below say more
+    manifest_problems: list[str] = []
+    index = load_index(out, manifest_problems)
+    rep.frames = index.num_frames
+    rep.problems += manifest_problems
+    frames = load_frames(out, index)
+    if not manifest_problems:  # the row checks rely on the manifest's ranges
+        rep.problems += [f"{out / FRAMES_NAME}: {p}" for p in table_problems(index, frames)]
     shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
     offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
     for si, entry in enumerate(index.shards):
         path = out / entry.name
         rep.shards += 1
-        if not path.exists():
-            rep.problems.append(f"{path}: missing shard file")
+        size = file_size(path)
+        try:
+            check_size(path, size, entry.bytes)
+        except ShardError as e:
+            rep.problems.append(str(e))
             continue
-        size = path.stat().st_size
         rep.bytes += size
-        if size != entry.bytes:
-            rep.problems.append(f"{path}: {size} bytes, the index says {entry.bytes}")
-            continue
         if file_sha256(path) != entry.sha256:
             rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
             continue
         rows = np.flatnonzero(shard_col == si)
         expected: dict[str, int] = {}
-        hlen: dict[str, int] = {}
+        hdrs: dict[str, bytes] = {}
         for cam, c in index.cameras.items():
             offs = offsets[cam]
-            h = len(npy_header(tuple(c.frame_shape), np.dtype(np.uint8)))
+            h = npy_header(tuple(c.frame_shape), np.dtype(np.uint8))
             for r in rows:
                 o = int(offs[r])
-                if o < 0:
-                    continue
-                if o + c.frame_bytes > size:
-                    rep.problems.append(f"{path}: offset {o} of {cam} runs past the end of the shard")
-                    continue
+                if o < 0 or o + c.frame_bytes > size:
+                    continue  # named by the frames table check
                 name = f"{FRAME_KEY.format(episode=int(ep[r]), frame=int(fr[r]))}.{cam}.npy"
-                expected[name], hlen[name] = o, h
+                expected[name], hdrs[name] = o, h
         rep.offsets_checked += len(expected)
-        rep.problems += _check_shard(path, expected, hlen)
+        rep.problems += _check_shard(path, expected, hdrs)
+    rep.problems += sums
     return rep
 
 

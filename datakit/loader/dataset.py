@@ -28,9 +28,11 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
-from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
+from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
+from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
+from datakit.shards.shard_cache import ShardCache
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -42,7 +44,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _open(self) -> None:
         cfg, self.index = self.cfg, load_index(self.root)
-        frames = load_frames(self.root)
+        frames = load_frames(self.root, self.index)
         self.slots = slot_map(self.index, cfg.slots)
         used = [c for c in self.slots.cameras if c is not None]
         shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
@@ -67,20 +69,9 @@ class ShardDataset(torch.utils.data.Dataset):
         self.ep_of_row = self.episodes.of_rows(len(self.shard))
         window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
         self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
-        self._check_offsets()
-        self.files = ShardFiles(self.root, self.index.shards, verify=cfg.verify)
+        check_reads(self.index, self.shard, self.offsets, self.root)  # no read outside a shard
+        self.files = ShardCache(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
         self.num_skipped = 0
-
-    def _check_offsets(self) -> None:
-        """Reject an index whose offsets point past the end of their shard (no silent garbage)."""
-        sizes = np.array([s.bytes for s in self.index.shards], np.int64)
-        for cam, off in self.offsets.items():
-            has = off >= 0
-            bad = np.flatnonzero(has & (off + self.frame_bytes > sizes[self.shard]))
-            if bad.size:
-                row = int(bad[0])
-                raise ShardError(self.files_path(int(self.shard[row])),
-                                 f"index offset of camera {cam!r} at row {row} lies past the end of the shard")
 
     def files_path(self, shard: int) -> Path:
         return self.root / self.index.shards[shard].name
