@@ -46,6 +46,16 @@ def hash_uniform(x: torch.Tensor, key: int) -> torch.Tensor:
     return ((z >> 11) & ((1 << 24) - 1)).to(torch.float32) / float(1 << 24)
 
 
+def crop_offsets(seed: int, epoch: int, step: int, rows: int, cols: int) -> tuple[int, int]:
+    """(top, left) of a random crop, a pure function of (seed, epoch, step).
+
+    Each (step, axis) hashes its own input (2*step for top, 2*step+1 for left), so no value is
+    shared between steps or axes: hashing [step, step+1] made the left offset of step s equal
+    the top offset of step s+1."""
+    u = hash_uniform(torch.tensor([2 * step, 2 * step + 1]), seed * 1_000_003 + epoch)
+    return int(u[0] * rows), int(u[1] * cols)
+
+
 @dataclass
 class Normaliser:
     """The device-side transform of a batch; `to(device)` once, then call per batch."""
@@ -117,8 +127,7 @@ class Normaliser:
         if ch > h or cw > w:
             raise ValueError(f"crop {ch}x{cw} is larger than the image {h}x{w}")
         if self.cfg.random_crop:  # one offset per batch keeps the crop a view (no gather)
-            u = hash_uniform(torch.tensor([step, step + 1]), self.cfg.seed * 1_000_003 + epoch)
-            top, left = int(u[0] * (h - ch + 1)), int(u[1] * (w - cw + 1))
+            top, left = crop_offsets(self.cfg.seed, epoch, step, h - ch + 1, w - cw + 1)
         else:
             top, left = (h - ch) // 2, (w - cw) // 2
         return x[..., top : top + ch, left : left + cw]
