@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from datakit.durable import check_size, file_sha256, file_size
-from datakit.errors import ShardError
+from datakit.errors import IndexFileError, ShardError
 from datakit.shards.frames_check import table_problems
 from datakit.shards.index import (
-    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, column, load_frames, load_index,
+    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, check_frames_schema, column, load_frames,
+    load_index,
 )
 from datakit.shards.writer import npy_header
 
@@ -102,11 +103,20 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
     index = load_index(out, manifest_problems)
     rep.frames = index.num_frames
     rep.problems += manifest_problems
-    frames = load_frames(out, index)
-    if not manifest_problems:  # the row checks rely on the manifest's ranges
+    frames = load_frames(out)
+    try:
+        check_frames_schema(frames, index, out / FRAMES_NAME)
+        rows_usable = True
+    except IndexFileError as e:
+        if not manifest_problems:
+            raise  # a frames table that does not fit a sound manifest: unreadable, exit 2
+        rep.problems.append(str(e))  # most likely the manifest's totals are what is wrong
+        rows_usable = False
+    if rows_usable and not manifest_problems:  # the row checks rely on the manifest's ranges
         rep.problems += [f"{out / FRAMES_NAME}: {p}" for p in table_problems(index, frames)]
-    shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
-    offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
+    if rows_usable:
+        shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
+        offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
     for si, entry in enumerate(index.shards):
         path = out / entry.name
         rep.shards += 1
@@ -119,6 +129,8 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
         rep.bytes += size
         if file_sha256(path) != entry.sha256:
             rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
+            continue
+        if not rows_usable:
             continue
         rows = np.flatnonzero(shard_col == si)
         expected: dict[str, int] = {}
