@@ -20,6 +20,7 @@ Checks on open ("verify"):
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import resource
@@ -69,7 +70,10 @@ class ShardCache:
         entry = self._get(shard)
         if entry.data is None:
             size = self.shards[shard].bytes
-            m = mmap.mmap(entry.fd, size, prot=mmap.PROT_READ) if size else b""
+            try:
+                m = mmap.mmap(entry.fd, size, prot=mmap.PROT_READ) if size else b""
+            except OSError as e:
+                raise self._os_error(self.path(shard), e, "cannot map") from None
             entry.data = np.frombuffer(m, dtype=np.uint8)
         return entry.data
 
@@ -97,12 +101,7 @@ class ShardCache:
         except FileNotFoundError:
             raise ShardError(path, "missing shard file") from None
         except OSError as e:
-            if e.errno == 24:  # EMFILE
-                soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise ResourceLimitError(
-                    f"{path}: too many open files (limit {soft}); lower max_open_shards "
-                    f"(now {self.max_open}) or raise the limit (`ulimit -n`)") from None
-            raise ShardError(path, f"cannot open ({e.strerror})") from None
+            raise self._os_error(path, e, "cannot open") from None
         try:
             check_size(path, os.fstat(fd).st_size, entry.bytes)
             if self.verify == "sha256" and shard not in self._hashed:
@@ -115,6 +114,13 @@ class ShardCache:
             os.close(fd)
             raise
         return fd
+
+    def _os_error(self, path: Path, e: OSError, what: str) -> Exception:
+        if e.errno == errno.EMFILE:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            return ResourceLimitError(f"{path}: too many open files (limit {soft}); lower max_open_shards "
+                                      f"(now {self.max_open}) or raise the limit (`ulimit -n`)")
+        return ShardError(path, f"{what} ({e.strerror or e})")
 
     def _forget_inherited(self) -> None:
         for entry in self._open.values():
