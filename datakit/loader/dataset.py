@@ -73,9 +73,6 @@ class ShardDataset(torch.utils.data.Dataset):
         self.files = ShardCache(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
         self.num_skipped = 0
 
-    def files_path(self, shard: int) -> Path:
-        return self.root / self.index.shards[shard].name
-
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "cfg": self.cfg}  # workers re-map the files; nothing big is pickled
 

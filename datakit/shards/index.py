@@ -5,12 +5,18 @@ each to a temporary name and renamed):
 - `index.json`: the manifest (format version, schema, fps, layout, cameras and their slot
   status, tasks, normalisation statistics, per-shard name/bytes/sha256/episode and row
   ranges, per-episode rows and slots, skipped episodes, conversion options).
-- `frames.arrow`: an uncompressed Arrow IPC file, one row per frame in (episode, frame)
+- `frames.arrow`: an uncompressed Arrow IPC file of ONE record batch (so every column is one
+  buffer, viewed without a copy at any row count), one row per frame in (episode, frame)
   order, memory-mappable: episode_index, frame_index, timestamp, task_index, state, action
   (fixed-size lists of float32), shard (int32), and for each camera `offset/<camera>`: the
   byte offset in that shard of the camera's raw pixel data (after the .npy header), -1 when
   the camera has no video in that episode. Every frame of a camera has `frame_bytes` bytes
   with shape `frame_shape` (rgb: (H, W, 3); nv12: (H*3//2, W)).
+- `checksums.json`, written last: the sha256 of both (its presence = the conversion finished).
+
+Both are input to every reader: `load_index` checks the manifest field by field
+(`manifest_check`) and `load_frames` the table's schema and row count; a bad file raises
+IndexFileError naming it. index.json is strict JSON both ways (no NaN/Infinity).
 """
 from __future__ import annotations
 
