@@ -230,3 +230,13 @@ def test_written_index_is_strict_json(shards_rgb):
 
     assert json.loads(text, parse_constant=refuse)["format"] == "datakit-shards"
     assert ShardIndex.from_json(text).num_frames == load_index(shards_rgb).num_frames
+
+
+def test_manifest_frame_shape_rule_matches_the_converter():
+    """The torch-free shape rule of the manifest check is the converter's own."""
+    from datakit.shards.manifest_check import stored_frame_shape
+    from datakit.stages.colour import stored_shape
+
+    for layout in ("rgb", "nv12"):
+        for h, w in ((32, 64), (180, 320), (720, 1280)):
+            assert stored_frame_shape(layout, h, w) == list(stored_shape(layout, h, w))

@@ -19,31 +19,38 @@ import pyarrow as pa
 from datakit.errors import IndexFileError
 from datakit.shards.index import FRAMES_NAME, OFFSET_PREFIX, ShardIndex, column
 
-MAX_LISTED = 5  # problems listed per kind before the rest are counted
+CHUNK_ROWS = 1 << 22  # rows per block of the vectorised checks (bounded temporaries)
 
 
 def offset_problems(index: ShardIndex, shard: np.ndarray, offsets: dict[str, np.ndarray]) -> list[str]:
-    """Rows whose shard number or camera offsets cannot be read (messages name the row)."""
-    problems: list[str] = []
-    bad = np.flatnonzero((shard < 0) | (shard >= len(index.shards)))
-    if bad.size:
-        r = int(bad[0])
-        problems.append(f"column 'shard' row {r}: shard {int(shard[r])} is out of range "
-                        f"(the index has {len(index.shards)}; {bad.size} rows)")
-        return problems  # the offset checks below index the shard list
-    sizes = np.array([s.bytes for s in index.shards], np.int64)[shard]
-    for cam, off in offsets.items():
-        fb = index.cameras[cam].frame_bytes
-        neg = np.flatnonzero(off < -1)
-        if neg.size:
-            r = int(neg[0])
-            problems.append(f"column {OFFSET_PREFIX + cam!r} row {r}: negative offset {int(off[r])} ({neg.size} rows)")
-        past = np.flatnonzero((off >= 0) & (off + fb > sizes))
-        if past.size:
-            r = int(past[0])
-            problems.append(f"column {OFFSET_PREFIX + cam!r} row {r}: offset {int(off[r])} + {fb} frame bytes runs "
-                            f"past the end of {index.shards[int(shard[r])].name} ({past.size} rows)")
-    return problems
+    """Rows whose shard number or camera offsets cannot be read (messages name the row).
+
+    Runs over blocks of CHUNK_ROWS rows, so the temporaries stay ~100 MB at any table size."""
+    sizes = np.array([s.bytes for s in index.shards], np.int64)
+    first: dict[str, tuple[int, str]] = {}  # kind -> (row, message) of its first bad row
+    counts: dict[str, int] = {}
+
+    def note(kind: str, bad: np.ndarray, lo: int, message) -> None:
+        if bad.size:
+            counts[kind] = counts.get(kind, 0) + int(bad.size)
+            if kind not in first:
+                r = lo + int(bad[0])
+                first[kind] = (r, message(r))
+
+    for lo in range(0, len(shard), CHUNK_ROWS):
+        sh = shard[lo : lo + CHUNK_ROWS]
+        out_of_range = (sh < 0) | (sh >= len(index.shards))
+        note("shard", np.flatnonzero(out_of_range), lo,
+             lambda r: f"column 'shard' row {r}: shard {int(shard[r])} is out of range (the index has {len(index.shards)})")
+        size = sizes[np.where(out_of_range, 0, sh)] if sizes.size else np.zeros(sh.shape, np.int64)
+        for cam, offs in offsets.items():
+            fb, off, col = index.cameras[cam].frame_bytes, offs[lo : lo + CHUNK_ROWS], OFFSET_PREFIX + cam
+            note(col + " <", np.flatnonzero(off < -1), lo,
+                 lambda r, col=col, offs=offs: f"column {col!r} row {r}: negative offset {int(offs[r])}")
+            note(col + " >", np.flatnonzero((off >= 0) & ~out_of_range & (off + fb > size)), lo,
+                 lambda r, col=col, offs=offs, fb=fb: f"column {col!r} row {r}: offset {int(offs[r])} + {fb} frame "
+                                                      f"bytes runs past the end of {index.shards[int(shard[r])].name}")
+    return [f"{msg} ({counts[kind]} rows)" for kind, (_, msg) in first.items()]
 
 
 def check_reads(index: ShardIndex, shard: np.ndarray, offsets: dict[str, np.ndarray], root: Path) -> None:

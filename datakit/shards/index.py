@@ -128,8 +128,9 @@ class ShardIndex:
             raise IndexFileError(path, f"not a {FORMAT_NAME} index (format={got!r})")
         if d.get("format_version") != FORMAT_VERSION:
             raise IndexFileError(path, f"unsupported index format_version {d.get('format_version')!r}")
-        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
-        check_manifest(d, Path(path), required, {f.name for f in fields(cls)} - required, problems)
+        schema = {"index": _fields(cls), "camera": _fields(CameraEntry), "shard": _fields(ShardEntry),
+                  "episode": _fields(EpisodeEntry)}
+        check_manifest(d, Path(path), schema, problems)
         d["cameras"] = {k: CameraEntry(**v) for k, v in d["cameras"].items()}
         d["shards"] = [ShardEntry(**s) for s in d["shards"]]
         d["episodes"] = [EpisodeEntry(**e) for e in d["episodes"]]
@@ -154,6 +155,13 @@ class ShardIndex:
             "skipped": self.skipped,
             "source": self.source,
         }
+
+
+def _fields(cls: type) -> tuple[set[str], set[str]]:
+    """(required, optional) field names of a dataclass: what its JSON object must / may hold."""
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    return required, names - required
 
 
 class _NotStrict(ValueError):

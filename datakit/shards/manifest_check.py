@@ -26,6 +26,8 @@ SHARD_NAME = re.compile(r"shard-[0-9]{6,}\.tar")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 LAYOUTS = ("rgb", "nv12")
 CAMERA_STATUSES = ("real", "blank", "missing")
+STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")  # the ones readers use; others are left alone
+Fields = tuple[set[str], set[str]]  # (required, optional) keys of one object
 
 
 class _Check:
@@ -73,7 +75,8 @@ class _Check:
             self.fail(field, f"expected a string, got {v!r}")
         return v
 
-    def keys(self, d: dict, field: str, required: set[str], optional: set[str] = frozenset()) -> None:
+    def keys(self, d: dict, field: str, fields: Fields) -> None:
+        required, optional = fields
         missing = sorted(required - d.keys())
         if missing:
             self.fail(field or "index", f"missing {', '.join(missing)}")
@@ -88,14 +91,16 @@ def safe_camera_name(name: str) -> bool:
             and not any(ch in name for ch in "/\\\0") and name.isprintable())
 
 
-def check_manifest(d: Any, path: Path, required: set[str], optional: set[str],
-                   collect: list[str] | None = None) -> None:
+def check_manifest(d: Any, path: Path, schema: dict[str, Fields], collect: list[str] | None = None) -> None:
     """Raise IndexFileError naming `path` and the field for the first problem in the parsed
     manifest; with `collect`, inconsistent values are appended there instead (types, syntax and
-    unsafe names still raise: nothing else can be checked, or trusted, after them)."""
+    unsafe names still raise: nothing else can be checked, or trusted, after them).
+
+    `schema` maps "index", "camera", "shard", "episode" to the (required, optional) field names
+    of the dataclass each object becomes, so a field added there is known here."""
     c = _Check(path, collect)
     c.obj(d, "index")
-    c.keys(d, "", required, optional)
+    c.keys(d, "", schema["index"])
     c.num(d["fps"], "fps")
     if d["fps"] <= 0:
         c.fail("fps", f"{d['fps']} is not positive")
@@ -108,52 +113,59 @@ def check_manifest(d: Any, path: Path, required: set[str], optional: set[str],
         c.obj(d[key], key)
     c.lst(d["skipped"], "skipped")
     _check_stats(c, d)
-    _check_cameras(c, d)
-    num_frames = _check_shards(c, d)
-    _check_episodes(c, d, num_frames)
+    _check_cameras(c, d, schema["camera"])
+    num_frames = _check_shards(c, d, schema["shard"])
+    _check_episodes(c, d, num_frames, schema["episode"])
 
 
 def _check_stats(c: _Check, d: dict) -> None:
     dims = {"state": len(d["state_names"]), "action": len(d["action_names"])}
     stats = c.obj(d["stats"], "stats")
     for key, dim in dims.items():
-        for name, values in c.obj(stats.get(key), f"stats.{key}").items():
+        per = c.obj(stats.get(key), f"stats.{key}")
+        for name in STAT_NAMES:
+            if name not in per:
+                c.fail(f"stats.{key}", f"missing {name}")
+            values = c.lst(per[name], f"stats.{key}.{name}")
             if values and len(c.lst(values, f"stats.{key}.{name}")) != dim:
                 c.bad(f"stats.{key}.{name}", f"{len(values)} values for {dim} dimensions")
             for i, v in enumerate(values):
                 c.num(v, f"stats.{key}.{name}[{i}]")
 
 
-def _check_cameras(c: _Check, d: dict) -> None:
-    from datakit.stages.colour import stored_shape  # the one definition of a stored frame's shape
+def stored_frame_shape(layout: str, height: int, width: int) -> list[int]:
+    """Shape of one stored frame: rgb (H, W, 3), nv12 (H*3/2, W). Same as
+    `stages.colour.stored_shape`, which imports torch: `datakit info` / `verify` should not
+    pay 2 s for it (tests/test_index_hardening.py checks the two agree)."""
+    return [height, width, 3] if layout == "rgb" else [height * 3 // 2, width]
 
-    required = {"height", "width", "slot", "frame_shape", "frame_bytes", "source_height", "source_width"}
+
+def _check_cameras(c: _Check, d: dict, fields: Fields) -> None:
     for name, cam in c.obj(d["cameras"], "cameras").items():
         f = f"cameras[{name!r}]"
         if not safe_camera_name(name):
             c.fail(f, "unsafe camera name (it must stay inside its tar member name: no '/', '\\', '..', NUL)")
         c.obj(cam, f)
-        c.keys(cam, f, required, {"episodes"})
+        c.keys(cam, f, fields)
         for key in ("height", "width", "source_height", "source_width"):
             c.int_(cam[key], f"{f}.{key}", lo=1)
         if cam["slot"] not in CAMERA_STATUSES:
             c.fail(f"{f}.slot", f"{cam['slot']!r} is not one of {', '.join(CAMERA_STATUSES)}")
         shape = [c.int_(v, f"{f}.frame_shape[{i}]", lo=1) for i, v in enumerate(c.lst(cam["frame_shape"], f"{f}.frame_shape"))]
-        want = list(stored_shape(d["layout"], cam["height"], cam["width"]))
+        want = stored_frame_shape(d["layout"], cam["height"], cam["width"])
         if shape != want:
             c.bad(f"{f}.frame_shape", f"{shape} is not the {d['layout']} shape {want} of {cam['height']}x{cam['width']}")
         if c.int_(cam["frame_bytes"], f"{f}.frame_bytes", lo=1) != math.prod(shape):
             c.bad(f"{f}.frame_bytes", f"{cam['frame_bytes']} is not prod(frame_shape) = {math.prod(shape)}")
 
 
-def _check_shards(c: _Check, d: dict) -> int:
+def _check_shards(c: _Check, d: dict, fields: Fields) -> int:
     """Shards tile the frames table in order; returns the number of rows they cover."""
-    required = {"name", "bytes", "sha256", "episodes", "rows", "num_frames"}
     names: set[str] = set()
     row = 0
     for i, s in enumerate(c.lst(d["shards"], "shards")):
         f = f"shards[{i}]"
-        c.keys(c.obj(s, f), f, required)
+        c.keys(c.obj(s, f), f, fields)
         name = c.str_(s["name"], f"{f}.name")
         if not SHARD_NAME.fullmatch(name):
             c.fail(f"{f}.name", f"{name!r} is not a shard file name (shard-NNNNNN.tar inside the output folder)")
@@ -178,12 +190,11 @@ def _check_shards(c: _Check, d: dict) -> int:
     return row
 
 
-def _check_episodes(c: _Check, d: dict, num_frames: int) -> None:
-    required = {"episode_index", "length", "shard", "row_start", "task", "slots"}
+def _check_episodes(c: _Check, d: dict, num_frames: int, fields: Fields) -> None:
     shards, row, seen = d["shards"], 0, set()
     for i, e in enumerate(c.lst(d["episodes"], "episodes")):
         f = f"episodes[{i}]"
-        c.keys(c.obj(e, f), f, required)
+        c.keys(c.obj(e, f), f, fields)
         ep = c.int_(e["episode_index"], f"{f}.episode_index")
         length = c.int_(e["length"], f"{f}.length", lo=1)
         shard = c.int_(e["shard"], f"{f}.shard")
