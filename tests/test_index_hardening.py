@@ -240,3 +240,12 @@ def test_manifest_frame_shape_rule_matches_the_converter():
     for layout in ("rgb", "nv12"):
         for h, w in ((32, 64), (180, 320), (720, 1280)):
             assert stored_frame_shape(layout, h, w) == list(stored_shape(layout, h, w))
+
+
+def test_task_index_out_of_range_is_refused_by_the_loader(shards_rgb, tmp_path):
+    from damage import edit_column
+
+    out = copy_out(shards_rgb, tmp_path / "out")
+    edit_column(out, "task_index", lambda v: v.__setitem__(3, 40))
+    with pytest.raises(IndexFileError, match="column 'task_index' row 3: 40 is not a task"):
+        LeRobotView(out)

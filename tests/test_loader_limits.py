@@ -91,3 +91,13 @@ def test_crop_offsets_are_a_pure_function_of_seed_epoch_step():
     np.testing.assert_array_equal(_crop_offsets(range(40, 60)), _crop_offsets(range(40, 60)))
     assert not np.array_equal(_crop_offsets(range(20), epoch=1), _crop_offsets(range(20), epoch=0))
     assert not np.array_equal(_crop_offsets(range(20), seed=5), _crop_offsets(range(20), seed=0))
+
+
+def test_augmentations_draw_from_distinct_keys():
+    """Crop and jitter keys differ for every small (seed, epoch); the old linear keys
+    (seed * 1_000_003 + epoch and seed * 7_919 + epoch * 104_729) were both 0 at seed 0, epoch 0."""
+    from datakit.loader.normalise import CROP, JITTER, aug_key
+
+    keys = {(s, e, a): aug_key(s, e, a) for s in range(20) for e in range(20) for a in (CROP, JITTER)}
+    assert len(set(keys.values())) == len(keys)
+    assert all(0 <= k < 2**62 for k in keys.values())

@@ -69,7 +69,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self.ep_of_row = self.episodes.of_rows(len(self.shard))
         window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
         self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
-        check_reads(self.index, self.shard, self.offsets, self.root)  # no read outside a shard
+        # no read outside a shard, no task index LeRobotView cannot look up
+        check_reads(self.index, self.shard, self.offsets, self.root, task=self.meta["task_index"])
         self.files = ShardCache(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
         self.num_skipped = 0
 

@@ -53,9 +53,21 @@ def offset_problems(index: ShardIndex, shard: np.ndarray, offsets: dict[str, np.
     return [f"{msg} ({counts[kind]} rows)" for kind, (_, msg) in first.items()]
 
 
-def check_reads(index: ShardIndex, shard: np.ndarray, offsets: dict[str, np.ndarray], root: Path) -> None:
-    """Raise IndexFileError naming frames.arrow when a row would read outside its shard."""
-    problems = offset_problems(index, shard, offsets)
+def task_problems(index: ShardIndex, task: np.ndarray) -> list[str]:
+    """Rows whose task_index names no task of the manifest."""
+    bad = np.flatnonzero((task < 0) | (task >= len(index.tasks)))
+    if not bad.size:
+        return []
+    r = int(bad[0])
+    return [f"column 'task_index' row {r}: {int(task[r])} is not a task (the index has {len(index.tasks)}; "
+            f"{bad.size} rows)"]
+
+
+def check_reads(index: ShardIndex, shard: np.ndarray, offsets: dict[str, np.ndarray], root: Path,
+                task: np.ndarray | None = None) -> None:
+    """Raise IndexFileError naming frames.arrow when a row would read outside its shard (or,
+    given `task`, name a task the manifest does not have)."""
+    problems = offset_problems(index, shard, offsets) + (task_problems(index, task) if task is not None else [])
     if problems:
         raise IndexFileError(Path(root) / FRAMES_NAME, problems[0])
 
@@ -88,9 +100,4 @@ def table_problems(index: ShardIndex, frames: pa.Table) -> list[str]:
             r = int(bad[0])
             problems.append(f"column {name!r} row {r}: {int(got[r])}, index.json's episodes say {int(want[r])} "
                             f"({bad.size} rows; a shifted row_start or a damaged column)")
-    task = column(frames, "task_index")
-    bad = np.flatnonzero((task < 0) | (task >= len(index.tasks)))
-    if bad.size:
-        r = int(bad[0])
-        problems.append(f"column 'task_index' row {r}: {int(task[r])} is not a task (the index has {len(index.tasks)})")
-    return problems
+    return problems + task_problems(index, column(frames, "task_index"))
