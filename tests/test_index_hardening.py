@@ -205,6 +205,11 @@ def test_nan_in_the_index_is_refused_when_writing_and_nothing_is_written(shards_
     with pytest.raises(DatakitError, match=r"stats\.action\.max\[0\] is inf"):
         write_index(tmp_path / "out", index, table)
     assert before == {n: (out / n).read_bytes() for n in (MANIFEST, FRAMES, CHECKSUMS)}
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(DatakitError):
+        write_index(fresh, index, table)
+    assert list(fresh.iterdir()) == []  # not even frames.arrow: the manifest is serialised first
 
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])

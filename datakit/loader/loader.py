@@ -128,8 +128,10 @@ class ShardLoader:
         self.sampler.epoch, self.sampler.step = epoch, 0
 
     def close(self) -> None:
-        """Stop the worker processes now rather than at garbage collection."""
+        """Stop the worker processes and close this process's shard files now rather than at
+        garbage collection (a later batch reopens what it needs)."""
         self._host = None
+        self.dataset.files.close()
 
 
 def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from datakit.durable import file_sha256, fsync_dir, write_atomic  # noqa: F401  (write_atomic re-exported)
+from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
 from datakit.errors import IndexFileError
 from datakit.shards.manifest_check import check_manifest
 
@@ -211,22 +210,18 @@ def write_frames(path: Path, table: pa.Table) -> None:
     """Write the per-frame table as ONE record batch, so every column is one contiguous buffer
     that `column()` can view without a copy at any row count (an IPC file of several batches
     puts metadata between them, and reading a column would mean concatenating, i.e. copying)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with pa.OSFile(str(tmp), "wb") as sink:
-        with ipc.new_file(sink, table.schema) as w:
+    with atomic_path(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as w:
             w.write_table(table.combine_chunks())  # no max_chunksize: one batch per (single) chunk
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def write_index(out: Path, index: ShardIndex, table: pa.Table) -> None:
     """Write the index files after every shard is committed: frames table, manifest, then the
     checksums of both (its presence means the conversion finished; `verify` checks them)."""
     out = Path(out)
+    manifest = index.to_json().encode()  # first: a value strict JSON cannot hold fails before any write
     write_frames(out / FRAMES_NAME, table)
-    write_atomic(out / MANIFEST_NAME, index.to_json().encode())
+    write_atomic(out / MANIFEST_NAME, manifest)
     sums = {name: file_sha256(out / name) for name in (MANIFEST_NAME, FRAMES_NAME)}
     write_atomic(out / CHECKSUMS_NAME, (json.dumps({"sha256": sums}, indent=1) + "\n").encode())
 
