@@ -16,6 +16,9 @@ class SourceError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
+
 
 class OutputError(DatakitError):
     """The output folder cannot be used (holds something else, or another conversion)."""
@@ -29,6 +32,9 @@ class ShardError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.shard}: {problem}")
 
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.shard, self.problem))
+
 
 class IndexFileError(DatakitError):
     """`index.json`, `frames.arrow` or `checksums.json` of an output folder is malformed,
@@ -38,6 +44,9 @@ class IndexFileError(DatakitError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
 
 
 class ResourceLimitError(DatakitError):

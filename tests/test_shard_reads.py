@@ -229,3 +229,37 @@ def test_loader_batch_with_short_reads_equals_the_tar_members(shards_rgb, monkey
         ep, fr = int(b["episode_index"][i]), int(b["frame_index"][i])
         for t, off in enumerate((-3, -1, 0)):  # windows clamp to the episode's first frame
             np.testing.assert_array_equal(b["images"][i, 0, t].numpy(), want[ep, max(fr + off, 0)])
+
+
+@pytest.mark.timeout(120)
+def test_workers_with_sha256_and_one_open_shard_equal_the_tar_members(many_shards):
+    """DataLoader workers (forked) each keep their own bounded, verified cache."""
+    from datakit.loader import ShardLoader
+
+    want = _tar_frames(many_shards, CAM)
+    cfg = LoaderConfig(batch_size=4, num_workers=2, verify="sha256", max_open_shards=1, seed=3)
+    loader = ShardLoader(many_shards, cfg)
+    seen = 0
+    for b in loader:
+        for i in range(b["row"].numel()):
+            ep, fr = int(b["episode_index"][i]), int(b["frame_index"][i])
+            np.testing.assert_array_equal(b["images"][i, 0, 0].numpy(), want[ep, fr])
+            seen += 1
+    loader.close()
+    assert seen == (len(want) // 4) * 4
+
+
+@pytest.mark.timeout(120)
+def test_a_bad_shard_in_a_worker_raises_its_own_one_line_error(many_shards, tmp_path):
+    """Not the DataLoader's RuntimeError wrapping a worker traceback."""
+    from datakit.loader import ShardLoader
+
+    out = copy_out(many_shards, tmp_path / "out")
+    name = json.loads((out / MANIFEST).read_text())["shards"][3]["name"]
+    (out / name).unlink()
+    loader = ShardLoader(out, LoaderConfig(batch_size=4, num_workers=2, shuffle="sequential"))
+    with pytest.raises(ShardError) as err:
+        for _ in loader:
+            pass
+    loader.close()
+    assert str(err.value) == f"{out / name}: missing shard file"

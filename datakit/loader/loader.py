@@ -26,7 +26,7 @@ from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher
 from datakit.loader.normalise import Normaliser
 from datakit.loader.sampler import StepSampler, block_ids
-from datakit.loader.shm_pool import BufferPool, PooledDataset, check_shm_space, pool_shape
+from datakit.loader.shm_pool import BufferPool, PooledDataset, WorkerFailure, check_shm_space, pool_shape
 
 
 class _StepBatches:
@@ -157,6 +157,8 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
             item = next(it, None)
             if item is None:
                 return
+            if isinstance(item, WorkerFailure):
+                raise item.error  # the worker's own one-line error (a ShardError naming the shard)
             if pool is not None:
                 batch = pool.receive(item, borrow=borrow)
                 held = (item.worker, item.buffer) if borrow else None

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from datakit.errors import ResourceLimitError
+from datakit.errors import DatakitError, ResourceLimitError
 
 _WAIT_S = 0.1  # how often a waiting worker checks that the pool is still in use
 SHM_DIR = Path("/dev/shm")  # where torch's shared memory (shm_open) lives on Linux
@@ -46,6 +46,14 @@ class RingBatch:
     buffer: int
     shape: tuple[int, ...]  # of the uint8 images in the buffer
     arrays: dict[str, np.ndarray]  # every other batch key, in the batch's key order
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker's batch failed with a DatakitError: sent as a value so the main process raises
+    the error itself (the DataLoader would turn it into a RuntimeError holding a traceback)."""
+
+    error: Exception
 
 
 def check_shm_space(need: int, what: str, shm_dir: Path = SHM_DIR) -> None:
@@ -148,7 +156,7 @@ class PooledDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> Any:
         raise TypeError("PooledDataset only serves whole batches (`__getitems__`)")
 
-    def __getitems__(self, positions: list[int]) -> RingBatch:
+    def __getitems__(self, positions: list[int]) -> RingBatch | WorkerFailure:
         info = torch.utils.data.get_worker_info()
         if info is None:
             raise RuntimeError("PooledDataset runs in DataLoader workers only")
@@ -161,6 +169,9 @@ class PooledDataset(torch.utils.data.Dataset):
             if images.numel() and images.data_ptr() != dest.data_ptr():
                 dest.copy_(images)  # samples of a bad shard were dropped: the rest was compacted elsewhere
             arrays = {k: v.numpy() for k, v in batch.items()}
+        except DatakitError as err:
+            pool.abort(w)
+            return WorkerFailure(err)
         except BaseException:
             pool.abort(w)
             raise
