@@ -8,8 +8,9 @@ In order:
    and episode ranges tiling the table, episode rows inside their shard, totals;
 3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
    frame, shard and task, and every offset either -1 or inside its shard;
-4. each shard: size (`durable.check_size`), sha256, and every indexed offset against the tar
-   headers (each camera member must start exactly there).
+4. each shard: size (`durable.check_size`), sha256, every indexed offset against the tar
+   headers (each camera member must start exactly there, with the .npy header of frame_shape),
+   and every state / action member against the frames table, bit for bit.
 Steps 2-4 run whatever step 1 found, so damage is named even when checksums.json was rewritten
 to match it; checksum problems are listed after the specific ones. A manifest that cannot be parsed at all (not JSON, wrong types, missing fields) or
 a frames table that cannot be read raises IndexFileError (the CLI prints it and exits 2).
@@ -21,7 +22,6 @@ frames.arrow and shards were all rewritten consistently.
 from __future__ import annotations
 
 import json
-import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,29 +70,81 @@ def checksum_problems(out: Path) -> list[str]:
     return problems
 
 
-def _check_shard(path: Path, expected: dict[str, int], headers: dict[str, bytes]) -> list[str]:
-    """Walk the tar headers: every indexed member must sit exactly at its indexed offset, and
-    its .npy header must declare the index's frame_shape (a transposed shape fails here)."""
-    found: dict[str, int] = {}
-    try:
-        with tarfile.open(path, "r:") as tf:
-            for m in tf:
-                found[m.name] = m.offset_data
-    except (tarfile.TarError, OSError) as e:
-        return [f"{path}: unreadable tar ({e})"]
+def _tar_members(path: Path) -> dict[str, int]:
+    """member name -> offset of its data, from a walk of the tar headers (stock tarfile)."""
+    with tarfile.open(path, "r:") as tf:
+        return {m.name: m.offset_data for m in tf}
+
+
+def _camera_problems(path: Path, data: np.ndarray, found: dict[str, int], expected: dict[str, int],
+                     headers: dict[str, bytes]) -> list[str]:
+    """Every indexed camera member sits exactly at its indexed offset, and its .npy header
+    declares the index's frame_shape (a transposed shape fails here)."""
     problems = []
-    with open(path, "rb") as f:
-        for name, off in expected.items():
-            hdr = headers[name]
-            if name not in found:
-                problems.append(f"{path}: member {name} is missing")
-            elif found[name] + len(hdr) != off:
-                problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - len(hdr)}")
-            elif os.pread(f.fileno(), len(hdr), found[name]) != hdr:
-                problems.append(f"{path}: member {name} is not a uint8 array of the index's frame_shape")
-            if len(problems) > 5:
-                break
+    for name, off in expected.items():
+        hdr = headers[name]
+        if name not in found:
+            problems.append(f"{path}: member {name} is missing")
+        elif found[name] + len(hdr) != off:
+            problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - len(hdr)}")
+        elif data[found[name] : found[name] + len(hdr)].tobytes() != hdr:
+            problems.append(f"{path}: member {name} is not a uint8 array of the index's frame_shape")
+        if len(problems) > 5:
+            break
     return problems
+
+
+def _vector_problems(path: Path, data: np.ndarray, found: dict[str, int], keys: list[str], field: str,
+                     want: np.ndarray, rows: np.ndarray) -> list[str]:
+    """The `<key>.<field>.npy` members (state, action) hold, bit for bit, the frames table's
+    values: an edited value in frames.arrow is caught even with checksums.json rewritten."""
+    dim = want.shape[1]
+    hdr = np.frombuffer(npy_header((dim,), np.dtype(np.float32)), np.uint8)
+    names = [f"{k}.{field}.npy" for k in keys]
+    missing = [n for n in names if n not in found]
+    if missing:
+        return [f"{path}: member {missing[0]} is missing ({len(missing)} {field} members)"]
+    pos = np.array([found[n] for n in names], np.int64)
+    if not pos.size:
+        return []
+    if int(pos.max()) + hdr.size + 4 * dim > data.size:
+        return [f"{path}: a {field} member runs past the end of the shard"]
+    bad = np.flatnonzero((data[pos[:, None] + np.arange(hdr.size)] != hdr).any(axis=1))
+    if bad.size:
+        return [f"{path}: member {names[bad[0]]} is not a float32 array of {dim} values"]
+    got = data[pos[:, None] + hdr.size + np.arange(4 * dim)].view("<u4")  # (n, dim) bits
+    diff = np.flatnonzero((got != np.ascontiguousarray(want, "<f4").view("<u4")).any(axis=1))
+    if diff.size:
+        i = int(diff[0])
+        return [f"{path}: member {names[i]} differs from {FRAMES_NAME} column {field!r} row {int(rows[i])} "
+                f"({diff.size} frames)"]
+    return []
+
+
+def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[str, np.ndarray],
+                    offsets: dict[str, np.ndarray]) -> tuple[list[str], int]:
+    """Every member the frames table implies, against the tar: (problems, camera offsets checked)."""
+    try:
+        found = _tar_members(path)
+    except (tarfile.TarError, OSError) as e:
+        return [f"{path}: unreadable tar ({e})"], 0
+    keys = [FRAME_KEY.format(episode=int(e), frame=int(f)) for e, f in zip(cols["episode_index"][rows],
+                                                                         cols["frame_index"][rows])]
+    expected: dict[str, int] = {}
+    hdrs: dict[str, bytes] = {}
+    for cam, c in index.cameras.items():
+        offs = offsets[cam][rows]
+        h = npy_header(tuple(c.frame_shape), np.dtype(np.uint8))
+        for key, o in zip(keys, offs.tolist()):
+            if o < 0 or o + c.frame_bytes > size:
+                continue  # named by the frames table check
+            expected[f"{key}.{cam}.npy"] = o
+            hdrs[f"{key}.{cam}.npy"] = h
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    problems = _camera_problems(path, data, found, expected, hdrs)
+    for field in ("state", "action"):
+        problems += _vector_problems(path, data, found, keys, field, cols[field][rows], rows)
+    return problems, len(expected)
 
 
 def verify(out: str | Path, progress: bool = False) -> VerifyReport:
@@ -114,9 +166,9 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
         rows_usable = False
     if rows_usable and not manifest_problems:  # the row checks rely on the manifest's ranges
         rep.problems += [f"{out / FRAMES_NAME}: {p}" for p in table_problems(index, frames)]
-    if rows_usable:
-        shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
-        offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
+    if rows_usable:  # each column once, not per shard
+        cols = {k: column(frames, k) for k in ("shard", "episode_index", "frame_index", "state", "action")}
+        offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}
     for si, entry in enumerate(index.shards):
         path = out / entry.name
         rep.shards += 1
@@ -132,20 +184,9 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
             continue
         if not rows_usable:
             continue
-        rows = np.flatnonzero(shard_col == si)
-        expected: dict[str, int] = {}
-        hdrs: dict[str, bytes] = {}
-        for cam, c in index.cameras.items():
-            offs = offsets[cam]
-            h = npy_header(tuple(c.frame_shape), np.dtype(np.uint8))
-            for r in rows:
-                o = int(offs[r])
-                if o < 0 or o + c.frame_bytes > size:
-                    continue  # named by the frames table check
-                name = f"{FRAME_KEY.format(episode=int(ep[r]), frame=int(fr[r]))}.{cam}.npy"
-                expected[name], hdrs[name] = o, h
-        rep.offsets_checked += len(expected)
-        rep.problems += _check_shard(path, expected, hdrs)
+        problems, checked = _shard_problems(path, size, np.flatnonzero(cols["shard"] == si), index, cols, offsets)
+        rep.problems += problems
+        rep.offsets_checked += checked
     rep.problems += sums
     return rep
 

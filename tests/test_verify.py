@@ -168,3 +168,14 @@ def test_every_row_check_agrees_with_a_brute_force_walk(shards_rgb):
             r = e["row_start"] + f
             assert (t["episode_index"][r], t["frame_index"][r], t["shard"][r]) == (e["episode_index"], f, e["shard"])
     assert np.all(np.array(t[OFF0]) >= 0)
+
+
+@pytest.mark.parametrize("col", ["state", "action"])
+def test_edited_vector_value_is_caught_against_the_tar_even_with_checksums_rewritten(shards_rgb, tmp_path, capsys,
+                                                                                     col):
+    out = copy_out(shards_rgb, tmp_path / "out")
+    dim = len(json.loads((out / MANIFEST).read_text())[f"{col}_names"])
+    row = 9
+    edit_column(out, col, lambda v: v.__setitem__(row * dim + 1, v[row * dim + 1] + 0.5))
+    problems = _verify_fails(out, capsys, f"differs from {FRAMES} column '{col}' row {row}")
+    assert not any(CHECKSUMS in p for p in problems)
