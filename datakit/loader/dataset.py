@@ -101,7 +101,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The batch of `positions`. `alloc(shape)` supplies the uint8 images tensor (default: a
-        new one); DataLoader workers pass a view of a reused shared-memory slot (`shm_pool`).
+        new one); DataLoader workers pass a view of a reused shared-memory ring buffer (`shm_pool`).
         Every byte of it is written here, so a reused buffer needs no clearing."""
         cfg = self.cfg
         rows = self.anchors[np.asarray(positions, np.int64)]
