@@ -96,6 +96,12 @@ def _shift_shard_boundary(d):
     d["shards"][1]["num_frames"] += 1
 
 
+def _widen_shard0_episodes(d):
+    """Shard 0 claims the next episode too (which shard 1 holds): every episode still lies in
+    its shard's range, but the range is not what the shard holds."""
+    d["shards"][0]["episodes"][1] += 1
+
+
 def _transpose_camera(d):
     """Height, width and frame_shape swapped together: the manifest is self-consistent, the
     .npy headers in the tar are not."""
@@ -112,6 +118,7 @@ MANIFEST_DAMAGE = {
     "shard_rows_gap": (lambda d: d["shards"][1]["rows"].__setitem__(0, d["shards"][1]["rows"][0] + 1),
                        "shards[1].rows"),
     "shard_episodes_range": (lambda d: d["shards"][0].update(episodes=[90, 95]), "outside shard 0's episodes"),
+    "shard_episodes_range_too_wide": (_widen_shard0_episodes, "shards[0].episodes"),
     "frame_shape_transposed": (lambda d: d["cameras"][CAMS[0]].update(frame_shape=[64, 32, 3]),
                                f"cameras['{CAMS[0]}'].frame_shape"),
     "frame_bytes_not_prod": (lambda d: d["cameras"][CAMS[0]].update(frame_bytes=64 * 32 * 3 - 1), "prod(frame_shape)"),

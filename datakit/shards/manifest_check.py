@@ -220,6 +220,13 @@ def _check_episodes(c: _Check, d: dict, num_frames: int, fields: Fields) -> None
         first, last = shards[shard]["episodes"]
         if not first <= ep <= last:
             c.bad(f"{f}.shard", f"episode {ep} is outside shard {shard}'s episodes [{first}, {last}]")
+    held: dict[int, list[int]] = {}
+    for e in d["episodes"]:
+        if e["shard"] < len(shards):
+            held.setdefault(e["shard"], []).append(e["episode_index"])
+    for s_i, eps in sorted(held.items()):  # a shard whose episodes were all skipped holds none
+        if shards[s_i]["episodes"] != [min(eps), max(eps)]:
+            c.bad(f"shards[{s_i}].episodes", f"{shards[s_i]['episodes']} but it holds episodes {min(eps)}..{max(eps)}")
     if row != num_frames:
         c.bad("episodes", f"cover {row} rows, the shards {num_frames}")
     if "num_episodes" in d and c.int_(d["num_episodes"], "num_episodes") != len(d["episodes"]):
