@@ -16,6 +16,9 @@ class SourceError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
+
 
 class OutputError(DatakitError):
     """The output folder cannot be used (holds something else, or another conversion)."""
@@ -29,6 +32,27 @@ class ShardError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.shard}: {problem}")
 
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.shard, self.problem))
+
+
+class IndexFileError(DatakitError):
+    """`index.json`, `frames.arrow` or `checksums.json` of an output folder is malformed,
+    inconsistent or not strict JSON; the message names the file and the field."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
+
+
+class ResourceLimitError(DatakitError):
+    """The machine lacks a resource a run needs (shared memory, file descriptors); the
+    message says how much is needed and what to raise."""
+
 
 class StorageError(DatakitError):
     """Object storage (s3://, gs://, hf://, ...) cannot be read or written: offline, refused, or
@@ -38,3 +62,6 @@ class StorageError(DatakitError):
         self.url = str(url)
         self.problem = problem
         super().__init__(f"{self.url}: {problem}")
+
+    def __reduce__(self):
+        return (type(self), (self.url, self.problem))
