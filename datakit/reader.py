@@ -8,7 +8,7 @@ malformed index.json or frames.arrow raises IndexFileError naming the file, a sh
 would leave the folder is refused. Shards are checked when first opened (`verify`):
 "size" (default, free) cannot see bytes changed in place without changing the size; "sha256"
 hashes each shard once per process before its first read. At most `max_open` shards are
-open at a time (`shards/shard_cache.py`).
+open at a time (`shards/open_shards.py`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
-from datakit.shards.shard_cache import DEFAULT_MAX_OPEN, ShardCache
+from datakit.shards.open_shards import DEFAULT_MAX_OPEN, OpenShards
 from datakit.stages.colour import nv12_to_rgb
 
 
@@ -38,7 +38,7 @@ class ShardReader:
         self.offsets = {c: column(self.frames, OFFSET_PREFIX + c) for c in self.cameras}
         check_reads(self.index, self.shard, self.offsets, self.root)
         self._row_start = {e.episode_index: (e.row_start, e.length) for e in self.index.episodes}
-        self.files = ShardCache(self.root, self.index.shards, verify=verify, max_open=max_open)
+        self.files = OpenShards(self.root, self.index.shards, verify=verify, max_open=max_open)
 
     def __len__(self) -> int:
         return self.index.num_frames

@@ -26,7 +26,7 @@ from datakit.loader import LoaderConfig, ShardDataset
 from datakit.loader.reads import ReadPlan, preadv_full, read_frames
 from datakit.reader import open_shards
 from datakit.shards.index import ShardEntry
-from datakit.shards.shard_cache import ShardCache
+from datakit.shards.open_shards import OpenShards
 from datakit.synth import make_lerobot_dataset
 from damage import MANIFEST, copy_out, read_table
 from test_loader_fixtures import CAMS, shards_rgb  # noqa: F401
@@ -93,7 +93,7 @@ def test_flipped_byte_is_caught_with_sha256_and_not_without(shards_rgb, tmp_path
 
 
 def test_sha256_is_checked_once_per_shard_per_process(many_shards, monkeypatch):
-    import datakit.shards.shard_cache as sc
+    import datakit.shards.open_shards as sc
 
     hashed = []
     real = sc.fd_sha256
@@ -195,7 +195,7 @@ def _short_preadv(monkeypatch, cap: int):
 def test_short_preadv_is_continued_not_reported_as_truncation(tmp_path, monkeypatch):
     data = np.random.default_rng(0).integers(0, 256, 200_000, dtype=np.uint8)
     (tmp_path / "shard-000000.tar").write_bytes(data.tobytes())
-    files = ShardCache(tmp_path, [ShardEntry("shard-000000.tar", data.size, "0" * 64, [0, 0], [0, 1], 1)])
+    files = OpenShards(tmp_path, [ShardEntry("shard-000000.tar", data.size, "0" * 64, [0, 0], [0, 1], 1)])
     fb = 1000
     offsets = np.array([0, 1000, 2000, 5000, 5500, 9000, 150_000, 199_000, 7000], np.int64)  # runs with gaps
     dest = [np.zeros(fb, np.uint8) for _ in offsets]

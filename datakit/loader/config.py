@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from datakit.shards.shard_cache import DEFAULT_MAX_OPEN, VERIFY_MODES
+from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
 
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
 BOUNDARY_MODES = ("pad", "skip")
@@ -64,7 +64,7 @@ class LoaderConfig:
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
     # sample is dropped from its batch and counted in `batch["num_skipped"]`.
     on_error: str = "raise"
-    # How a shard is checked when a process opens it (`shards/shard_cache.py`): "size" (stat,
+    # How a shard is checked when a process opens it (`shards/open_shards.py`): "size" (stat,
     # free; blind to bytes changed in place) or "sha256" (hashes each shard once per process
     # before its first read; catches flipped bytes).
     verify: str = "size"

@@ -32,7 +32,7 @@ from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
-from datakit.shards.shard_cache import ShardCache
+from datakit.shards.open_shards import OpenShards
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -71,7 +71,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
         # no read outside a shard, no task index LeRobotView cannot look up
         check_reads(self.index, self.shard, self.offsets, self.root, task=self.meta["task_index"])
-        self.files = ShardCache(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
+        self.files = OpenShards(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
         self.num_skipped = 0
 
     def __getstate__(self) -> dict[str, Any]:

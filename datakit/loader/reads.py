@@ -5,7 +5,7 @@ together in one shard. `read_frames` sorts a batch's requests by (shard, offset)
 neighbours closer than `coalesce_gap` into one `preadv` whose iovecs scatter each frame
 straight into its destination and send the gaps (other fields, tar headers) to a scratch
 buffer: a 33-frame clip is one contiguous read, with no per-frame scan, no decode and no
-intermediate copy. File descriptors come from `shards.shard_cache.ShardCache`: opened per
+intermediate copy. File descriptors come from `shards.open_shards.OpenShards`: opened per
 process (DataLoader workers fork), at most `max_open_shards` at once, checked against the index
 on open (size, or sha256 once per process), so a truncated or replaced shard fails with its
 name instead of returning a wrong frame.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datakit.errors import ShardError
-from datakit.shards.shard_cache import ShardCache
+from datakit.shards.open_shards import OpenShards
 
 _IOV_MAX = 1000  # Linux allows 1024 iovecs per call; keep a margin
 
@@ -37,7 +37,7 @@ class ReadPlan:
     owner: np.ndarray  # (R,) sample of each request, to drop samples on a bad shard
 
 
-def read_frames(files: ShardCache, plan: ReadPlan, frame_bytes: int, coalesce_gap: int) -> dict[int, ShardError]:
+def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_gap: int) -> dict[int, ShardError]:
     """Fill every `plan.dest`; returns {shard: error} for shards that failed (never raises
     for a shard itself; the caller decides whether to raise or to drop the owners)."""
     failed: dict[int, ShardError] = {}
@@ -77,7 +77,7 @@ def read_frames(files: ShardCache, plan: ReadPlan, frame_bytes: int, coalesce_ga
 
 
 def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, frame_bytes: int,
-              scratch: memoryview, files: ShardCache, shard: int) -> None:
+              scratch: memoryview, files: OpenShards, shard: int) -> None:
     """One contiguous byte range: frames scattered to `dests`, gaps to `scratch`."""
     i = 0
     while i < len(dests):

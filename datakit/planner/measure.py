@@ -1,6 +1,6 @@
 """This machine's read bandwidth on the shards: from disk (page cache dropped for the files
 read, with posix_fadvise DONTNEED, which needs no root and touches no other file) and from the
-page cache (the same bytes read again). Sequential 8 MiB reads, as `ShardCache` downloads and
+page cache (the same bytes read again). Sequential 8 MiB reads, as `storage.cache.ShardCache` downloads and
 the shard_block loader read; a `limit` bounds the bytes read so a large dataset measures fast.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ Every number follows from the index and the sampler's order, without reading a s
   ranks) reads in one epoch, from the sampler's actual order; a cache that holds it downloads
   each shard once per epoch. The peak bytes of one step is the floor below which a cache
   thrashes within a step; with `cache_bytes` given, an LRU simulation of the node's reads in
-  order gives the bytes downloaded per epoch (what `ShardCache` would fetch);
+  order gives the bytes downloaded per epoch (what `storage.cache.ShardCache` would fetch);
 - host-to-device bytes per step and rank: the batch as the loader hands it over (uint8 images,
   at most every slot that some episode fills) against the same images as float32.
 """

@@ -44,7 +44,7 @@ class _OpenShard:
     data: np.ndarray | None = None  # read-only uint8 view of an mmap, made on first use
 
 
-class ShardCache:
+class OpenShards:
     """Lazily opened, checked, read-only shards; at most `max_open` open at a time."""
 
     def __init__(self, root: Path, shards: list[ShardEntry], *, verify: str = "size",
