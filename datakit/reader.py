@@ -9,10 +9,15 @@ would leave the folder is refused. Shards are checked when first opened (`verify
 "size" (default, free) cannot see bytes changed in place without changing the size; "sha256"
 hashes each shard once per process before its first read. At most `max_open` shards are
 open at a time (`shards/open_shards.py`).
+
+A remote root (`open_shards("s3://bucket/out", cache_dir=..., cache_bytes=...)`) is read
+through the node-local download cache (`storage/roots.py`): index files once, each shard
+downloaded whole when first needed, then memory-mapped from the cache like a local one.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,23 +27,29 @@ from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_shards import DEFAULT_MAX_OPEN, OpenShards
 from datakit.stages.colour import nv12_to_rgb
+from datakit.storage.roots import open_root
 
 
 class ShardReader:
     """Read-only view of a converted output folder."""
 
-    def __init__(self, out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN):
-        self.root = Path(out)
-        self.index: ShardIndex = load_index(self.root)
-        self.frames: pa.Table = load_frames(self.root, self.index)
+    def __init__(self, out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN,
+                 cache_dir: str | Path | None = None, cache_bytes: int = 0,
+                 storage_options: dict[str, Any] | None = None):
+        folder, self.cache = open_root(out, verify=verify, cache_dir=cache_dir, cache_bytes=cache_bytes,
+                                       storage_options=storage_options)
+        # what errors name: the local folder, or the URL of a remote root
+        self.root: str | Path = self.cache.root_url if self.cache is not None else folder
+        self.index: ShardIndex = load_index(folder)
+        self.frames: pa.Table = load_frames(folder, self.index)
         self.cameras = list(self.index.cameras)
         self.episode_index = column(self.frames, "episode_index")
         self.frame_index = column(self.frames, "frame_index")
         self.shard = column(self.frames, "shard")
         self.offsets = {c: column(self.frames, OFFSET_PREFIX + c) for c in self.cameras}
-        check_reads(self.index, self.shard, self.offsets, self.root)
+        check_reads(self.index, self.shard, self.offsets, folder)
         self._row_start = {e.episode_index: (e.row_start, e.length) for e in self.index.episodes}
-        self.files = OpenShards(self.root, self.index.shards, verify=verify, max_open=max_open)
+        self.files = OpenShards(folder, self.index.shards, verify=verify, max_open=max_open, cache=self.cache)
 
     def __len__(self) -> int:
         return self.index.num_frames
@@ -77,9 +88,15 @@ class ShardReader:
     def close(self) -> None:
         """Close the open shard files now rather than at garbage collection."""
         self.files.close()
+        if self.cache is not None:
+            self.cache.close()
 
 
-def open_shards(out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN) -> ShardReader:
-    """Open a converted output folder for random access; `verify="sha256"` hashes each shard
+def open_shards(out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN,
+                cache_dir: str | Path | None = None, cache_bytes: int = 0,
+                storage_options: dict[str, Any] | None = None) -> ShardReader:
+    """Open a converted output folder (or a remote root: `s3://...`, through a download cache in
+    `cache_dir` of at most `cache_bytes`) for random access; `verify="sha256"` hashes each shard
     once per process before its first read (see ShardReader)."""
-    return ShardReader(out, verify=verify, max_open=max_open)
+    return ShardReader(out, verify=verify, max_open=max_open, cache_dir=cache_dir, cache_bytes=cache_bytes,
+                       storage_options=storage_options)

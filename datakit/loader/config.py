@@ -8,6 +8,8 @@ the index (cameras exist, the window fits an episode) happen in `ShardDataset`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
 
@@ -75,6 +77,17 @@ class LoaderConfig:
     # discarded, so a clip of consecutive frames is one contiguous read.
     coalesce_gap: int = 1 << 20
 
+    # --- remote shard roots (s3://, gs://, ...; see `storage/cache.py`) ------------------------
+    # Node-local folder where whole shards are downloaded and kept (LRU), shared by the ranks
+    # of a node; None: $DATAKIT_CACHE, else ~/.cache/datakit/shards. Unused for a local root.
+    cache_dir: str | None = None
+    # Size limit of that cache in bytes; 0: half of the folder's free disk space at start. It
+    # must hold the largest shard; use shuffle="shard_block" when it is smaller than the data.
+    cache_bytes: int = 0
+    # fsspec options of the root's filesystem (e.g. {"endpoint_url": ..., "anon": True});
+    # None: the filesystem's own defaults (AWS_* variables and the like).
+    storage_options: dict[str, Any] | None = None
+
     # --- device batch ------------------------------------------------------------------------
     pin_memory: bool = True  # copy host batches into reused pinned buffers (CUDA only)
     image_dtype: str = "bfloat16"  # dtype of normalised images on the device
@@ -112,6 +125,15 @@ class LoaderConfig:
             raise ValueError("num_workers and worker_buffers must be >= 0 and prefetch_factor >= 1")
         if self.max_open_shards < 1:
             raise ValueError(f"max_open_shards must be >= 1, got {self.max_open_shards}")
+        if self.cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0 (0: half the free disk space), got {self.cache_bytes}")
+        if isinstance(self.cache_dir, Path):
+            self.cache_dir = str(self.cache_dir)
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or "://" in self.cache_dir
+                                           or not self.cache_dir):
+            raise ValueError(f"cache_dir must be a local folder path as str, got {self.cache_dir!r}")
+        if self.storage_options is not None and not isinstance(self.storage_options, dict):
+            raise ValueError(f"storage_options must be a dict of fsspec options, got {type(self.storage_options).__name__}")
         for name in ("resize", "crop"):
             v = getattr(self, name)
             if v is not None and (len(v) != 2 or min(v) < 1):

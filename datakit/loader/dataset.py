@@ -7,6 +7,12 @@ the uint8 batch in one pass: numeric columns by numpy fancy indexing on the memo
 frames table, pixels by coalesced `preadv` straight into the batch tensor (see `reads`).
 Nothing is decoded; no tar is scanned.
 
+A remote root (`s3://...`, `gs://...`) is read through a node-local download cache
+(`storage.roots.open_root`, `cfg.cache_dir` / `cache_bytes`): its index files from the cache
+folder, each shard's descriptor from the cache, which downloads the whole shard when needed.
+DataLoader workers get the cache without its prefetch thread and download on demand; the main
+process prefetches ahead of the sampler (`loader/prefetch.py`).
+
 Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
   images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored
   image_mask (B,K) bool - the slot holds a real camera for this sample
@@ -33,18 +39,23 @@ from datakit.loader.slots import kept_slots, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
 from datakit.shards.open_shards import OpenShards
+from datakit.storage.roots import open_root
 
 
 class ShardDataset(torch.utils.data.Dataset):
     """Map-style dataset: position i is the i-th valid anchor; batches via `__getitems__`."""
 
     def __init__(self, root: str | Path, cfg: LoaderConfig):
-        self.root, self.cfg = Path(root), cfg
+        self.cfg = cfg
+        self.folder, self.cache = open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir,
+                                            cache_bytes=cfg.cache_bytes, storage_options=cfg.storage_options)
+        # what errors name: the local folder, or the URL of a remote root
+        self.root: str | Path = self.cache.root_url if self.cache is not None else self.folder
         self._open()
 
     def _open(self) -> None:
-        cfg, self.index = self.cfg, load_index(self.root)
-        frames = load_frames(self.root, self.index)
+        cfg, self.index = self.cfg, load_index(self.folder)
+        frames = load_frames(self.folder, self.index)
         self.slots = slot_map(self.index, cfg.slots)
         used = [c for c in self.slots.cameras if c is not None]
         shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
@@ -70,16 +81,24 @@ class ShardDataset(torch.utils.data.Dataset):
         window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
         self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
         # no read outside a shard, no task index LeRobotView cannot look up
-        check_reads(self.index, self.shard, self.offsets, self.root, task=self.meta["task_index"])
-        self.files = OpenShards(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
+        check_reads(self.index, self.shard, self.offsets, self.folder, task=self.meta["task_index"])
+        self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards,
+                                cache=self.cache)
         self.num_skipped = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "cfg": self.cfg}  # workers re-map the files; nothing big is pickled
+        # workers re-map the files; nothing big is pickled (the cache travels without its thread)
+        return {"root": self.root, "folder": self.folder, "cache": self.cache, "cfg": self.cfg}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.root, self.cfg = state["root"], state["cfg"]
+        self.root, self.folder, self.cache, self.cfg = state["root"], state["folder"], state["cache"], state["cfg"]
         self._open()
+
+    def close(self) -> None:
+        """Close this process's shard files and stop the cache's prefetch thread."""
+        self.files.close()
+        if self.cache is not None:
+            self.cache.close()
 
     def __len__(self) -> int:
         return int(self.anchors.shape[0])

@@ -12,10 +12,13 @@ allocated once (`shm_pool`) and sends only the buffer id, so a 10 MB batch is no
 shared-memory segment per step. The sampler's state advances only when a batch reaches the caller,
 so batches prefetched before a checkpoint are produced again after a resume and a run
 resumed at step k sees exactly the batches of an unbroken run from step k on.
+
+On a remote root (`s3://...`) the batch sampler also drives the shard cache's downloads ahead
+of the reads (`prefetch.EpochPrefetch`); `close()` stops them.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -25,6 +28,7 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher
 from datakit.loader.normalise import Normaliser
+from datakit.loader.prefetch import EpochPrefetch
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.loader.shm_pool import BufferPool, PooledDataset, WorkerFailure, check_shm_space, pool_shape
 
@@ -35,13 +39,17 @@ class _StepBatches:
     One DataLoader (and its workers) then lives across epoch boundaries instead of being
     torn down and forked again at every epoch."""
 
-    def __init__(self, sampler: StepSampler, epoch: int, step: int):
-        self.sampler, self.epoch, self.step = sampler, epoch, step
+    def __init__(self, sampler: StepSampler, epoch: int, step: int,
+                 on_batch: Callable[[int, int], None] | None = None):
+        self.sampler, self.epoch, self.step, self.on_batch = sampler, epoch, step, on_batch
 
     def __iter__(self) -> Iterator[list[int]]:
         epoch, step = self.epoch, self.step
         while True:
-            yield from self.sampler.iter_epoch(epoch, step)
+            for s, batch in enumerate(self.sampler.iter_epoch(epoch, step), start=step):
+                if self.on_batch is not None:  # in the main process, ahead of the workers' reads
+                    self.on_batch(epoch, s)
+                yield batch
             epoch, step = epoch + 1, 0
 
 
@@ -62,6 +70,8 @@ class ShardLoader:
             check_shm_space(workers * buffers * nbytes,
                             f"{workers} workers x {buffers} buffers x {nbytes / 2**20:.1f} MiB per batch")
         self.num_skipped = 0
+        # remote root: download shards ahead of this rank's order
+        self.prefetch = EpochPrefetch(ds.cache, ds.shard[ds.anchors], self.sampler) if ds.cache else None
         self._host: tuple[tuple[int, int], Iterator[dict[str, torch.Tensor]]] | None = None
 
     def __len__(self) -> int:
@@ -111,7 +121,8 @@ class ShardLoader:
         # a module-level generator: one whose frame held `self` would make a reference cycle
         # (loader -> _host -> generator -> loader), and a DataLoader iterator freed by the
         # cycle collector finds its queues already finalised and waits 5 s per worker to join
-        return host_batches(self.dataset, self.sampler, self.cfg, epoch, step, borrow=borrow)
+        return host_batches(self.dataset, self.sampler, self.cfg, epoch, step, borrow=borrow,
+                            on_batch=self.prefetch.at if self.prefetch is not None else None)
 
     def _delivered(self, batch: dict[str, torch.Tensor]) -> None:
         self.num_skipped += int(batch["num_skipped"])
@@ -128,24 +139,26 @@ class ShardLoader:
         self.sampler.epoch, self.sampler.step = epoch, 0
 
     def close(self) -> None:
-        """Stop the worker processes and close this process's shard files now rather than at
-        garbage collection (a later batch reopens what it needs)."""
+        """Stop the worker processes, close this process's shard files and stop the cache's
+        downloads now rather than at garbage collection (a later batch reopens what it needs)."""
         self._host = None
-        self.dataset.files.close()
+        self.dataset.close()
 
 
 def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
-                 borrow: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+                 borrow: bool = False,
+                 on_batch: Callable[[int, int], None] | None = None) -> Iterator[dict[str, torch.Tensor]]:
     """Host batches from (epoch, step) on. With workers, images arrive in shared-memory
     ring buffers (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the buffer,
     valid until the next batch is asked for (the device batcher copies it into pinned
-    memory before that), which saves one 10 MB copy per step."""
+    memory before that), which saves one 10 MB copy per step. `on_batch(epoch, step)` is called
+    as each batch's positions are handed to the DataLoader (remote roots: `EpochPrefetch.at`)."""
     pool, dataset = None, ds
     if cfg.num_workers:
         pool = BufferPool(*pool_shape(cfg, ds))
         dataset = PooledDataset(ds, pool)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=_StepBatches(s, epoch, step), collate_fn=identity_collate,
+        dataset, batch_sampler=_StepBatches(s, epoch, step, on_batch), collate_fn=identity_collate,
         num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
     )
     it, held = iter(loader), None

@@ -116,6 +116,13 @@ class StepSampler:
         idx = np.arange(start, start + self.batch_size) % self.num_anchors
         return order[idx]
 
+    def batches(self, epoch: int, start_step: int = 0) -> np.ndarray:
+        """(steps, batch_size) anchor positions of the rank's batches from `start_step` to the
+        end of the epoch, all at once: `batch(epoch, s)` for each s, vectorised."""
+        steps = np.arange(start_step, self.steps_per_epoch, dtype=np.int64)
+        start = (steps * self.world_size + self.rank) * self.batch_size
+        return self.order(epoch)[(start[:, None] + np.arange(self.batch_size)) % self.num_anchors]
+
     def iter_epoch(self, epoch: int, start_step: int = 0) -> Iterator[list[int]]:
         """The rank's batches of one epoch from `start_step` on (pure; touches no state)."""
         for s in range(start_step, self.steps_per_epoch):

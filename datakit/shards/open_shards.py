@@ -17,6 +17,11 @@ Checks on open ("verify"):
   before the first byte is used. It costs one full read of every shard touched; a shard that
   is evicted and reopened is size-checked again but not re-hashed. Forked workers inherit
   the set of shards already hashed. `datakit verify` checks everything, offline.
+
+Remote shard roots: with `cache` (a `storage.cache.ShardCache`), descriptors come from the
+node-local download cache instead of `os.open` on a local path; the LRU, the size check and
+the error handling stay the same. The cache downloads a shard when it is not there (whole,
+size-checked, hashed at download with its verify="sha256"), so it is not hashed again here.
 """
 from __future__ import annotations
 
@@ -27,12 +32,16 @@ import resource
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from datakit.durable import check_size, fd_sha256
 from datakit.errors import ResourceLimitError, ShardError
 from datakit.shards.index import ShardEntry
+
+if TYPE_CHECKING:
+    from datakit.storage.cache import ShardCache
 
 VERIFY_MODES = ("size", "sha256")
 DEFAULT_MAX_OPEN = 64  # shards open at once per process (each costs 1-2 descriptors)
@@ -48,17 +57,21 @@ class OpenShards:
     """Lazily opened, checked, read-only shards; at most `max_open` open at a time."""
 
     def __init__(self, root: Path, shards: list[ShardEntry], *, verify: str = "size",
-                 max_open: int = DEFAULT_MAX_OPEN):
+                 max_open: int = DEFAULT_MAX_OPEN, cache: ShardCache | None = None):
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r} is not one of {', '.join(VERIFY_MODES)}")
         if max_open < 1:
             raise ValueError(f"max_open must be >= 1, got {max_open}")
         self.root, self.shards, self.verify, self.max_open = Path(root), shards, verify, max_open
+        self.cache = cache  # remote root: descriptors come from this download cache
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._hashed: set[int] = set()  # shards whose sha256 matched, in this process or its parent
         self._pid = os.getpid()
 
-    def path(self, shard: int) -> Path:
+    def path(self, shard: int) -> str | Path:
+        """What errors call the shard: its local path, or its URL on a remote root."""
+        if self.cache is not None:
+            return f"{self.cache.root_url.rstrip('/')}/{self.shards[shard].name}"
         return self.root / self.shards[shard].name
 
     def fd(self, shard: int) -> int:
@@ -97,7 +110,12 @@ class OpenShards:
     def _open_checked(self, shard: int) -> int:
         entry, path = self.shards[shard], self.path(shard)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if self.cache is not None:
+                fd = self.cache.open(entry)  # downloaded when needed; StorageError when it cannot be
+                if self.cache.verify == "sha256":
+                    self._hashed.add(shard)  # hashed at download, before the rename into the cache
+            else:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise ShardError(path, "missing shard file") from None
         except OSError as e:
@@ -115,7 +133,7 @@ class OpenShards:
             raise
         return fd
 
-    def _os_error(self, path: Path, e: OSError, what: str) -> Exception:
+    def _os_error(self, path: str | Path, e: OSError, what: str) -> Exception:
         if e.errno == errno.EMFILE:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             return ResourceLimitError(f"{path}: too many open files (limit {soft}); lower max_open_shards "

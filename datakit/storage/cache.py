@@ -241,6 +241,7 @@ class ShardCache:
         self._protected: set[str] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._driven = False  # reader_at() reports progress; opens do not
         self.prefetch_errors: list[BaseException] = []
 
     def prefetch(self, shard_ids_in_order: Sequence[int]) -> None:
@@ -251,12 +252,23 @@ class ShardCache:
             self._init_thread_state()
         plan = [int(s) for s in shard_ids_in_order]
         with self._cv:
-            self._plan, self._pos, self._next = plan, 0, 0
+            self._plan, self._pos, self._next, self._closed = plan, 0, 0, False
             self._update_protected()
             self._cv.notify_all()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True)
             self._thread.start()
+
+    def reader_at(self, position: int) -> None:
+        """The reader has reached `position` of the current prefetch plan. The loader says so per
+        batch, because reads in DataLoader workers are not seen by this process; once called,
+        opens no longer move the position (a batch opens its shards in file order, not plan order)."""
+        with self._cv:
+            self._driven = True
+            self._pos = min(max(int(position), 0), len(self._plan))
+            self._next = max(self._next, self._pos)
+            self._update_protected()
+            self._cv.notify_all()
 
     def close(self) -> None:
         """Stop the prefetch thread (downloads in flight finish or are cleaned by the next user)."""
@@ -269,7 +281,7 @@ class ShardCache:
     def _consumed(self, entry: ShardEntry) -> None:
         """The reader is at `entry`: move the plan position to its next occurrence."""
         sid = self._id.get(entry.name)
-        if self._pid != os.getpid() or sid is None or not self._plan:
+        if self._pid != os.getpid() or sid is None or not self._plan or self._driven:
             return
         with self._cv:
             try:
