@@ -22,6 +22,9 @@ Remote shard roots: with `cache` (a `storage.cache.ShardCache`), descriptors com
 node-local download cache instead of `os.open` on a local path; the LRU, the size check and
 the error handling stay the same. The cache downloads a shard when it is not there (whole,
 size-checked, hashed at download with its verify="sha256"), so it is not hashed again here.
+A descriptor keeps an evicted shard's disk space in use until it is closed, so each time a
+new shard is opened the shards the cache has evicted meanwhile (no name left: st_nlink 0) are
+closed too; the cache's size limit then holds on disk, not only in its folder listing.
 """
 from __future__ import annotations
 
@@ -104,8 +107,16 @@ class OpenShards:
         while len(self._open) >= self.max_open:
             _, old = self._open.popitem(last=False)
             os.close(old.fd)  # an mmap holds its own descriptor until its last view is gone
-        entry = self._open[shard] = _OpenShard(self._open_checked(shard))
+        entry = _OpenShard(self._open_checked(shard))
+        if self.cache is not None:
+            self._close_evicted()
+        self._open[shard] = entry
         return entry
+
+    def _close_evicted(self) -> None:
+        """Close the open shards that the download cache has deleted (reopening fetches them again)."""
+        for k in [k for k, e in self._open.items() if os.fstat(e.fd).st_nlink == 0]:
+            os.close(self._open.pop(k).fd)
 
     def _open_checked(self, shard: int) -> int:
         entry, path = self.shards[shard], self.path(shard)

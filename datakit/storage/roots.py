@@ -51,16 +51,17 @@ def cache_size(cache_dir: Path, cache_bytes: int) -> int:
 
 def open_root(root: str | Path, *, verify: str = "size", cache_dir: str | Path | None = None, cache_bytes: int = 0,
               storage_options: dict[str, Any] | None = None,
-              policy: RetryPolicy = DEFAULT_RETRY) -> tuple[Path, ShardCache | None]:
+              policy: RetryPolicy | None = None) -> tuple[Path, ShardCache | None]:
     """(local folder holding index.json and frames.arrow, download cache or None) of a shard root.
 
     A local root is returned as it is, with no cache. A remote one gets a `ShardCache` in
     `cache_dir` (default: `default_cache_dir()`), limited to `cache_bytes` (0: half the free
-    space there), checking shards by size or, with verify="sha256", by hash at download."""
+    space there), checking shards by size or, with verify="sha256", by hash at download.
+    `policy`: retries of every remote call (None: this module's DEFAULT_RETRY, read at call time)."""
     url = remote_url(root)
     if url is None:
         return Path(resolve(str(root)) if scheme(str(root)) == "file" else root), None
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     cache = ShardCache(url, folder, max_bytes=cache_size(folder, cache_bytes), verify=verify,
-                       storage_options=storage_options, policy=policy)
+                       storage_options=storage_options, policy=policy or DEFAULT_RETRY)
     return cache.folder, cache
