@@ -21,10 +21,13 @@ frames.arrow and shards were all rewritten consistently.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import tarfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ContextManager
 
 import numpy as np
 
@@ -32,8 +35,8 @@ from datakit.durable import check_size, file_sha256, file_size
 from datakit.errors import IndexFileError, ShardError
 from datakit.shards.frames_check import table_problems
 from datakit.shards.index import (
-    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, check_frames_schema, column, load_frames,
-    load_index,
+    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, ShardEntry, check_frames_schema, column,
+    load_frames, load_index,
 )
 from datakit.shards.writer import npy_header
 
@@ -147,8 +150,33 @@ def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[s
     return problems, len(expected)
 
 
-def verify(out: str | Path, progress: bool = False) -> VerifyReport:
+def verify(out: str | Path, progress: bool = False, *, storage_options: dict[str, Any] | None = None,
+           scratch: str | Path | None = None) -> VerifyReport:
+    """Check a converted folder, or a remote root (`s3://...`; see `storage/verify_remote.py`),
+    and list every problem found (`report.ok` when none)."""
+    from datakit.storage.roots import remote_url
+
+    url = remote_url(out)
+    if url is not None:
+        from datakit.storage.verify_remote import verify_remote
+
+        return verify_remote(url, storage_options=storage_options, scratch=scratch)
     out = Path(out)
+    return check_folder(out, lambda entry: _local_shard(out / entry.name))
+
+
+@contextlib.contextmanager
+def _local_shard(path: Path) -> Iterator[tuple[Path, int | None]]:
+    yield path, file_size(path)
+
+
+ShardFile = Callable[[ShardEntry], ContextManager[tuple[Path, "int | None"]]]
+
+
+def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
+    """Every check of the module docstring on the index files in `out`. Each shard is reached
+    through `shard_file(entry)`: a context giving (local path, size; None when missing) and
+    holding the file there while it is checked (a remote check downloads one shard at a time)."""
     rep = VerifyReport()
     sums = checksum_problems(out)  # listed last: the specific problems below say more
     manifest_problems: list[str] = []
@@ -170,21 +198,21 @@ def verify(out: str | Path, progress: bool = False) -> VerifyReport:
         cols = {k: column(frames, k) for k in ("shard", "episode_index", "frame_index", "state", "action")}
         offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}
     for si, entry in enumerate(index.shards):
-        path = out / entry.name
         rep.shards += 1
-        size = file_size(path)
-        try:
-            check_size(path, size, entry.bytes)
-        except ShardError as e:
-            rep.problems.append(str(e))
-            continue
-        rep.bytes += size
-        if file_sha256(path) != entry.sha256:
-            rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
-            continue
-        if not rows_usable:
-            continue
-        problems, checked = _shard_problems(path, size, np.flatnonzero(cols["shard"] == si), index, cols, offsets)
+        with shard_file(entry) as (path, size):
+            try:
+                check_size(path, size, entry.bytes)
+            except ShardError as e:
+                rep.problems.append(str(e))
+                continue
+            rep.bytes += size
+            if file_sha256(path) != entry.sha256:
+                rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
+                continue
+            if not rows_usable:
+                continue
+            problems, checked = _shard_problems(path, size, np.flatnonzero(cols["shard"] == si), index, cols,
+                                                offsets)
         rep.problems += problems
         rep.offsets_checked += checked
     rep.problems += sums

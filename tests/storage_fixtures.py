@@ -1,7 +1,7 @@
 """Fixtures for the object-storage tests: a real S3-compatible server (moto in server mode, its
 own process, real HTTP on 127.0.0.1) reached through s3fs, and a tiny converted dataset.
 
-Import them with `from storage_fixtures import s3_server, bucket, converted`. Everything skips
+Import them with `from storage_fixtures import s3_server, bucket, converted, uploaded`. Everything skips
 cleanly when moto or s3fs is not installed (`pip install '.[remote,dev]'`).
 """
 import os
@@ -73,6 +73,17 @@ def bucket(s3_server) -> str:
     name = f"t-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem().mkdir(name)
     return f"s3://{name}"
+
+
+@pytest.fixture
+def uploaded(converted, bucket) -> str:
+    """`converted`, uploaded in commit order to `<bucket>/ds`."""
+    from datakit.storage import transfer
+    from datakit.storage.retry import RetryPolicy
+
+    url = f"{bucket}/ds"
+    transfer.upload_output(converted, url, policy=RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05))
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage_fixtures import CAMS, bucket, converted, s3_server  # noqa: F401 (fixtures)
+from storage_fixtures import CAMS, bucket, converted, s3_server, uploaded  # noqa: F401 (fixtures)
 
 pytest.importorskip("s3fs")
 
@@ -23,18 +23,11 @@ from datakit.loader import LoaderConfig, ShardLoader  # noqa: E402
 from datakit.reader import open_shards  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 from datakit.storage import cache as cache_mod  # noqa: E402
-from datakit.storage import roots, transfer  # noqa: E402
+from datakit.storage import roots  # noqa: E402
 from datakit.storage.retry import RetryPolicy  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, jitter=0.0)
-
-
-@pytest.fixture
-def uploaded(converted, bucket) -> str:
-    url = f"{bucket}/ds"
-    transfer.upload_output(converted, url, policy=FAST)
-    return url
 
 
 @pytest.fixture(autouse=True)
