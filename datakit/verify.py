@@ -15,6 +15,9 @@ Steps 2-4 run whatever step 1 found, so damage is named even when checksums.json
 to match it; checksum problems are listed after the specific ones. A manifest that cannot be parsed at all (not JSON, wrong types, missing fields) or
 a frames table that cannot be read raises IndexFileError (the CLI prints it and exits 2).
 
+A remote root (`verify("s3://bucket/out")`) gets the same checks through `check_folder`, one
+shard on local disk at a time (`storage/verify_remote.py`).
+
 What it cannot prove: that the source was converted correctly (the tests do that against
 independent decoders), or anything about a folder whose checksums.json, index.json,
 frames.arrow and shards were all rewritten consistently.
