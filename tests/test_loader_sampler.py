@@ -155,3 +155,25 @@ def test_config_checks():
         LoaderConfig(slots=("a", "a"))
     with pytest.raises(ValueError, match="global batch"):
         StepSampler(num_anchors=10, batch_size=4, world_size=3)
+
+
+@pytest.mark.parametrize("world, rank, drop_last", [(1, 0, True), (3, 2, False)])
+def test_batches_all_at_once_equal_batch_by_batch(world, rank, drop_last):
+    s = StepSampler(num_anchors=103, batch_size=4, seed=5, mode="shard_block", rank=rank, world_size=world,
+                    drop_last=drop_last, blocks=block_ids(np.repeat(np.arange(7), 15)[:103], 8))
+    for start in (0, 3):
+        got = s.batches(2, start)
+        want = [s.batch(2, k) for k in range(start, s.steps_per_epoch)]
+        assert got.shape == (len(want), 4) and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_remote_cache_config_checks():
+    with pytest.raises(ValueError, match="cache_bytes"):
+        LoaderConfig(cache_bytes=-1)
+    with pytest.raises(ValueError, match="cache_dir"):
+        LoaderConfig(cache_dir="s3://bucket/cache")
+    with pytest.raises(ValueError, match="storage_options"):
+        LoaderConfig(storage_options=["endpoint_url"])
+    from pathlib import Path
+
+    assert LoaderConfig(cache_dir=Path("/nvme/c")).cache_dir == "/nvme/c"
