@@ -1,7 +1,8 @@
 """Fixtures for the object-storage tests: a real S3-compatible server (moto in server mode, its
 own process, real HTTP on 127.0.0.1) reached through s3fs, and a tiny converted dataset.
 
-Import them with `from storage_fixtures import s3_server, bucket, converted, uploaded`. Everything skips
+tests/conftest.py imports them once for the whole session (do not import them into test modules:
+each importing module would get its own session fixture, i.e. a second server). Everything skips
 cleanly when moto or s3fs is not installed (`pip install '.[remote,dev]'`).
 """
 import os
@@ -45,6 +46,9 @@ def s3_server():
                 pytest.skip("moto server did not start")
             time.sleep(0.05)
     endpoint = f"http://127.0.0.1:{port}"
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # no cached filesystem may point at another endpoint
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
                                             "AWS_ENDPOINT_URL")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage_fixtures import CAMS, bucket, converted, s3_server, uploaded  # noqa: F401 (fixtures)
+from storage_fixtures import CAMS  # the fixtures (s3_server, bucket, converted, uploaded) come from conftest.py
 
 pytest.importorskip("s3fs")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_fixtures import bucket, converted, s3_server, uploaded  # noqa: F401 (fixtures)
+# the fixtures (s3_server, bucket, converted, uploaded) come from conftest.py
 
 pytest.importorskip("s3fs")
 

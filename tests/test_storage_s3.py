@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage_fixtures import CAMS, bucket, converted, s3_server  # noqa: F401 (fixtures)
+from storage_fixtures import CAMS  # the fixtures (s3_server, bucket, converted) come from conftest.py
 
 pytest.importorskip("s3fs")
 
