@@ -8,7 +8,7 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from storage_fixtures import CAMS, converted  # noqa: F401 (fixture)
+from storage_fixtures import CAMS  # the `converted` fixture comes from conftest.py
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import StepSampler, block_ids
