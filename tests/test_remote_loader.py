@@ -159,7 +159,9 @@ def test_loader_retries_a_server_that_fails_for_a_while_then_fails_clearly(conve
     _assert_same(_batches(uploaded, remote, 6), want)
     assert flaky.failed == 3
     flaky.fail_next(10**6, ".tar")  # a server that does not recover
-    loader = ShardLoader(uploaded, _cfg(cache_dir=str(tmp_path / "c2"), cache_bytes=1 << 30, storage_options=opts))
+    # a small cache keeps the prefetch window (and its failing downloads) to about one shard
+    loader = ShardLoader(uploaded, _cfg(cache_dir=str(tmp_path / "c2"), cache_bytes=_small_cache(converted),
+                                        storage_options=opts))
     try:
         with pytest.raises(StorageError, match=rf"^{uploaded}/shard-\d+\.tar: download failed 4 times"):
             next(iter(loader))
