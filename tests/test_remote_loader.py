@@ -226,3 +226,38 @@ def test_open_shards_on_s3_reads_the_frames_of_the_local_folder(converted, uploa
             assert np.array_equal(reader.read_raw(reader.row(ep, fr), cam), frames[(ep, fr, cam)])
     finally:
         reader.close()
+
+
+@pytest.mark.timeout(120)
+def test_loader_sha256_on_s3_names_a_damaged_shard_or_skips_its_samples(converted, bucket, tmp_path):
+    import s3fs
+
+    from datakit.errors import ShardError
+
+    url = f"{bucket}/ds"
+    fs = s3fs.S3FileSystem()
+    for p in sorted(converted.iterdir()):
+        fs.put_file(str(p), f"{url}/{p.name}"[len("s3://"):])
+    index = load_index(converted)
+    bad = 1
+    data = bytearray((converted / index.shards[bad].name).read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size: only the hash can tell
+    fs.pipe(f"{url}/{index.shards[bad].name}"[len("s3://"):], bytes(data))
+    remote = dict(cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 30, verify="sha256")
+    loader = ShardLoader(url, _cfg(**remote))
+    try:
+        with pytest.raises(ShardError, match=rf"^{url}/{index.shards[bad].name}: sha256 .* differs from the index"):
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    loader = ShardLoader(url, _cfg(**remote, on_error="skip"))
+    try:
+        ds, s = loader.dataset, loader.sampler
+        want_skipped = int((ds.shard[ds.anchors[s.batches(0)]] == bad).sum())  # the epoch's samples in it
+        rows = np.concatenate([b["row"].numpy() for b in loader])
+        assert want_skipped > 0 and loader.num_skipped == want_skipped
+        assert not (ds.shard[rows] == bad).any()
+        assert not list(ds.cache.folder.glob(f"{index.shards[bad].name}*"))  # never cached
+    finally:
+        loader.close()

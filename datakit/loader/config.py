@@ -64,7 +64,8 @@ class LoaderConfig:
     # /dev/shm must hold num_workers x buffers x one batch's image bytes (checked at start).
     worker_buffers: int = 0
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
-    # sample is dropped from its batch and counted in `batch["num_skipped"]`.
+    # sample is dropped from its batch and counted in `batch["num_skipped"]`. A remote shard
+    # that cannot be downloaded after the retries raises StorageError in both modes.
     on_error: str = "raise"
     # How a shard is checked when a process opens it (`shards/open_shards.py`): "size" (stat,
     # free; blind to bytes changed in place) or "sha256" (hashes each shard once per process
