@@ -18,7 +18,8 @@ from datakit.decoders import BackendUnavailable, open_decoder, probe_video
 from datakit.errors import DatakitError, SourceError
 from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
-from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
+from datakit.sources.checks import check_episode_table, raise_first_error
+from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
 from datakit.stages.colour import rgb_to_nv12
 from datakit.stages.prefetch import prefetch
 from datakit.stages.resize import resize_frames
@@ -138,16 +139,18 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)
+    state, action = table.state.astype(np.float32), table.action.astype(np.float32)
     for t in range(T):
         images: dict[str, np.ndarray] = {}
         for cam, s in streams.items():
             frame = s.next(T)
             detectors[cam].update(frame[None])
             images[cam] = rgb_to_nv12(torch.from_numpy(frame[None]))[0].numpy() if cfg.layout == "nv12" else frame
+        task_index = int(table.task_index[t])
         meta = {"episode_index": ref.episode_index, "frame_index": int(table.frame_index[t]),
-                "timestamp": float(table.timestamp[t]), "task_index": int(table.task_index[t]), "task": table.task}
-        offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images,
-                                  table.state[t], table.action[t], meta)
+                "timestamp": float(table.timestamp[t]), "task_index": task_index,
+                "task": task_text(spec.tasks, task_index)}
+        offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images, state[t], action[t], meta)
         for cam, o in offs.items():
             res.offsets[cam][t] = o
     for cam, s in streams.items():
@@ -163,10 +166,7 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
     res = EpisodeResult(ref.episode_index, str(ref.source), base=sink.bytes)
     try:
         table = load_episode(spec, ref)
-        if len(table) != ref.length:
-            raise SourceError(ref.source, f"table has {len(table)} rows, metadata says {ref.length}")
-        if not np.array_equal(table.frame_index, np.arange(len(table))):
-            raise SourceError(ref.source, "frame_index is not 0..length-1 in order")
+        raise_first_error(check_episode_table(spec, ref, table, nonfinite=getattr(cfg, "nonfinite", "reject")))
         try:
             _write_episode(spec, ref, table, cfg, sink, res)
         except BaseException:

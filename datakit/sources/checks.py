@@ -137,11 +137,27 @@ def check_dataset(spec: DatasetSpec) -> list[Finding]:
     out = _camera_findings(spec, _metadata_file(spec))
     out += _episode_findings(spec)
     out += _range_findings(spec)
-    declared = getattr(spec, "total_episodes", None)
-    if declared is not None and declared != len(spec.episodes):
-        out.append(Finding("episode_count", _metadata_file(spec),
-                           f"total_episodes is {declared} but the episode metadata lists {len(spec.episodes)}"))
+    out += _count_findings(spec)
     return out
+
+
+def _count_findings(spec: DatasetSpec) -> list[Finding]:
+    """Episode numbers against the declared total: with a total, they must be exactly 0..total-1
+    (an error); without one, a gap is only a warning (a subset of a dataset is legitimate)."""
+    indices = sorted({ref.episode_index for ref in spec.episodes})
+    declared = spec.total_episodes
+    where = _metadata_file(spec)
+    if declared is not None and declared != len(spec.episodes):
+        return [Finding("episode_count", where, f"total_episodes is {declared} but the episode metadata "
+                                                f"lists {len(spec.episodes)} episodes")]
+    missing = sorted(set(range(indices[-1] + 1)) - set(indices)) if indices and indices[-1] >= 0 else []
+    if not missing:
+        return []
+    shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+    sev = ERROR if declared is not None else WARNING
+    return [Finding("episode_gap", where, f"episode_index has gaps: {len(missing)} missing ({shown})"
+                                          + (f" although total_episodes is {declared}" if declared is not None else ""),
+                    missing[0], None, sev)]
 
 
 def _first_bad_row(mask: np.ndarray) -> tuple[int, int]:
