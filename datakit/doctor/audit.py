@@ -1,0 +1,174 @@
+"""Audit a whole source dataset: scan it, check its metadata, audit every episode on a process
+pool with a progress bar, then the checks that need every episode (constant columns, unused tasks).
+
+A defect never stops the audit. Only input that cannot be a dataset at all (a missing folder, a
+folder of neither format) raises SourceError; a dataset whose metadata cannot be scanned gives a
+report with that one `metadata` finding.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from datakit import layout
+from datakit.doctor.episode import ColumnRange, EpisodeAudit, audit_episode
+from datakit.doctor.video import VideoAuditOptions
+from datakit.errors import SourceError
+from datakit.sources import detect_format, scan
+from datakit.sources.checks import ERROR, WARNING, Finding, check_dataset
+from datakit.sources.episode import DatasetSpec
+
+SEVERITY_ORDER = {ERROR: 0, WARNING: 1}
+
+
+@dataclass
+class DoctorReport:
+    """Everything `datakit doctor` found in one source dataset."""
+
+    source: str
+    format: str | None = None  # "lerobot" | "droid" (None if undetected)
+    version: str | None = None  # e.g. "v3.0", "droid-raw" (None if the scan failed)
+    episodes: int = 0
+    frames_decoded: int = 0
+    seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def counts(self) -> dict[str, int]:
+        """Number of findings per kind."""
+        out: dict[str, int] = {}
+        for f in self.findings:
+            out[f.kind] = out.get(f.kind, 0) + 1
+        return dict(sorted(out.items()))
+
+
+# --- the process pool: the spec is sent once per worker, then only episode positions ----------
+_WORKER: dict = {}
+
+
+def _init_worker(spec: DatasetSpec, opts: VideoAuditOptions) -> None:
+    _WORKER["spec"], _WORKER["opts"] = spec, opts
+
+
+def _audit_at(position: int) -> EpisodeAudit:
+    spec = _WORKER["spec"]
+    return audit_episode(spec, spec.episodes[position], _WORKER["opts"])
+
+
+def _crashed(spec: DatasetSpec, position: int, e: BaseException) -> EpisodeAudit:
+    ref = spec.episodes[position]
+    return EpisodeAudit(ref.episode_index, [Finding("audit_failed", str(ref.source),
+                                                    f"episode {ref.episode_index}: audit worker failed "
+                                                    f"({type(e).__name__}: {e})", ref.episode_index)])
+
+
+def audit_episodes(spec: DatasetSpec, opts: VideoAuditOptions, workers: int = 1,
+                   progress: bool = True) -> list[EpisodeAudit]:
+    """Audit every episode (in spec order), on `workers` processes (1: in this process)."""
+    n = len(spec.episodes)
+    out: list[EpisodeAudit | None] = [None] * n
+    bar = tqdm(total=n, unit="episode", desc=f"doctor {spec.root.name}", disable=not progress)
+    try:
+        if workers <= 1 or n <= 1:
+            for i, ref in enumerate(spec.episodes):
+                out[i] = audit_episode(spec, ref, opts)
+                bar.update(1)
+        else:
+            method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
+            with ProcessPoolExecutor(min(workers, n), mp_context=mp.get_context(method),
+                                     initializer=_init_worker, initargs=(spec, opts)) as pool:
+                futures: dict[Future, int] = {pool.submit(_audit_at, i): i for i in range(n)}
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    try:  # BrokenProcessPool when a worker dies (OOM killer): named, not a hang
+                        out[i] = fut.result()
+                    except Exception as e:
+                        out[i] = _crashed(spec, i, e)
+                    bar.update(1)
+    finally:
+        bar.close()
+    return [a for a in out if a is not None]
+
+
+def _constant_columns(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:
+    """State/action columns with one value over the whole dataset: no signal, and a zero std that
+    normalisation divides by."""
+    where = str(spec.root / layout.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
+    out = []
+    for name, names in (("state", spec.state_names), ("action", spec.action_names)):
+        ranges = [getattr(a, name) for a in audits if getattr(a, name) is not None]
+        if not ranges:
+            continue
+        total: ColumnRange = ranges[0]
+        for r in ranges[1:]:
+            total = total.merge(r)
+        for d in np.flatnonzero(total.low == total.high):
+            col = names[d] if d < len(names) else str(d)
+            out.append(Finding("constant_column", where, f"{name} column {col!r} is {total.low[d]:g} in every frame "
+                                                         f"of every episode", severity=WARNING))
+    return out
+
+
+def _tasks_file(spec: DatasetSpec) -> str:
+    if spec.format != "lerobot":
+        return str(spec.root)
+    return str(spec.root / (layout.LEROBOT_V3_TASKS if spec.version == "v3.0" else layout.LEROBOT_V2_TASKS))
+
+
+def _unused_tasks(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:
+    """Tasks declared but used by no frame (only judged when every table could be read)."""
+    if any(a.state is None for a in audits):
+        return []
+    used = {t for a in audits for t in a.tasks_used}
+    return [Finding("unused_task", _tasks_file(spec), f"task {i} {text!r} is used by no episode", severity=WARNING)
+            for i, text in enumerate(spec.tasks) if i not in used]
+
+
+def _scan_unchecked(src: Path, fmt: str) -> DatasetSpec:
+    """The scanned metadata with its invariants not enforced, so that check_dataset lists them all."""
+    import inspect
+
+    if "check" in inspect.signature(scan).parameters:
+        return scan(src, fmt, check=False)
+    return scan(src, fmt)
+
+
+def audit_dataset(src: str | Path, *, fmt: str = "auto", workers: int = 1, frozen_seconds: float = 2.0,
+                  progress: bool = True) -> DoctorReport:
+    """Audit the dataset at `src` on `workers` processes; a camera showing identical frames for
+    `frozen_seconds` or longer is frozen. Raises SourceError only when `src` is not a dataset folder."""
+    t0 = time.perf_counter()
+    src = Path(src)
+    if not src.is_dir():
+        raise SourceError(src, "no such folder")
+    fmt = detect_format(src) if fmt == "auto" else fmt
+    report = DoctorReport(str(src), fmt)
+    try:
+        spec = _scan_unchecked(src, fmt)
+    except SourceError as e:
+        report.findings.append(Finding("metadata", e.path, e.problem))
+        report.seconds = time.perf_counter() - t0
+        return report
+    report.version, report.episodes = spec.version, len(spec.episodes)
+    opts = VideoAuditOptions(frozen_frames=max(2, int(round(frozen_seconds * spec.fps))))
+    report.findings += check_dataset(spec)
+    audits = audit_episodes(spec, opts, workers, progress)
+    for a in audits:
+        report.findings += a.findings
+        report.frames_decoded += a.frames_decoded
+    report.findings += _constant_columns(spec, audits) + _unused_tasks(spec, audits)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+__all__ = ["DoctorReport", "audit_dataset", "audit_episodes"]

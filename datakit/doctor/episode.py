@@ -1,0 +1,110 @@
+"""Audit one episode in a worker process: its files, its table, and every camera's video.
+
+Nothing here raises for a defect of the data: each becomes a Finding, so one bad episode (or one
+bad file inside it) does not hide the others. The table invariants are the ones `convert` applies
+(`datakit.sources.checks.check_episode_table`); this module adds what only a full read can see
+(video decode, blank/frozen cameras) and the per-column ranges the dataset-wide checks need.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from datakit.doctor.video import VideoAuditOptions, audit_video
+from datakit.errors import SourceError
+from datakit.sources import load_episode
+from datakit.sources.checks import ERROR, Finding, check_episode_table
+from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable
+
+
+@dataclass
+class ColumnRange:
+    """Smallest and largest finite value of each column (NaN where a column has none)."""
+
+    low: np.ndarray
+    high: np.ndarray
+
+    @staticmethod
+    def of(x: np.ndarray) -> "ColumnRange":
+        x = np.asarray(x, np.float64)
+        if x.ndim != 2 or not len(x):
+            n = x.shape[1] if x.ndim == 2 else 0
+            return ColumnRange(np.full(n, np.nan), np.full(n, np.nan))
+        finite = np.where(np.isfinite(x), x, np.nan)
+        all_nan = np.isnan(finite).all(axis=0)
+        safe = np.where(all_nan[None, :], 0.0, finite)
+        low, high = np.nanmin(safe, axis=0), np.nanmax(safe, axis=0)
+        low[all_nan], high[all_nan] = np.nan, np.nan
+        return ColumnRange(low, high)
+
+    def merge(self, other: "ColumnRange") -> "ColumnRange":
+        if self.low.shape != other.low.shape or self.high.shape != other.high.shape:
+            return self  # a width mismatch is reported by check_episode_table
+        return ColumnRange(np.fmin(self.low, other.low), np.fmax(self.high, other.high))
+
+
+@dataclass
+class EpisodeAudit:
+    """What one worker sends back for one episode."""
+
+    episode_index: int
+    findings: list[Finding] = field(default_factory=list)
+    frames_decoded: int = 0
+    state: ColumnRange | None = None  # None when the table could not be read
+    action: ColumnRange | None = None
+    tasks_used: list[int] = field(default_factory=list)
+
+
+def _missing_files(ref: EpisodeRef) -> tuple[list[Finding], EpisodeRef]:
+    """A finding per missing file of the episode, and the ref without its missing videos (so that
+    the table, and the cameras that are there, are still audited)."""
+    e, out, videos = ref.episode_index, [], {}
+    src = Path(ref.source)
+    if not src.exists():
+        out.append(Finding("missing_file", str(src), f"episode {e}: missing table file", e))
+    for cam, vs in ref.videos.items():
+        if vs is not None and not Path(vs.path).is_file():
+            out.append(Finding("missing_file", str(vs.path), f"episode {e} camera {cam}: missing video file", e))
+            vs = None
+        videos[cam] = vs
+    return out, dataclasses.replace(ref, videos=videos)
+
+
+def _table(spec: DatasetSpec, ref: EpisodeRef, audit: EpisodeAudit) -> EpisodeTable | None:
+    try:
+        table = load_episode(spec, ref)
+    except SourceError as e:
+        audit.findings.append(Finding("table", e.path, f"episode {ref.episode_index}: {e.problem}",
+                                      ref.episode_index))
+        return None
+    audit.findings += check_episode_table(spec, ref, table)
+    audit.state, audit.action = ColumnRange.of(table.state), ColumnRange.of(table.action)
+    audit.tasks_used = sorted(int(t) for t in np.unique(table.task_index))
+    return table
+
+
+def audit_episode(spec: DatasetSpec, ref: EpisodeRef, opts: VideoAuditOptions) -> EpisodeAudit:
+    """Every finding of one episode; an unforeseen exception becomes an `audit_failed` finding."""
+    audit = EpisodeAudit(ref.episode_index)
+    try:
+        missing, present = _missing_files(ref)
+        audit.findings += missing
+        if Path(present.source).exists():
+            _table(spec, present, audit)
+        for cam, vs in present.videos.items():
+            if vs is None:
+                continue
+            findings, n = audit_video(spec, present, cam, vs, opts)
+            audit.findings += findings
+            audit.frames_decoded += n
+    except Exception as e:  # a bug or an unforeseen library error: report it, audit the rest
+        audit.findings.append(Finding("audit_failed", str(ref.source),
+                                      f"episode {ref.episode_index}: audit failed ({type(e).__name__}: {e})",
+                                      ref.episode_index, None, ERROR))
+    return audit
+
+
+__all__ = ["ColumnRange", "EpisodeAudit", "audit_episode"]
