@@ -1,23 +1,28 @@
 """Audit one camera's video of one episode: decode every frame, without converting anything.
 
-Decoding is done by FFmpeg through PyAV, packet by packet, because it is the one decoder that says
-*which* frame went wrong: a packet it cannot decode raises, and a frame it concealed (damaged
-bytes that still give a picture, the silent case of issue 7) carries `is_corrupt`. Decord and
-TorchCodec return such frames without a word. A decode error does not end the audit; the packets
-after it are still decoded, so the count of frames and later defects are still reported.
+Decoding is done by FFmpeg through PyAV, packet by packet on one thread, because that says *which*
+frame went wrong: the packets tell which frames the file holds (their presentation times), a
+packet FFmpeg cannot decode raises at that packet, and a frame it concealed (damaged bytes that
+still give a picture, the silent case of issue 7) carries `is_corrupt`. Decord and TorchCodec
+return such frames without a word. A decode error does not end the audit; the packets after it
+are still decoded, so the frame count and later defects are still reported. Damage that FFmpeg
+itself does not notice (bytes flipped in a way that still parses) cannot be seen here either.
 
 What is reported (all with the episode's frame number, 0 = the episode's first frame):
 - `video_unreadable`: the container cannot be opened or has no video stream
 - `video_fps`, `video_size`: the stream disagrees with the dataset's fps or declared frame size
-- `video_decode_error`: a packet that FFmpeg cannot decode; `video_corrupt_frame`: a concealed frame
+- `video_decode_error`: a frame the file holds that does not decode (or whose packet raised);
+  `video_corrupt_frame`: a frame FFmpeg decoded by concealing damage
 - `video_frame_count`: decoded frames differ from the table's length (or from the container's count)
-- `video_timestamps`: presentation times that skip frames, repeat or go backwards
+- `video_timestamps`: packet presentation times that skip frames or repeat, decode times that
+  go backwards
 - `blank_camera`: every frame constant (the `stages.slots` rule), `frozen_camera`: a long run of
   identical frames (mean absolute difference at most FROZEN_MEAN_DIFF levels)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,32 +50,27 @@ class VideoAuditOptions:
 
 
 class _FrameTracker:
-    """Follows decoded frames in order: timestamp steps, blank content and frozen runs."""
+    """Follows decoded frames in presentation order: count, blank content and frozen runs."""
 
     def __init__(self, cam: str, path: str, ref: EpisodeRef, opts: VideoAuditOptions):
         self.cam, self.path, self.episode, self.opts = cam, path, ref.episode_index, opts
         self.findings: list[Finding] = []
-        self.count = 0
-        self.last_index: int | None = None
+        self.decoded: set[int] = set()
         self.slot = SlotDetector()
         self._prev: np.ndarray | None = None
         self._run_start = 0
         self._run = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.decoded)
 
     def add(self, kind: str, frame: int | None, msg: str, severity: str = ERROR) -> None:
         self.findings.append(Finding(kind, self.path, f"episode {self.episode} camera {self.cam}: {msg}",
                                      self.episode, frame, severity))
 
     def frame(self, index: int, rgb: np.ndarray) -> None:
-        if self.last_index is not None and index != self.last_index + 1:
-            if index <= self.last_index:
-                self.add("video_timestamps", index, f"frame {index} is presented at or before frame "
-                                                     f"{self.last_index} (timestamps repeat or go backwards)")
-            else:
-                self.add("video_timestamps", self.last_index + 1,
-                          f"{index - self.last_index - 1} frame(s) missing before frame {index} (timestamp gap)")
-        self.last_index = index
-        self.count += 1
+        self.decoded.add(index)
         self.slot.update(rgb[None])
         sub = rgb[::2, ::2].astype(np.int16)
         if self._prev is not None and np.abs(sub - self._prev).mean() <= FROZEN_MEAN_DIFF:
@@ -83,14 +83,24 @@ class _FrameTracker:
     def _end_run(self) -> None:
         if self._run >= self.opts.frozen_frames:
             self.add("frozen_camera", self._run_start, f"{self._run} identical frames from frame "
-                                                        f"{self._run_start} (a frozen camera)", WARNING)
+                                                       f"{self._run_start} (a frozen camera)", WARNING)
 
     def finish(self) -> None:
         if self.count and self.slot.slot == SLOT_BLANK:
             self.add("blank_camera", 0, f"all {self.count} frames are one constant colour (a blank camera)",
-                      WARNING)
+                     WARNING)
         elif self.count:
             self._end_run()
+
+
+@dataclass
+class _Packets:
+    """What the container holds for the episode, packet by packet (before any decoding)."""
+
+    frames: list[int] = field(default_factory=list)  # episode frame number of each packet, demux order
+    dts_backwards: list[int] = field(default_factory=list)  # frames whose packet dts does not increase
+    errors: dict[int, str] = field(default_factory=dict)  # frame -> decode error raised at its packet
+    corrupt: list[int] = field(default_factory=list)  # frames decoded with concealed damage
 
 
 def _frame_range(vs: VideoSlice, spec: DatasetSpec) -> tuple[int, int | None]:
@@ -100,50 +110,85 @@ def _frame_range(vs: VideoSlice, spec: DatasetSpec) -> tuple[int, int | None]:
     return start, stop
 
 
-def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: _FrameTracker) -> list[tuple[int, str]]:
-    """Decode the packets of [start, stop); feed every frame to the tracker; return the decode
-    errors and concealed frames as (episode frame, what)."""
+# packets demuxed past the episode's end before stopping (B-frame reordering depth, generously)
+REORDER_MARGIN = 32
+
+
+def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: _FrameTracker) -> _Packets:
+    """Demux and decode the packets of [start, stop) one by one, feeding every frame to the tracker."""
     import av
 
-    bad: list[tuple[int, str]] = []
+    got = _Packets()
+    n = None if stop is None else stop - start
     with av.open(str(vs.path)) as container:
         stream = container.streams.video[0]
-        stream.codec_context.thread_count = 1
+        stream.codec_context.thread_count = 1  # errors surface at the packet that carries them
         tb = float(stream.time_base)
         t0 = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
         if start > 0:
             container.seek(max(int((t0 + (start - 0.5) / fps) / tb), 0), stream=stream, backward=True)
-        done = False
+
+        def index(ts: float) -> int:  # episode frame number of a presentation time in time_base units
+            return int(round((ts * tb - t0) * fps)) - start
+
+        def wanted(i: int) -> bool:
+            return i >= 0 and (n is None or i < n)
+
+        last_dts = None
         for packet in container.demux(stream):
+            if packet.pts is not None:  # the flush packet at the end has none
+                i = index(packet.pts)
+                if n is not None and packet.dts is not None and index(packet.dts) >= n + REORDER_MARGIN:
+                    break
+                if wanted(i):
+                    got.frames.append(i)
+                    if last_dts is not None and packet.dts is not None and packet.dts <= last_dts:
+                        got.dts_backwards.append(i)
+                last_dts = packet.dts if packet.dts is not None else last_dts
             try:
                 frames = packet.decode()
             except av.FFmpegError as e:
-                nxt = (tracker.last_index + 1) if tracker.last_index is not None else 0
-                bad.append((nxt, f"decode error ({type(e).__name__}: {e})"))
+                if packet.pts is not None and wanted(index(packet.pts)):
+                    got.errors[index(packet.pts)] = f"{type(e).__name__}: {e}"
                 continue
             for frame in frames:
-                t = (frame.pts * tb if frame.pts is not None else frame.time) - t0
-                i = int(round(t * fps)) - start
-                if i < 0:
-                    continue
-                if stop is not None and i >= stop - start:
-                    done = True
-                    break
-                if frame.is_corrupt:
-                    bad.append((i, "frame decoded with errors (concealed damage)"))
-                tracker.frame(i, frame.to_ndarray(format="rgb24"))
-            if done:
-                break
-    return bad
+                i = index(frame.pts) if frame.pts is not None else int(round((frame.time - t0) * fps)) - start
+                if wanted(i):
+                    if frame.is_corrupt:
+                        got.corrupt.append(i)
+                    tracker.frame(i, frame.to_ndarray(format="rgb24"))
+    return got
 
 
-def _bad_frame_findings(bad: list[tuple[int, str]], tracker: _FrameTracker) -> None:
-    for frame, what in bad[:MAX_FRAME_FINDINGS]:
-        kind = "video_decode_error" if what.startswith("decode error") else "video_corrupt_frame"
-        tracker.add(kind, frame, f"frame {frame}: {what}")
-    if len(bad) > MAX_FRAME_FINDINGS:
-        rest = bad[MAX_FRAME_FINDINGS:]
-        tracker.add("video_corrupt_frame", rest[0][0], f"{len(rest)} more damaged frame(s) from frame {rest[0][0]}")
+def _listed(frames: list[int]) -> str:
+    shown = ", ".join(str(i) for i in frames[:MAX_FRAME_FINDINGS])
+    return shown + (f" and {len(frames) - MAX_FRAME_FINDINGS} more" if len(frames) > MAX_FRAME_FINDINGS else "")
+
+
+def _packet_findings(got: _Packets, tracker: _FrameTracker) -> None:
+    """Decode errors, concealed frames and timestamp defects, each pinned to a frame; per kind at
+    most MAX_FRAME_FINDINGS findings, then one that counts the rest."""
+    def report(kind: str, frames: list[int], what) -> None:
+        for i in frames[:MAX_FRAME_FINDINGS]:
+            tracker.add(kind, i, f"frame {i}: {what(i)}")
+        if len(frames) > MAX_FRAME_FINDINGS:
+            rest = frames[MAX_FRAME_FINDINGS:]
+            tracker.add(kind, rest[0], f"{len(rest)} more such frames from frame {rest[0]} ({_listed(rest)})")
+
+    present = sorted(set(got.frames))
+    lost = [i for i in present if i not in tracker.decoded]
+    first_error = next(iter(got.errors.values()), "no frame came out of the decoder")
+    report("video_decode_error", lost, lambda i: f"does not decode ({got.errors.get(i, first_error)})")
+    quiet = sorted(i for i in got.errors if i in tracker.decoded)  # an error, yet a frame came out
+    report("video_decode_error", quiet, lambda i: f"decode error ({got.errors[i]})")
+    report("video_corrupt_frame", sorted(set(got.corrupt)), lambda i: "decoded with errors (concealed damage)")
+    repeated = sorted(i for i, k in Counter(got.frames).items() if k > 1)
+    report("video_timestamps", repeated, lambda i: "two packets have this presentation time")
+    report("video_timestamps", got.dts_backwards, lambda i: "decode timestamp does not increase (goes backwards)")
+    gaps = [a + 1 for a, b in zip(present, present[1:]) if b > a + 1]
+    ends = {a + 1: b for a, b in zip(present, present[1:]) if b > a + 1}
+    report("video_timestamps", gaps, lambda i: f"{ends[i] - i} frame(s) missing before frame {ends[i]} "
+                                               f"(a timestamp gap)")
 
 
 def audit_video(spec: DatasetSpec, ref: EpisodeRef, cam: str, vs: VideoSlice,
@@ -164,20 +209,20 @@ def audit_video(spec: DatasetSpec, ref: EpisodeRef, cam: str, vs: VideoSlice,
                                          f"{declared.height}x{declared.width}")
     start, stop = _frame_range(vs, spec)
     try:
-        bad = _decode(vs, spec.fps, start, stop, tracker)
+        got = _decode(vs, spec.fps, start, stop, tracker)
     except Exception as e:  # av raises many types for damaged containers; the audit goes on
-        nxt = (tracker.last_index + 1) if tracker.last_index is not None else 0
-        bad = [(nxt, f"decode error ({type(e).__name__}: {e})")]
-    _bad_frame_findings(bad, tracker)
+        tracker.add("video_unreadable", None, f"demux failed ({type(e).__name__}: {e})")
+        got = _Packets()
+    _packet_findings(got, tracker)
     tracker.finish()
     if tracker.count != ref.length:
         word = "fewer" if tracker.count < ref.length else "more"
         sev = WARNING if abs(tracker.count - ref.length) == 1 else ERROR  # convert tolerates one frame
         tracker.add("video_frame_count", min(tracker.count, ref.length),
-                     f"{tracker.count} frames decoded, {word} than the table's {ref.length}", sev)
+                    f"{tracker.count} frames decoded, {word} than the table's {ref.length}", sev)
     elif stop is None and info.num_frames != tracker.count:
         tracker.add("video_frame_count", None, f"the container declares {info.num_frames} frames but "
-                                                f"{tracker.count} decode", WARNING)
+                                               f"{tracker.count} decode", WARNING)
     return tracker.findings, tracker.count
 
 
