@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from datakit import layout
 from datakit.doctor.episode import ColumnRange, EpisodeAudit, audit_episode
-from datakit.doctor.video import VideoAuditOptions
+from datakit.doctor.frames import FrameAuditOptions
 from datakit.errors import SourceError
 from datakit.sources import detect_format, scan
 from datakit.sources.checks import ERROR, WARNING, Finding, check_dataset
@@ -56,7 +56,7 @@ class DoctorReport:
 _WORKER: dict = {}
 
 
-def _init_worker(spec: DatasetSpec, opts: VideoAuditOptions) -> None:
+def _init_worker(spec: DatasetSpec, opts: FrameAuditOptions) -> None:
     _WORKER["spec"], _WORKER["opts"] = spec, opts
 
 
@@ -72,7 +72,7 @@ def _crashed(spec: DatasetSpec, position: int, e: BaseException) -> EpisodeAudit
                                                     f"({type(e).__name__}: {e})", ref.episode_index)])
 
 
-def audit_episodes(spec: DatasetSpec, opts: VideoAuditOptions, workers: int = 1,
+def audit_episodes(spec: DatasetSpec, opts: FrameAuditOptions, workers: int = 1,
                    progress: bool = True) -> list[EpisodeAudit]:
     """Audit every episode (in spec order), on `workers` processes (1: in this process)."""
     n = len(spec.episodes)
@@ -134,15 +134,6 @@ def _unused_tasks(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding
             for i, text in enumerate(spec.tasks) if i not in used]
 
 
-def _scan_unchecked(src: Path, fmt: str) -> DatasetSpec:
-    """The scanned metadata with its invariants not enforced, so that check_dataset lists them all."""
-    import inspect
-
-    if "check" in inspect.signature(scan).parameters:
-        return scan(src, fmt, check=False)
-    return scan(src, fmt)
-
-
 def audit_dataset(src: str | Path, *, fmt: str = "auto", workers: int = 1, frozen_seconds: float = 2.0,
                   progress: bool = True) -> DoctorReport:
     """Audit the dataset at `src` on `workers` processes; a camera showing identical frames for
@@ -154,13 +145,13 @@ def audit_dataset(src: str | Path, *, fmt: str = "auto", workers: int = 1, froze
     fmt = detect_format(src) if fmt == "auto" else fmt
     report = DoctorReport(str(src), fmt)
     try:
-        spec = _scan_unchecked(src, fmt)
+        spec = scan(src, fmt, check=False)  # check_dataset below lists every invariant broken
     except SourceError as e:
         report.findings.append(Finding("metadata", e.path, e.problem))
         report.seconds = time.perf_counter() - t0
         return report
     report.version, report.episodes = spec.version, len(spec.episodes)
-    opts = VideoAuditOptions(frozen_frames=max(2, int(round(frozen_seconds * spec.fps))))
+    opts = FrameAuditOptions(frozen_frames=max(2, int(round(frozen_seconds * spec.fps))))
     report.findings += check_dataset(spec)
     audits = audit_episodes(spec, opts, workers, progress)
     for a in audits:

@@ -3,7 +3,8 @@
 Nothing here raises for a defect of the data: each becomes a Finding, so one bad episode (or one
 bad file inside it) does not hide the others. The table invariants are the ones `convert` applies
 (`datakit.sources.checks.check_episode_table`); this module adds what only a full read can see
-(video decode, blank/frozen cameras) and the per-column ranges the dataset-wide checks need.
+(video and embedded-image decode, blank/frozen cameras) and the per-column ranges and task
+indices the dataset-wide checks need.
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.doctor.video import VideoAuditOptions, audit_video
+from datakit.doctor.frames import FrameAuditOptions
+from datakit.doctor.images import audit_images
+from datakit.doctor.video import audit_video
 from datakit.errors import SourceError
 from datakit.sources import load_episode
 from datakit.sources.checks import ERROR, Finding, check_episode_table
-from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable
+from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 
 @dataclass
@@ -73,27 +76,30 @@ def _missing_files(ref: EpisodeRef) -> tuple[list[Finding], EpisodeRef]:
     return out, dataclasses.replace(ref, videos=videos)
 
 
-def _table(spec: DatasetSpec, ref: EpisodeRef, audit: EpisodeAudit) -> EpisodeTable | None:
+def _table(spec: DatasetSpec, ref: EpisodeRef, audit: EpisodeAudit, opts: FrameAuditOptions) -> None:
     try:
         table = load_episode(spec, ref)
     except SourceError as e:
         audit.findings.append(Finding("table", e.path, f"episode {ref.episode_index}: {e.problem}",
                                       ref.episode_index))
-        return None
+        return
     audit.findings += check_episode_table(spec, ref, table)
     audit.state, audit.action = ColumnRange.of(table.state), ColumnRange.of(table.action)
     audit.tasks_used = sorted(int(t) for t in np.unique(table.task_index))
-    return table
+    for cam, images in table.images.items():
+        findings, n = audit_images(spec, ref, cam, images, opts)
+        audit.findings += findings
+        audit.frames_decoded += n
 
 
-def audit_episode(spec: DatasetSpec, ref: EpisodeRef, opts: VideoAuditOptions) -> EpisodeAudit:
+def audit_episode(spec: DatasetSpec, ref: EpisodeRef, opts: FrameAuditOptions) -> EpisodeAudit:
     """Every finding of one episode; an unforeseen exception becomes an `audit_failed` finding."""
     audit = EpisodeAudit(ref.episode_index)
     try:
         missing, present = _missing_files(ref)
         audit.findings += missing
         if Path(present.source).exists():
-            _table(spec, present, audit)
+            _table(spec, present, audit, opts)
         for cam, vs in present.videos.items():
             if vs is None:
                 continue

@@ -16,8 +16,7 @@ What is reported (all with the episode's frame number, 0 = the episode's first f
 - `video_frame_count`: decoded frames differ from the table's length (or from the container's count)
 - `video_timestamps`: packet presentation times that skip frames or repeat, decode times that
   go backwards
-- `blank_camera`: every frame constant (the `stages.slots` rule), `frozen_camera`: a long run of
-  identical frames (mean absolute difference at most FROZEN_MEAN_DIFF levels)
+- `blank_camera`, `frozen_camera`: see `datakit.doctor.frames`
 """
 from __future__ import annotations
 
@@ -28,69 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from datakit.decoders import probe_video
+from datakit.doctor.frames import CameraTracker, FrameAuditOptions
 from datakit.errors import SourceError
 from datakit.sources.checks import ERROR, WARNING, Finding
-from datakit.shards.index import SLOT_BLANK
 from datakit.sources.episode import DatasetSpec, EpisodeRef, VideoSlice
-from datakit.stages.slots import SlotDetector
 
-# Mean absolute difference (uint8 levels, every 2nd pixel) at or below which two consecutive frames
-# count as identical. A frozen H.264 source decodes with differences of 0.05-0.45 (codec noise);
-# a moving scene differs by 10 or more.
-FROZEN_MEAN_DIFF = 0.75
 # decode and corruption findings listed one by one per video; the rest are summed up in one more
 MAX_FRAME_FINDINGS = 5
-
-
-@dataclass(frozen=True)
-class VideoAuditOptions:
-    """What counts as a frozen camera."""
-
-    frozen_frames: int = 30  # a run of at least this many identical frames is reported
-
-
-class _FrameTracker:
-    """Follows decoded frames in presentation order: count, blank content and frozen runs."""
-
-    def __init__(self, cam: str, path: str, ref: EpisodeRef, opts: VideoAuditOptions):
-        self.cam, self.path, self.episode, self.opts = cam, path, ref.episode_index, opts
-        self.findings: list[Finding] = []
-        self.decoded: set[int] = set()
-        self.slot = SlotDetector()
-        self._prev: np.ndarray | None = None
-        self._run_start = 0
-        self._run = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.decoded)
-
-    def add(self, kind: str, frame: int | None, msg: str, severity: str = ERROR) -> None:
-        self.findings.append(Finding(kind, self.path, f"episode {self.episode} camera {self.cam}: {msg}",
-                                     self.episode, frame, severity))
-
-    def frame(self, index: int, rgb: np.ndarray) -> None:
-        self.decoded.add(index)
-        self.slot.update(rgb[None])
-        sub = rgb[::2, ::2].astype(np.int16)
-        if self._prev is not None and np.abs(sub - self._prev).mean() <= FROZEN_MEAN_DIFF:
-            self._run += 1
-        else:
-            self._end_run()
-            self._run_start, self._run = index, 1
-        self._prev = sub
-
-    def _end_run(self) -> None:
-        if self._run >= self.opts.frozen_frames:
-            self.add("frozen_camera", self._run_start, f"{self._run} identical frames from frame "
-                                                       f"{self._run_start} (a frozen camera)", WARNING)
-
-    def finish(self) -> None:
-        if self.count and self.slot.slot == SLOT_BLANK:
-            self.add("blank_camera", 0, f"all {self.count} frames are one constant colour (a blank camera)",
-                     WARNING)
-        elif self.count:
-            self._end_run()
 
 
 @dataclass
@@ -114,7 +57,7 @@ def _frame_range(vs: VideoSlice, spec: DatasetSpec) -> tuple[int, int | None]:
 REORDER_MARGIN = 32
 
 
-def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: _FrameTracker) -> _Packets:
+def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: CameraTracker) -> _Packets:
     """Demux and decode the packets of [start, stop) one by one, feeding every frame to the tracker."""
     import av
 
@@ -165,7 +108,7 @@ def _listed(frames: list[int]) -> str:
     return shown + (f" and {len(frames) - MAX_FRAME_FINDINGS} more" if len(frames) > MAX_FRAME_FINDINGS else "")
 
 
-def _packet_findings(got: _Packets, tracker: _FrameTracker) -> None:
+def _packet_findings(got: _Packets, tracker: CameraTracker) -> None:
     """Decode errors, concealed frames and timestamp defects, each pinned to a frame; per kind at
     most MAX_FRAME_FINDINGS findings, then one that counts the rest."""
     def report(kind: str, frames: list[int], what) -> None:
@@ -192,10 +135,10 @@ def _packet_findings(got: _Packets, tracker: _FrameTracker) -> None:
 
 
 def audit_video(spec: DatasetSpec, ref: EpisodeRef, cam: str, vs: VideoSlice,
-                opts: VideoAuditOptions) -> tuple[list[Finding], int]:
+                opts: FrameAuditOptions) -> tuple[list[Finding], int]:
     """Findings for one camera of one episode, and the number of frames decoded."""
     path = str(vs.path)
-    tracker = _FrameTracker(cam, path, ref, opts)
+    tracker = CameraTracker(cam, path, ref, opts)
     try:
         info = probe_video(vs.path)
     except SourceError as e:
@@ -226,4 +169,4 @@ def audit_video(spec: DatasetSpec, ref: EpisodeRef, cam: str, vs: VideoSlice,
     return tracker.findings, tracker.count
 
 
-__all__ = ["FROZEN_MEAN_DIFF", "MAX_FRAME_FINDINGS", "VideoAuditOptions", "audit_video"]
+__all__ = ["MAX_FRAME_FINDINGS", "audit_video"]
