@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from fractions import Fraction
 from pathlib import Path
@@ -343,3 +344,54 @@ def test_json_on_stdout_and_cli_wiring(dataset, capsys):
     rep = json.loads(out)  # stdout holds only the JSON; the table went to stderr
     assert rc == 1 and rep["schema"] == "datakit.doctor/1" and rep["counts"] == {"missing_file": 1}
     assert "missing_file" in err
+
+
+def test_image_camera_damaged_and_frozen(tmp_path):
+    """Cameras stored as PNGs inside the table: a broken image is pinned to its frame, and the
+    frozen check runs on them as on video."""
+    wrist = "observation.images.wrist"
+    src = make_lerobot_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(8, 9), cameras=(TOP,),
+                               image_cameras=(wrist,), blank_cameras=(), height=H, width=W, fps=FPS,
+                               codec="h264")
+    path = v2_table(src, 1)
+    table = pq.read_table(path)
+    cells = table[wrist].to_pylist()
+    cells[5]["bytes"] = cells[5]["bytes"][:40]  # a truncated PNG
+    for i in range(1, len(cells)):
+        if i != 5:
+            cells[i]["bytes"] = cells[0]["bytes"]  # otherwise stuck on the first image
+    i = table.column_names.index(wrist)
+    pq.write_table(table.set_column(i, wrist, pa.array(cells, type=table.schema.field(i).type)), path)
+    rc, rep = doctor(src, "--frozen-seconds", "0.3")
+    [bad] = of_kind(rep, "image_unreadable")
+    assert rc == 1 and (bad["path"], bad["episode"], bad["frame"]) == (str(path), 1, 5)
+    frozen = sorted((f["episode"], f["frame"]) for f in of_kind(rep, "frozen_camera"))
+    assert frozen == [(1, 0), (1, 6)]  # frames 0-4 and 6-8 (3 frames = 0.3 s) are one image
+    assert rep["frames_decoded"] == (8 + 9) * 2 - 1
+
+
+def _die_on_episode_1(position: int):
+    """A pool task that is killed like the OOM killer does, for episode position 1."""
+    import os
+    import signal
+
+    from datakit.doctor import audit
+
+    if position == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return audit.audit_episode(audit._WORKER["spec"], audit._WORKER["spec"].episodes[position],
+                               audit._WORKER["opts"])
+
+
+@pytest.mark.timeout(60)
+def test_killed_worker_is_a_finding_not_a_hang(dataset, monkeypatch):
+    if os.environ.get("DATAKIT_MP_START", "fork") != "fork":
+        pytest.skip("the planted task reaches workers only through fork")
+    from datakit.doctor import audit
+
+    src = dataset("v2.1")
+    monkeypatch.setattr(audit, "_audit_at", _die_on_episode_1)
+    rc, rep = doctor(src, "--workers", "2")
+    failed = of_kind(rep, "audit_failed")
+    assert rc == 1 and 1 in {f["episode"] for f in failed}
+    assert all("BrokenProcessPool" in f["message"] for f in failed)

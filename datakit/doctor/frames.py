@@ -39,7 +39,8 @@ class CameraTracker:
         self.findings: list[Finding] = []
         self.decoded: set[int] = set()  # episode frame numbers seen
         self.slot = SlotDetector()
-        self._prev: np.ndarray | None = None
+        self._prev: np.ndarray | None = None  # the previous frame (subsampled), if it was frame index - 1
+        self._last = -2
         self._run_start = 0
         self._run = 0
 
@@ -57,7 +58,9 @@ class CameraTracker:
         self.decoded.add(index)
         self.slot.update(rgb[None])
         sub = rgb[::2, ::2].astype(np.int16)
-        if self._prev is not None and np.abs(sub - self._prev).mean() <= FROZEN_MEAN_DIFF:
+        follows = index == self._last + 1  # a frame that did not decode ends a run
+        self._last = index
+        if follows and self._prev is not None and np.abs(sub - self._prev).mean() <= FROZEN_MEAN_DIFF:
             self._run += 1
         else:
             self._end_run()
