@@ -314,13 +314,15 @@ def test_missing_files_and_the_rest_still_audited(dataset):
     assert rep["frames_decoded"] == sum(len(pyav_decode_all(p)) for p in src.rglob("*.mp4"))
 
 
-def test_droid_missing_camera_file(dataset):
+def test_droid_missing_camera_and_trajectory_files(dataset):
     src = dataset("droid")
     [mp4] = [p for p in src.rglob("*.mp4") if "10:01:46" in str(p) and p.stem == "22008760"]
+    [h5] = [p for p in src.rglob(layout.DROID_TRAJECTORY) if "10:00:46" in str(p)]
     mp4.unlink()
+    h5.unlink()
     rc, rep = doctor(src)
-    [f] = rep["findings"]
-    assert rc == 1 and (f["kind"], f["episode"], f["path"]) == ("missing_file", 1, str(mp4))
+    found = sorted((f["kind"], f["episode"], f["path"]) for f in rep["findings"])
+    assert rc == 1 and found == [("missing_file", 0, str(h5)), ("missing_file", 1, str(mp4))]
 
 
 # --- runner, report and CLI -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datakit import layout
 from datakit.doctor.frames import FrameAuditOptions
 from datakit.doctor.images import audit_images
 from datakit.doctor.video import audit_video
@@ -61,13 +62,18 @@ class EpisodeAudit:
     tasks_used: list[int] = field(default_factory=list)
 
 
-def _missing_files(ref: EpisodeRef) -> tuple[list[Finding], EpisodeRef]:
+def _table_file(spec: DatasetSpec, ref: EpisodeRef) -> Path:
+    """The file holding the episode's table (a DROID episode's source is its folder)."""
+    return Path(ref.source) / layout.DROID_TRAJECTORY if spec.format == "droid" else Path(ref.source)
+
+
+def _missing_files(spec: DatasetSpec, ref: EpisodeRef) -> tuple[list[Finding], EpisodeRef]:
     """A finding per missing file of the episode, and the ref without its missing videos (so that
     the table, and the cameras that are there, are still audited)."""
     e, out, videos = ref.episode_index, [], {}
-    src = Path(ref.source)
-    if not src.exists():
-        out.append(Finding("missing_file", str(src), f"episode {e}: missing table file", e))
+    table = _table_file(spec, ref)
+    if not table.is_file():
+        out.append(Finding("missing_file", str(table), f"episode {e}: missing table file", e))
     for cam, vs in ref.videos.items():
         if vs is not None and not Path(vs.path).is_file():
             out.append(Finding("missing_file", str(vs.path), f"episode {e} camera {cam}: missing video file", e))
@@ -96,9 +102,9 @@ def audit_episode(spec: DatasetSpec, ref: EpisodeRef, opts: FrameAuditOptions) -
     """Every finding of one episode; an unforeseen exception becomes an `audit_failed` finding."""
     audit = EpisodeAudit(ref.episode_index)
     try:
-        missing, present = _missing_files(ref)
+        missing, present = _missing_files(spec, ref)
         audit.findings += missing
-        if Path(present.source).exists():
+        if _table_file(spec, present).is_file():
             _table(spec, present, audit, opts)
         for cam, vs in present.videos.items():
             if vs is None:
