@@ -207,9 +207,9 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
         if not np.isfinite(ts).all():
             t = int(np.argmax(~np.isfinite(ts)))
             out.append(Finding("timestamp", src, f"episode {e} frame {t}: timestamp is {ts[t]!r}", e, t))
-        elif n > 1 and (np.diff(ts) <= 0).any():
-            t = int(np.argmax(np.diff(ts) <= 0)) + 1
-            out.append(Finding("timestamp", src, f"episode {e} frame {t}: timestamp {ts[t]:g} does not increase "
+        elif n > 1 and (np.diff(ts) < 0).any():
+            t = int(np.argmax(np.diff(ts) < 0)) + 1
+            out.append(Finding("timestamp", src, f"episode {e} frame {t}: timestamp {ts[t]:g} goes backwards "
                                                  f"(previous {ts[t - 1]:g})", e, t))
         elif spec.fps > 0:
             drift = np.abs((ts - ts[0]) - np.arange(n) / spec.fps)
