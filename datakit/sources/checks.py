@@ -28,6 +28,8 @@ NONFINITE_POLICIES = ("reject", "keep")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # slack (in frames) allowed when two v3.0 episodes share a video file boundary
 RANGE_SLACK_FRAMES = 0.5
+# fields of every sample besides the cameras (shards/writer.py): a camera may not take their names
+RESERVED_MEMBER_FIELDS = ("state", "action", "json")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ def member_name_problem(name: object) -> str | None:
 
     A member must stay inside its sample for tarfile extraction and for webdataset, which splits
     samples at `/`: so no `/` (hence no leading `/` and no `..` path component), no backslash,
-    no NUL or other control characters, no empty name and no `..` at all."""
+    no NUL or other control characters, no empty name, no `..` at all, and not the name of
+    another field of the sample (`state`, `action`)."""
     if not isinstance(name, str):
         return f"is not a string ({type(name).__name__})"
     if not name.strip():
@@ -67,6 +70,8 @@ def member_name_problem(name: object) -> str | None:
         return "contains a NUL or control character"
     if name.startswith(".") or name.endswith("."):
         return "starts or ends with '.'"
+    if name in RESERVED_MEMBER_FIELDS:
+        return f"is one of the reserved member fields {', '.join(RESERVED_MEMBER_FIELDS)}"
     return None
 
 

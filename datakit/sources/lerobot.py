@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from datakit import layout
 from datakit.errors import SourceError
+from datakit.sources.checks import member_name_problem
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
 
 
@@ -126,6 +127,10 @@ def scan_lerobot(root: Path) -> DatasetSpec:
             raise SourceError(info_path, f"{key} {info[key]!r} is not a string")
     cameras = {name: CameraSpec(name, *_camera_hw(name, ft, info_path), storage=ft["dtype"])
                for name, ft in features.items() if ft.get("dtype") in ("video", "image")}
+    for name in cameras:  # before any path is built from it
+        if problem := member_name_problem(name):
+            raise SourceError(info_path, f"camera name {name!r} {problem}: it would give a tar member "
+                                         f"outside its sample")
     for key in (layout.LEROBOT_STATE_KEY, layout.LEROBOT_ACTION_KEY):
         if key not in features:
             raise SourceError(info_path, f"no {key!r} feature")
