@@ -10,6 +10,7 @@ how many there are, whether the camera is blank, and where it is frozen.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -18,9 +19,9 @@ from datakit.sources.checks import ERROR, WARNING, Finding
 from datakit.sources.episode import EpisodeRef
 from datakit.stages.slots import SlotDetector
 
-# Mean absolute difference (uint8 levels, every 2nd pixel) at or below which two consecutive frames
-# count as identical. A frozen source through H.264 decodes with differences of 0.05-0.45 (codec
-# noise, measured on the synthetic videos); a moving scene differs by 10 or more.
+# Mean absolute difference (uint8 levels, every 2nd pixel of the luma plane) at or below which two
+# consecutive frames count as identical. A frozen source through H.264 decodes with differences of
+# 0.05-0.45 (codec noise, measured on the synthetic videos); a moving scene differs by 10 or more.
 FROZEN_MEAN_DIFF = 0.75
 
 
@@ -53,11 +54,15 @@ class CameraTracker:
         self.findings.append(Finding(kind, self.path, f"episode {self.episode} camera {self.cam}: {msg}",
                                      self.episode, frame, severity))
 
-    def frame(self, index: int, rgb: np.ndarray) -> None:
-        """Frame `index` of the episode, (H, W, 3) uint8 RGB."""
+    def frame(self, index: int, plane: np.ndarray, rgb: Callable[[], np.ndarray]) -> None:
+        """Frame `index` of the episode: `plane` is any 8-bit picture plane (the luma plane of a
+        video frame, as decoded: no colour conversion) for the frozen check; `rgb()` gives the
+        (H, W, 3) uint8 RGB frame, asked for only while the camera may still be blank (for a real
+        camera: the first frame), because converting every frame would cost more than decoding."""
         self.decoded.add(index)
-        self.slot.update(rgb[None])
-        sub = rgb[::2, ::2].astype(np.int16)
+        if self.slot.constant:  # once a frame is not constant the detector looks at no more
+            self.slot.update(rgb()[None])
+        sub = plane[::2, ::2].astype(np.int16)
         follows = index == self._last + 1  # a frame that did not decode ends a run
         self._last = index
         if follows and self._prev is not None and np.abs(sub - self._prev).mean() <= FROZEN_MEAN_DIFF:

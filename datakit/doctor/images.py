@@ -34,7 +34,7 @@ def audit_images(spec: DatasetSpec, ref: EpisodeRef, cam: str, images: list[byte
             bad.append((i, "image_size", f"frame {i}: image is {rgb.shape[0]}x{rgb.shape[1]}, declared "
                                          f"{declared.height}x{declared.width}"))
             continue
-        tracker.frame(i, rgb)
+        tracker.frame(i, rgb, lambda rgb=rgb: rgb)
     for i, kind, msg in bad[:MAX_IMAGE_FINDINGS]:
         tracker.add(kind, i, msg)
     if len(bad) > MAX_IMAGE_FINDINGS:

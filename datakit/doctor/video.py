@@ -57,6 +57,18 @@ def _frame_range(vs: VideoSlice, spec: DatasetSpec) -> tuple[int, int | None]:
 REORDER_MARGIN = 32
 
 
+# pixel formats whose first plane is 8-bit luma, readable without any conversion
+_LUMA_FIRST = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "gray"})
+
+
+def _luma(frame) -> np.ndarray:
+    """The frame's 8-bit luma plane as an (H, W) view of the decoder's buffer, else converted."""
+    if frame.format.name in _LUMA_FIRST:
+        plane = frame.planes[0]
+        return np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)[:, :frame.width]
+    return frame.to_ndarray(format="gray")
+
+
 def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: CameraTracker) -> _Packets:
     """Demux and decode the packets of [start, stop) one by one, feeding every frame to the tracker."""
     import av
@@ -99,7 +111,7 @@ def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: C
                 if wanted(i):
                     if frame.is_corrupt:
                         got.corrupt.append(i)
-                    tracker.frame(i, frame.to_ndarray(format="rgb24"))
+                    tracker.frame(i, _luma(frame), lambda f=frame: f.to_ndarray(format="rgb24"))
     return got
 
 
