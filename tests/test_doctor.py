@@ -397,3 +397,39 @@ def test_killed_worker_is_a_finding_not_a_hang(dataset, monkeypatch):
     failed = of_kind(rep, "audit_failed")
     assert rc == 1 and 1 in {f["episode"] for f in failed}
     assert all("BrokenProcessPool" in f["message"] for f in failed)
+
+
+def test_truncated_video_with_index_first(dataset):
+    """An mp4 whose index (moov) comes first and whose frame data is cut: it opens, the index
+    lists every frame, and decoding stops early (a copy interrupted mid-way)."""
+    src = dataset("v2.1")
+    path, n = v2_video(src, 0), LENGTHS[0]
+    with av.open(str(path), "w", format="mp4", options={"movflags": "faststart"}) as c:
+        s = c.add_stream("libx264", rate=FPS, options={"threads": "1"})
+        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        for i, img in enumerate(frames_of(0, n)):
+            fr = av.VideoFrame.from_ndarray(img, format="rgb24")
+            fr.pts = i
+            for p in s.encode(fr):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    with av.open(str(path)) as c:  # cut inside the packet of frame 6
+        st = c.streams.video[0]
+        packets = [(p.pos, p.size, p.pts * st.time_base * FPS) for p in c.demux(st) if p.size]
+    [cut] = [pos + size // 2 for pos, size, t in packets if t == 6]
+    whole = sum(pos + size <= cut for pos, size, _ in packets)  # packets left entire: the most that can decode
+    path.write_bytes(path.read_bytes()[:cut])
+    first_run = 0  # frames a plain PyAV loop gets before it gives up: the least
+    try:
+        with av.open(str(path)) as c:
+            for _ in c.decode(video=0):
+                first_run += 1
+    except av.FFmpegError:
+        pass
+    rc, rep = doctor(src)
+    [f] = of_kind(rep, "video_frame_count")
+    assert rc == 1 and (f["path"], f["episode"], f["severity"]) == (str(path), 0, "error")
+    assert 0 < first_run <= f["frame"] <= whole < n
+    assert f"{f['frame']} frames decoded" in f["message"]
+    assert f"of the {n} frames its index lists (truncated?)" in f["message"]

@@ -69,11 +69,12 @@ def _luma(frame) -> np.ndarray:
     return frame.to_ndarray(format="gray")
 
 
-def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: CameraTracker) -> _Packets:
-    """Demux and decode the packets of [start, stop) one by one, feeding every frame to the tracker."""
+def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: CameraTracker,
+            got: _Packets) -> None:
+    """Demux and decode the packets of [start, stop) one by one, feeding every frame to the tracker
+    and recording packets, errors and concealed frames in `got` (kept if the demuxer fails later)."""
     import av
 
-    got = _Packets()
     n = None if stop is None else stop - start
     with av.open(str(vs.path)) as container:
         stream = container.streams.video[0]
@@ -112,7 +113,6 @@ def _decode(vs: VideoSlice, fps: float, start: int, stop: int | None, tracker: C
                     if frame.is_corrupt:
                         got.corrupt.append(i)
                     tracker.frame(i, _luma(frame), lambda f=frame: f.to_ndarray(format="rgb24"))
-    return got
 
 
 def _listed(frames: list[int]) -> str:
@@ -163,18 +163,23 @@ def audit_video(spec: DatasetSpec, ref: EpisodeRef, cam: str, vs: VideoSlice,
         tracker.add("video_size", None, f"frame size {info.height}x{info.width} differs from the declared "
                                          f"{declared.height}x{declared.width}")
     start, stop = _frame_range(vs, spec)
+    got = _Packets()
     try:
-        got = _decode(vs, spec.fps, start, stop, tracker)
-    except Exception as e:  # av raises many types for damaged containers; the audit goes on
-        tracker.add("video_unreadable", None, f"demux failed ({type(e).__name__}: {e})")
-        got = _Packets()
+        _decode(vs, spec.fps, start, stop, tracker, got)
+    except Exception as e:  # the demuxer gave up (e.g. a truncated file): report where, audit the rest
+        at = max([*tracker.decoded, *got.frames], default=-1) + 1
+        tracker.add("video_decode_error", at, f"frame {at}: the file cannot be read past this point "
+                                              f"({type(e).__name__}: {e})")
     _packet_findings(got, tracker)
     tracker.finish()
+    packets = len(set(got.frames))
+    short = (f"; the file holds {packets} of the {info.num_frames} frames its index lists (truncated?)"
+             if stop is None and packets < info.num_frames else "")
     if tracker.count != ref.length:
         word = "fewer" if tracker.count < ref.length else "more"
         sev = WARNING if abs(tracker.count - ref.length) == 1 else ERROR  # convert tolerates one frame
         tracker.add("video_frame_count", min(tracker.count, ref.length),
-                    f"{tracker.count} frames decoded, {word} than the table's {ref.length}", sev)
+                    f"{tracker.count} frames decoded, {word} than the table's {ref.length}{short}", sev)
     elif stop is None and info.num_frames != tracker.count:
         tracker.add("video_frame_count", None, f"the container declares {info.num_frames} frames but "
                                                f"{tracker.count} decode", WARNING)
