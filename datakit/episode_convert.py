@@ -139,7 +139,7 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)
-    state, action = table.state.astype(np.float32), table.action.astype(np.float32)
+    state, action = table.state, table.action  # float32 since the checks
     for t in range(T):
         images: dict[str, np.ndarray] = {}
         for cam, s in streams.items():
@@ -167,6 +167,8 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
     try:
         table = load_episode(spec, ref)
         raise_first_error(check_episode_table(spec, ref, table, nonfinite=getattr(cfg, "nonfinite", "reject")))
+        with np.errstate(over="ignore"):  # kept (nonfinite="keep") values beyond float32 become +-inf
+            table.state, table.action = table.state.astype(np.float32), table.action.astype(np.float32)
         try:
             _write_episode(spec, ref, table, cfg, sink, res)
         except BaseException:
@@ -174,7 +176,7 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
             raise
         res.length, res.task = len(table), table.task
         res.frame_index, res.timestamp, res.task_index = table.frame_index, table.timestamp, table.task_index
-        res.state, res.action = table.state.astype(np.float32), table.action.astype(np.float32)
+        res.state, res.action = table.state, table.action
     except DatakitError as e:
         res.error = str(e)
     except Exception as e:  # an unforeseen failure still names the episode, with the trace kept
