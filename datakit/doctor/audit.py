@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ _WORKER: dict = {}
 
 
 def _init_worker(spec: DatasetSpec, opts: FrameAuditOptions) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (no tracebacks)
     _WORKER["spec"], _WORKER["opts"] = spec, opts
 
 
@@ -72,6 +74,27 @@ def _crashed(spec: DatasetSpec, position: int, e: BaseException) -> EpisodeAudit
                                                     f"({type(e).__name__}: {e})", ref.episode_index)])
 
 
+def _audit_on_pool(spec: DatasetSpec, opts: FrameAuditOptions, workers: int, out: list, bar: tqdm) -> None:
+    method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=_init_worker,
+                               initargs=(spec, opts))
+    try:
+        futures: dict[Future, int] = {pool.submit(_audit_at, i): i for i in range(len(out))}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:  # BrokenProcessPool when a worker dies (OOM killer): a finding, not a hang
+                out[i] = fut.result()
+            except Exception as e:
+                out[i] = _crashed(spec, i, e)
+            bar.update(1)
+    except BaseException:  # Ctrl-C, SIGTERM as SystemExit: stop the workers now, not after their episode
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
 def audit_episodes(spec: DatasetSpec, opts: FrameAuditOptions, workers: int = 1,
                    progress: bool = True) -> list[EpisodeAudit]:
     """Audit every episode (in spec order), on `workers` processes (1: in this process)."""
@@ -84,17 +107,7 @@ def audit_episodes(spec: DatasetSpec, opts: FrameAuditOptions, workers: int = 1,
                 out[i] = audit_episode(spec, ref, opts)
                 bar.update(1)
         else:
-            method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            with ProcessPoolExecutor(min(workers, n), mp_context=mp.get_context(method),
-                                     initializer=_init_worker, initargs=(spec, opts)) as pool:
-                futures: dict[Future, int] = {pool.submit(_audit_at, i): i for i in range(n)}
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    try:  # BrokenProcessPool when a worker dies (OOM killer): named, not a hang
-                        out[i] = fut.result()
-                    except Exception as e:
-                        out[i] = _crashed(spec, i, e)
-                    bar.update(1)
+            _audit_on_pool(spec, opts, min(workers, n), out, bar)
     finally:
         bar.close()
     return [a for a in out if a is not None]

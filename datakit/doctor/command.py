@@ -2,7 +2,8 @@
 and the JSON it writes). `add_parser(sub)` / `run(args)` plug into `datakit.cli`; `main(argv)` runs
 it on its own (`python -m datakit.doctor SRC`).
 
-Exit codes: 0 no findings, 1 findings (errors or warnings not `--ignore`d), 2 unusable input.
+Exit codes: 0 no findings, 1 findings (errors or warnings not `--ignore`d), 2 unusable input
+(or a --json file that cannot be written), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from datakit.doctor.report import print_report, write_json
 from datakit.errors import DatakitError
 from datakit.machine import available_cpus
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -50,10 +51,17 @@ def run(args: argparse.Namespace) -> int:
     except DatakitError as e:
         print(f"datakit doctor: error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except KeyboardInterrupt:
+        print("datakit doctor: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     report = dataclasses.replace(report, findings=[f for f in report.findings if f.kind not in ignore])
     print_report(report, sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
-        write_json(report, args.json)
+        try:
+            write_json(report, args.json)
+        except OSError as e:
+            print(f"datakit doctor: error: cannot write {args.json}: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
     return EXIT_CLEAN if report.clean else EXIT_FINDINGS
 
 
