@@ -14,13 +14,15 @@ Kinds of finding (severity "error": convert rejects it; "warning": convert accep
 silently hurts training). Metadata and table invariants come from `datakit.sources.checks`, the
 same functions convert applies:
 - metadata: `metadata` (scan failed), `empty_dataset`, `duplicate_episode`, `bad_episode_index`,
-  `bad_length`, `bad_video_range`, `overlapping_video_range`, `episode_count`, `unsafe_camera_name`
+  `bad_length`, `bad_video_range`, `overlapping_video_range`, `episode_count`, `episode_gap`,
+  `unsafe_camera_name`
 - files: `missing_file` (table or video), `table` (table unreadable or inconsistent)
 - table values: `length_mismatch`, `frame_index`, `timestamp` (backwards or not finite),
   `timestamp_gap` (off the fps grid), `task_index`, `vector_width`, `nonfinite` (NaN/inf/float32
   overflow in state/action)
 - video: `video_unreadable`, `video_fps`, `video_size`, `video_decode_error`, `video_corrupt_frame`,
-  `video_frame_count`, `video_timestamps`, `blank_camera`, `frozen_camera`
+  `video_frame_count`, `video_timestamps`; cameras stored as images in the table: `image_unreadable`,
+  `image_size`; any camera: `blank_camera`, `frozen_camera`
 - dataset-wide: `constant_column` (a state/action column with one value everywhere), `unused_task`
 - `audit_failed`: an unforeseen error while auditing one episode (the others are still audited)
 

@@ -38,11 +38,7 @@ class ColumnRange:
             n = x.shape[1] if x.ndim == 2 else 0
             return ColumnRange(np.full(n, np.nan), np.full(n, np.nan))
         finite = np.where(np.isfinite(x), x, np.nan)
-        all_nan = np.isnan(finite).all(axis=0)
-        safe = np.where(all_nan[None, :], 0.0, finite)
-        low, high = np.nanmin(safe, axis=0), np.nanmax(safe, axis=0)
-        low[all_nan], high[all_nan] = np.nan, np.nan
-        return ColumnRange(low, high)
+        return ColumnRange(np.fmin.reduce(finite, axis=0), np.fmax.reduce(finite, axis=0))  # fmin/fmax skip NaN
 
     def merge(self, other: "ColumnRange") -> "ColumnRange":
         if self.low.shape != other.low.shape or self.high.shape != other.high.shape:
