@@ -433,3 +433,24 @@ def test_truncated_video_with_index_first(dataset):
     assert 0 < first_run <= f["frame"] <= whole < n
     assert f"{f['frame']} frames decoded" in f["message"]
     assert f"of the {n} frames its index lists (truncated?)" in f["message"]
+
+
+def test_duplicated_episode_content(dataset):
+    """Episode 1 replaced by a copy of episode 0's recording (table, videos), under its own index."""
+    src = dataset("v2.1")
+    table = pq.read_table(v2_table(src, 0))
+    i = table.column_names.index("episode_index")
+    table = table.set_column(i, "episode_index", pa.array(np.ones(len(table), np.int64)))
+    i = table.column_names.index("task_index")  # keep episode 1's task, so that no task goes unused
+    table = table.set_column(i, "task_index", pa.array(np.ones(len(table), np.int64)))
+    pq.write_table(table, v2_table(src, 1))
+    for cam in CAMS:
+        shutil.copy(v2_video(src, 0, cam), v2_video(src, 1, cam))
+    ep = src / layout.LEROBOT_V2_EPISODES
+    rows = [json.loads(line) for line in ep.read_text().splitlines()]
+    rows[1]["length"] = LENGTHS[0]
+    ep.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, rep = doctor(src)
+    [f] = rep["findings"]
+    assert rc == 1 and (f["kind"], f["episode"], f["path"]) == ("duplicate_episode_content", 1, str(v2_table(src, 1)))
+    assert "episode 0" in f["message"]

@@ -23,7 +23,8 @@ same functions convert applies:
 - video: `video_unreadable`, `video_fps`, `video_size`, `video_decode_error`, `video_corrupt_frame`,
   `video_frame_count`, `video_timestamps`; cameras stored as images in the table: `image_unreadable`,
   `image_size`; any camera: `blank_camera`, `frozen_camera`
-- dataset-wide: `constant_column` (a state/action column with one value everywhere), `unused_task`
+- dataset-wide: `constant_column` (a state/action column with one value everywhere), `unused_task`,
+  `duplicate_episode_content` (the same state/action values as an earlier episode)
 - `audit_failed`: an unforeseen error while auditing one episode (the others are still audited)
 
 JSON (`--json FILE`, or `-` for stdout; strict JSON, schema "datakit.doctor/1"):

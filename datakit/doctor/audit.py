@@ -1,5 +1,5 @@
 """Audit a whole source dataset: scan it, check its metadata, audit every episode on a process
-pool with a progress bar, then the checks that need every episode (constant columns, unused tasks).
+pool with a progress bar, then the checks that need every episode (`crosschecks`).
 
 A defect never stops the audit. Only input that cannot be a dataset at all (a missing folder, a
 folder of neither format) raises SourceError; a dataset whose metadata cannot be scanned gives a
@@ -15,11 +15,10 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
-from datakit import layout
-from datakit.doctor.episode import ColumnRange, EpisodeAudit, audit_episode
+from datakit.doctor.crosschecks import dataset_findings
+from datakit.doctor.episode import EpisodeAudit, audit_episode
 from datakit.doctor.frames import FrameAuditOptions
 from datakit.errors import SourceError
 from datakit.sources import detect_format, scan
@@ -113,40 +112,6 @@ def audit_episodes(spec: DatasetSpec, opts: FrameAuditOptions, workers: int = 1,
     return [a for a in out if a is not None]
 
 
-def _constant_columns(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:
-    """State/action columns with one value over the whole dataset: no signal, and a zero std that
-    normalisation divides by."""
-    where = str(spec.root / layout.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
-    out = []
-    for name, names in (("state", spec.state_names), ("action", spec.action_names)):
-        ranges = [getattr(a, name) for a in audits if getattr(a, name) is not None]
-        if not ranges:
-            continue
-        total: ColumnRange = ranges[0]
-        for r in ranges[1:]:
-            total = total.merge(r)
-        for d in np.flatnonzero(total.low == total.high):
-            col = names[d] if d < len(names) else str(d)
-            out.append(Finding("constant_column", where, f"{name} column {col!r} is {total.low[d]:g} in every frame "
-                                                         f"of every episode", severity=WARNING))
-    return out
-
-
-def _tasks_file(spec: DatasetSpec) -> str:
-    if spec.format != "lerobot":
-        return str(spec.root)
-    return str(spec.root / (layout.LEROBOT_V3_TASKS if spec.version == "v3.0" else layout.LEROBOT_V2_TASKS))
-
-
-def _unused_tasks(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:
-    """Tasks declared but used by no frame (only judged when every table could be read)."""
-    if any(a.state is None for a in audits):
-        return []
-    used = {t for a in audits for t in a.tasks_used}
-    return [Finding("unused_task", _tasks_file(spec), f"task {i} {text!r} is used by no episode", severity=WARNING)
-            for i, text in enumerate(spec.tasks) if i not in used]
-
-
 def audit_dataset(src: str | Path, *, fmt: str = "auto", workers: int = 1, frozen_seconds: float = 2.0,
                   progress: bool = True) -> DoctorReport:
     """Audit the dataset at `src` on `workers` processes; a camera showing identical frames for
@@ -170,7 +135,7 @@ def audit_dataset(src: str | Path, *, fmt: str = "auto", workers: int = 1, froze
     for a in audits:
         report.findings += a.findings
         report.frames_decoded += a.frames_decoded
-    report.findings += _constant_columns(spec, audits) + _unused_tasks(spec, audits)
+    report.findings += dataset_findings(spec, audits)
     report.seconds = time.perf_counter() - t0
     return report
 

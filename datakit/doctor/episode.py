@@ -9,6 +9,7 @@ indices the dataset-wide checks need.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class EpisodeAudit:
     state: ColumnRange | None = None  # None when the table could not be read
     action: ColumnRange | None = None
     tasks_used: list[int] = field(default_factory=list)
+    table_digest: str | None = None  # sha256 of the state and action values, to find duplicated episodes
 
 
 def _table_file(spec: DatasetSpec, ref: EpisodeRef) -> Path:
@@ -88,6 +90,12 @@ def _table(spec: DatasetSpec, ref: EpisodeRef, audit: EpisodeAudit, opts: FrameA
     audit.findings += check_episode_table(spec, ref, table)
     audit.state, audit.action = ColumnRange.of(table.state), ColumnRange.of(table.action)
     audit.tasks_used = sorted(int(t) for t in np.unique(table.task_index))
+    if len(table):
+        h = hashlib.sha256()
+        for x in (table.state, table.action):
+            h.update(repr(x.shape).encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        audit.table_digest = h.hexdigest()
     for cam, images in table.images.items():
         findings, n = audit_images(spec, ref, cam, images, opts)
         audit.findings += findings
