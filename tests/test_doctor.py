@@ -95,6 +95,9 @@ def test_clean_dataset_exits_0_and_decodes_every_frame(dataset, name):
 def test_missing_folder_exits_2(tmp_path, capsys):
     assert main([str(tmp_path / "nope"), "--no-progress"]) == 2
     assert "nope" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # a folder of neither format: unusable too, not a finding
+    assert main([str(tmp_path / "empty"), "--no-progress"]) == 2
+    assert "empty" in capsys.readouterr().err
 
 
 def test_unscannable_metadata_is_one_finding(dataset):
