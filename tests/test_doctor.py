@@ -457,3 +457,14 @@ def test_duplicated_episode_content(dataset):
     [f] = rep["findings"]
     assert rc == 1 and (f["kind"], f["episode"], f["path"]) == ("duplicate_episode_content", 1, str(v2_table(src, 1)))
     assert "episode 0" in f["message"]
+
+
+def test_v3_damage_is_named_by_episode_and_episode_frame(dataset):
+    """In v3.0 one mp4 holds every episode: damage at file frame 10 + 3 is episode 1's frame 3."""
+    src = dataset("v3.0")
+    path = src / layout.LEROBOT_V3_VIDEO_PATH.format(video_key=TOP, chunk_index=0, file_index=0)
+    _damage_packet(path, LENGTHS[0] + 3)
+    rc, rep = doctor(src)
+    hits = of_kind(rep, "video_decode_error")
+    assert rc == 1 and hits and {(f["path"], f["episode"]) for f in hits} == {(str(path), 1)}
+    assert min(f["frame"] for f in hits) == 3
