@@ -468,3 +468,19 @@ def test_v3_damage_is_named_by_episode_and_episode_frame(dataset):
     hits = of_kind(rep, "video_decode_error")
     assert rc == 1 and hits and {(f["path"], f["episode"]) for f in hits} == {(str(path), 1)}
     assert min(f["frame"] for f in hits) == 3
+
+
+@pytest.mark.timeout(60)
+def test_module_entry_point(dataset):
+    """`python -m datakit.doctor`, progress bar on: JSON alone on stdout, exit code from the findings."""
+    import subprocess
+    import sys
+
+    src = dataset("v2.1")
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "datakit.doctor", str(src), "--workers", "2", "--json", "-"]
+    clean = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=50)
+    v2_video(src, 2).unlink()
+    broken = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=50)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["clean"]
+    assert broken.returncode == 1 and json.loads(broken.stdout)["counts"] == {"missing_file": 1}
