@@ -484,3 +484,46 @@ def test_module_entry_point(dataset):
     broken = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=50)
     assert clean.returncode == 0 and json.loads(clean.stdout)["clean"]
     assert broken.returncode == 1 and json.loads(broken.stdout)["counts"] == {"missing_file": 1}
+
+
+def _plant_short_video(src: Path) -> None:
+    encode_video(v2_video(src, 1), frames_of(1, LENGTHS[1] - 3), FPS, "h264")
+
+
+def _plant_nan(src: Path) -> None:
+    table = pq.read_table(v2_table(src, 2))
+    state = np.stack(table[layout.LEROBOT_STATE_KEY].to_numpy(zero_copy_only=False))
+    state[4, 1] = np.nan
+    set_column(v2_table(src, 2), layout.LEROBOT_STATE_KEY, list(state))
+
+
+def _plant_duplicate(src: Path) -> None:
+    ep = src / layout.LEROBOT_V2_EPISODES
+    lines = ep.read_text().splitlines()
+    ep.write_text("\n".join(lines + [lines[0]]) + "\n")
+
+
+@pytest.mark.parametrize("plant", [
+    lambda src: v2_video(src, 0).write_bytes(b"garbage"),
+    lambda src: v2_video(src, 2).unlink(),
+    _plant_short_video, _plant_nan, _plant_duplicate, None,
+], ids=["unreadable", "missing", "short", "nan", "duplicate", "clean"])
+def test_errors_are_what_convert_rejects(dataset, tmp_path, plant):
+    """The cross-check with convert itself: a dataset doctor finds an error in is one convert
+    refuses, and one it finds clean converts."""
+    from datakit.config import ConvertConfig
+    from datakit.convert import convert
+    from datakit.errors import DatakitError
+
+    src = dataset("v2.1")
+    if plant is not None:
+        plant(src)
+    _, rep = doctor(src)
+    cfg = ConvertConfig(workers=1, progress=False, decoder="pyav")
+    if plant is None:
+        assert rep["clean"]
+        convert(src, tmp_path / "out", cfg)
+    else:
+        assert rep["errors"] >= 1
+        with pytest.raises(DatakitError):
+            convert(src, tmp_path / "out", cfg)
