@@ -155,14 +155,29 @@ def _count_findings(spec: DatasetSpec) -> list[Finding]:
     if declared is not None and declared != len(spec.episodes):
         return [Finding("episode_count", where, f"total_episodes is {declared} but the episode metadata "
                                                 f"lists {len(spec.episodes)} episodes")]
-    missing = sorted(set(range(indices[-1] + 1)) - set(indices)) if indices and indices[-1] >= 0 else []
-    if not missing:
+    present = [i for i in indices if i >= 0]
+    n_missing = (present[-1] + 1 - len(present)) if present else 0
+    if n_missing <= 0:
         return []
-    shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+    missing = _first_missing(present, 5)  # without building range(max): an index may be huge
+    shown = ", ".join(map(str, missing)) + (", ..." if n_missing > len(missing) else "")
     sev = ERROR if declared is not None else WARNING
-    return [Finding("episode_gap", where, f"episode_index has gaps: {len(missing)} missing ({shown})"
+    return [Finding("episode_gap", where, f"episode_index has gaps: {n_missing} missing ({shown})"
                                           + (f" although total_episodes is {declared}" if declared is not None else ""),
                     missing[0], None, sev)]
+
+
+def _first_missing(present: list[int], limit: int) -> list[int]:
+    """The first `limit` non-negative integers absent from the sorted, distinct `present`."""
+    out, expect = [], 0
+    for i in present:
+        while expect < i and len(out) < limit:
+            out.append(expect)
+            expect += 1
+        if len(out) >= limit:
+            break
+        expect = i + 1
+    return out
 
 
 def _first_bad_row(mask: np.ndarray) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,10 @@ def _int_field(row: dict, key: str, path: Path, what: str) -> int:
 def _format_path(tpl: str, path: Path, key: str, **fields) -> str:
     """A data/video path template filled in; an unknown field or bad format is a SourceError."""
     try:
+        names = [f for _, f, _, _ in string.Formatter().parse(tpl) if f is not None]
+        unknown = [f for f in names if f not in fields]  # also `{a.b}` / `{a[0]}` lookups
+        if unknown:
+            raise KeyError(unknown[0])
         out = tpl.format(**fields)
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
         raise SourceError(path, f"{key} template {tpl!r} is invalid ({type(e).__name__}: {e}); "
