@@ -103,7 +103,8 @@ def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         raise SourceError(vs.path, str(e)) from None
     used[cam] = dec.backend
     try:
-        for frame in dec.iter_frames(start, stop):
+        for i, frame in enumerate(dec.iter_frames(start, stop)):
+            _check_frame_size(frame, declared.height, declared.width, vs.path, f"frame {i}")
             yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
     except DatakitError:
         raise
@@ -113,14 +114,23 @@ def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         dec.close()
 
 
-def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path) -> Iterator[np.ndarray]:
+def _check_frame_size(frame: np.ndarray, height: int, width: int, where: Path, what: str) -> None:
+    """A frame of another size than the declared one would be written under the declared shape
+    in the index (readers would slice wrong bytes): bad input."""
+    if frame.shape != (height, width, 3):
+        raise SourceError(where, f"{what} is {frame.shape[0]}x{frame.shape[1]}, the dataset declares {height}x{width}")
+
+
+def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path,
+                  declared: tuple[int, int]) -> Iterator[np.ndarray]:
     from PIL import Image
 
-    for b in images:
+    for i, b in enumerate(images):
         try:
             frame = np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
         except Exception as e:
-            raise SourceError(source, f"unreadable image in column {cam} ({e})") from None
+            raise SourceError(source, f"unreadable image in column {cam} at frame {i} ({e})") from None
+        _check_frame_size(frame, *declared, source, f"image column {cam} frame {i}")
         yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
 
 
@@ -130,7 +140,8 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     streams: dict[str, FrameStream] = {}
     for cam in spec.cameras:
         if cam in table.images:
-            frames = _image_frames(cam, table.images[cam], cfg, ref.source)
+            declared = (spec.cameras[cam].height, spec.cameras[cam].width)
+            frames = _image_frames(cam, table.images[cam], cfg, ref.source, declared)
             streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, ref.source)
         elif ref.videos.get(cam) is not None:
             vs = ref.videos[cam]
