@@ -153,3 +153,11 @@ def test_rows_of_another_episode(v21):
     spec = scan(v21)
     with pytest.raises(SourceError, match="episode_000001.parquet: row 2 belongs to episode 0"):
         load_episode(spec, spec.episodes[1])
+
+
+def test_two_episodes_claiming_one_whole_video(v21, tmp_path, capsys):
+    """A video_path template without the episode number makes every episode read the same file."""
+    info = json.loads((v21 / "meta/info.json").read_text())
+    info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_000000.mp4"
+    (v21 / "meta/info.json").write_text(json.dumps(info))
+    _one_line_refusal(capsys, v21, tmp_path, "episode_000000.mp4", "episodes 0 and 1 both claim")

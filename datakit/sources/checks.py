@@ -110,12 +110,20 @@ def _episode_findings(spec: DatasetSpec) -> list[Finding]:
 
 
 def _range_findings(spec: DatasetSpec) -> list[Finding]:
-    """v3.0 time ranges: finite, 0 <= from < to, and no two episodes overlapping in one file."""
+    """v3.0 time ranges: finite, 0 <= from < to, and no two episodes overlapping in one file;
+    a whole-file video (v2.x, DROID) belongs to one episode only."""
     out = []
     by_file: dict[str, list[tuple[float, float, int, str]]] = defaultdict(list)
+    whole: dict[str, int] = {}  # a file that holds one whole episode: which one
     for ref in spec.episodes:
         for cam, vs in ref.videos.items():
-            if vs is None or vs.to_timestamp is None:
+            if vs is None:
+                continue
+            if vs.to_timestamp is None:
+                other = whole.setdefault(str(vs.path), ref.episode_index)
+                if other != ref.episode_index:
+                    out.append(Finding("shared_video", str(vs.path), f"episodes {other} and {ref.episode_index} "
+                                                                      f"both claim this whole video file", ref.episode_index))
                 continue
             a, b = vs.from_timestamp, vs.to_timestamp
             if not (math.isfinite(a) and math.isfinite(b)) or a < 0 or b <= a:
