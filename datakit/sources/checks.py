@@ -10,6 +10,11 @@
   going backwards, NaN/inf or float32-overflowing state/action, vector widths, task_index range).
 
 Use `datakit.sources.scan(root, check=False)` to get a spec whose invariants are not yet enforced.
+What cannot become a spec or a table still raises SourceError: `scan(check=False)` for metadata
+too malformed to read (wrong types, bad templates, an unsafe LeRobot camera name), and
+`load_episode` for a table that cannot be read as one episode (unreadable file, rows of another
+episode, vector rows of different widths or nulls, row count vs metadata length); turn those into
+findings with `finding_from_error`. Videos: `datakit.decoders.integrity.strict_decode_error`.
 """
 from __future__ import annotations
 
@@ -42,6 +47,11 @@ class Finding:
     episode: int | None = None
     frame: int | None = None
     severity: str = ERROR  # "error" = convert rejects it, "warning" = silently hurts training
+
+
+def finding_from_error(err: SourceError, kind: str, episode: int | None = None) -> Finding:
+    """A SourceError raised while scanning or loading, as an error-severity finding."""
+    return Finding(kind, err.path, err.problem, episode)
 
 
 def raise_first_error(findings: list[Finding]) -> None:
@@ -258,4 +268,4 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
 
 
 __all__ = ["ERROR", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset", "check_episode_table",
-           "member_name_problem", "raise_first_error"]
+           "finding_from_error", "member_name_problem", "raise_first_error"]

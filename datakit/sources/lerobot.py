@@ -2,77 +2,17 @@
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from datakit import layout
 from datakit.errors import SourceError
 from datakit.sources.checks import member_name_problem
+from datakit.sources.columns import image_bytes, scalar_column, vector_column
+from datakit.sources.fields import float_field, format_path, int_field, read_json, read_jsonl, read_parquet
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise SourceError(path, f"unreadable json: {e}") from None
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise SourceError(path, f"missing {path.parent.name}/{path.name}")
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as e:
-        raise SourceError(path, f"unreadable jsonl: {e}") from None
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise SourceError(path, f"line {i + 1} is not a json object")
-    return rows
-
-
-def _int_field(row: dict, key: str, path: Path, what: str) -> int:
-    """row[key] as an int; a missing, null, fractional, boolean or non-numeric value is a SourceError."""
-    v = row.get(key)
-    if isinstance(v, bool) or v is None:
-        raise SourceError(path, f"{what}: {'missing' if key not in row else 'invalid'} {key} {v!r}")
-    try:
-        iv = int(v)
-        if iv != v:
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise SourceError(path, f"{what}: invalid {key} {v!r} (not an integer)") from None
-    return iv
-
-
-def _format_path(tpl: str, path: Path, key: str, **fields) -> str:
-    """A data/video path template filled in; an unknown field or bad format is a SourceError."""
-    try:
-        names = [f for _, f, _, _ in string.Formatter().parse(tpl) if f is not None]
-        unknown = [f for f in names if f not in fields]  # also `{a.b}` / `{a[0]}` lookups
-        if unknown:
-            raise KeyError(unknown[0])
-        out = tpl.format(**fields)
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-        raise SourceError(path, f"{key} template {tpl!r} is invalid ({type(e).__name__}: {e}); "
-                                f"fields available: {', '.join(sorted(fields))}") from None
-    if Path(out).is_absolute() or ".." in Path(out).parts:
-        raise SourceError(path, f"{key} template {tpl!r} gives {out!r}, outside the dataset folder")
-    return out
-
-
-def read_parquet(path: Path, columns=None, filters=None) -> pa.Table:
-    if not path.is_file():
-        raise SourceError(path, "missing parquet file")
-    try:
-        return pq.read_table(path, columns=columns, filters=filters)
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise SourceError(path, f"unreadable parquet: {e}") from None
 
 
 def _flat_names(names, n: int, prefix: str) -> list[str]:
@@ -113,7 +53,7 @@ def scan_lerobot(root: Path) -> DatasetSpec:
     info_path = root / layout.LEROBOT_INFO
     if not info_path.is_file():
         raise SourceError(info_path, "missing meta/info.json")
-    info = _read_json(info_path)
+    info = read_json(info_path)
     if not isinstance(info, dict):
         raise SourceError(info_path, f"not a json object (a {type(info).__name__})")
     version = info.get("codebase_version")
@@ -169,8 +109,8 @@ def _scan_v2(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
     info_path = root / layout.LEROBOT_INFO
     tasks_path = root / layout.LEROBOT_V2_TASKS
     by_index: dict[int, str] = {}
-    for i, r in enumerate(_read_jsonl(tasks_path)):
-        t = _int_field(r, "task_index", tasks_path, f"line {i + 1}")
+    for i, r in enumerate(read_jsonl(tasks_path)):
+        t = int_field(r, "task_index", tasks_path, f"line {i + 1}")
         if t in by_index:
             raise SourceError(tasks_path, f"task_index {t} is listed more than once")
         by_index[t] = str(r.get("task", ""))
@@ -182,14 +122,14 @@ def _scan_v2(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
     video_tpl = _template(info, "video_path", layout.LEROBOT_V2_VIDEO_PATH)
     ep_path = root / layout.LEROBOT_V2_EPISODES
     episodes = []
-    for i, row in enumerate(_read_jsonl(ep_path)):
-        e = _int_field(row, "episode_index", ep_path, f"line {i + 1}")
-        length = _int_field(row, "length", ep_path, f"line {i + 1} (episode {e})")
+    for i, row in enumerate(read_jsonl(ep_path)):
+        e = int_field(row, "episode_index", ep_path, f"line {i + 1}")
+        length = int_field(row, "length", ep_path, f"line {i + 1} (episode {e})")
         chunk = e // chunks
-        videos = {cam: VideoSlice(root / _format_path(video_tpl, info_path, "video_path", episode_chunk=chunk,
+        videos = {cam: VideoSlice(root / format_path(video_tpl, info_path, "video_path", episode_chunk=chunk,
                                                       video_key=cam, episode_index=e))
                   for cam in video_cams}
-        source = root / _format_path(data_tpl, info_path, "data_path", episode_chunk=chunk, episode_index=e)
+        source = root / format_path(data_tpl, info_path, "data_path", episode_chunk=chunk, episode_index=e)
         episodes.append(EpisodeRef(episode_index=e, length=length, source=source, videos=videos))
     episodes.sort(key=lambda r: r.episode_index)
     return tasks, episodes
@@ -219,13 +159,6 @@ def read_v3_tasks(path: Path) -> list[str]:
     return _task_list(tasks, path)
 
 
-def _float_field(row: dict, key: str, path: Path, what: str) -> float:
-    v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SourceError(path, f"{what}: invalid {key} {v!r} (not a number)")
-    return float(v)
-
-
 def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], list[EpisodeRef]]:
     tasks = read_v3_tasks(root / layout.LEROBOT_V3_TASKS)
     ep_dir = root / layout.LEROBOT_V3_EPISODES_DIR
@@ -246,83 +179,22 @@ def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
         if missing:
             raise SourceError(f, f"missing columns {missing}")
         for i, row in enumerate(table.select(cols).to_pylist()):
-            e = _int_field(row, "episode_index", f, f"row {i}")
+            e = int_field(row, "episode_index", f, f"row {i}")
             what = f"row {i} (episode {e})"
             videos = {}
             for cam in video_cams:
-                p = root / _format_path(video_tpl, info_path, "video_path", video_key=cam,
-                                        chunk_index=_int_field(row, f"videos/{cam}/chunk_index", f, what),
-                                        file_index=_int_field(row, f"videos/{cam}/file_index", f, what))
-                videos[cam] = VideoSlice(p, _float_field(row, f"videos/{cam}/from_timestamp", f, what),
-                                         _float_field(row, f"videos/{cam}/to_timestamp", f, what))
-            source = root / _format_path(data_tpl, info_path, "data_path",
-                                         chunk_index=_int_field(row, "data/chunk_index", f, what),
-                                         file_index=_int_field(row, "data/file_index", f, what))
-            episodes.append(EpisodeRef(episode_index=e, length=_int_field(row, "length", f, what),
+                p = root / format_path(video_tpl, info_path, "video_path", video_key=cam,
+                                        chunk_index=int_field(row, f"videos/{cam}/chunk_index", f, what),
+                                        file_index=int_field(row, f"videos/{cam}/file_index", f, what))
+                videos[cam] = VideoSlice(p, float_field(row, f"videos/{cam}/from_timestamp", f, what),
+                                         float_field(row, f"videos/{cam}/to_timestamp", f, what))
+            source = root / format_path(data_tpl, info_path, "data_path",
+                                         chunk_index=int_field(row, "data/chunk_index", f, what),
+                                         file_index=int_field(row, "data/file_index", f, what))
+            episodes.append(EpisodeRef(episode_index=e, length=int_field(row, "length", f, what),
                                        source=source, videos=videos))
     episodes.sort(key=lambda r: r.episode_index)
     return tasks, episodes
-
-
-def _matrix(table: pa.Table, key: str, path: Path) -> np.ndarray:
-    """(T, D) float64 values of a vector column (float64 so that values outside float32 range
-    can still be named by the checks). Rows of different lengths or null rows/values are a
-    SourceError naming the first bad row: flattening them would silently shift values."""
-    if key not in table.column_names:
-        raise SourceError(path, f"no {key!r} column")
-    col = table[key].combine_chunks()
-    n = len(col)
-    if col.null_count:
-        t = col.is_null().to_numpy(zero_copy_only=False).argmax()
-        raise SourceError(path, f"column {key!r} is null in row {int(t)}")
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
-        if not pa.types.is_fixed_size_list(col.type):
-            widths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
-            if n and (widths != widths[0]).any():
-                t = int(np.argmax(widths != widths[0]))
-                raise SourceError(path, f"column {key!r} has rows of different lengths (row 0 has {widths[0]} "
-                                        f"values, row {t} has {widths[t]})")
-        flat = col.flatten()
-        if flat.null_count:
-            raise SourceError(path, f"column {key!r} holds null values")
-        try:
-            values = flat.to_numpy(zero_copy_only=False).astype(np.float64)
-        except (TypeError, ValueError, pa.ArrowException) as e:
-            raise SourceError(path, f"column {key!r} is not numeric ({e})") from None
-        return values.reshape(n, values.size // n if n else 0)
-    try:
-        return col.to_numpy(zero_copy_only=False).astype(np.float64).reshape(n, 1)
-    except (TypeError, ValueError, pa.ArrowException) as e:
-        raise SourceError(path, f"column {key!r} is not numeric ({e})") from None
-
-
-def _image_bytes(table: pa.Table, cam: str, path: Path) -> list[bytes]:
-    if cam not in table.column_names:
-        raise SourceError(path, f"no {cam!r} image column")
-    col = table[cam].combine_chunks()
-    if pa.types.is_struct(col.type):
-        col = col.field("bytes")
-    out = col.to_pylist()
-    if any(b is None for b in out):
-        raise SourceError(path, f"image column {cam!r} has frames without embedded bytes")
-    return out
-
-
-def _scalar_column(table: pa.Table, key: str, path: Path, dtype) -> np.ndarray:
-    """A numeric per-frame column as `dtype`; nulls, non-numbers and fractional integers are a SourceError."""
-    col = table[key]
-    if col.null_count:
-        raise SourceError(path, f"column {key!r} holds nulls")
-    try:
-        values = col.to_numpy()
-    except (TypeError, ValueError, pa.ArrowException) as e:
-        raise SourceError(path, f"column {key!r} is unreadable ({e})") from None
-    if values.dtype.kind not in "iuf" + ("" if dtype is np.int64 else "b"):
-        raise SourceError(path, f"column {key!r} is not numeric ({values.dtype})")
-    out = values.astype(dtype)
-    if dtype is np.int64 and values.dtype.kind == "f" and not np.array_equal(out, values):
-        raise SourceError(path, f"column {key!r} holds non-integer values")
-    return out
 
 
 def load_lerobot_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
@@ -336,29 +208,29 @@ def load_lerobot_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
         raise SourceError(path, f"episode {ref.episode_index} has {len(table)} rows but the metadata "
                                 f"says length {ref.length}")
     if "episode_index" in table.column_names:
-        rows_ep = _scalar_column(table, "episode_index", path, np.int64)
+        rows_ep = scalar_column(table, "episode_index", path, np.int64)
         if (rows_ep != ref.episode_index).any():
             t = int(np.argmax(rows_ep != ref.episode_index))
             raise SourceError(path, f"row {t} belongs to episode {int(rows_ep[t])}, not to episode "
                                     f"{ref.episode_index} as the episode metadata says")
     if "frame_index" in table.column_names:
         table = table.sort_by("frame_index")
-        frame_index = _scalar_column(table, "frame_index", path, np.int64)
+        frame_index = scalar_column(table, "frame_index", path, np.int64)
     else:
         frame_index = np.arange(len(table), dtype=np.int64)
     if "timestamp" in table.column_names:
-        timestamp = _scalar_column(table, "timestamp", path, np.float64)
+        timestamp = scalar_column(table, "timestamp", path, np.float64)
     else:
         timestamp = frame_index / spec.fps
     if "task_index" in table.column_names:
-        task_index = _scalar_column(table, "task_index", path, np.int64)
+        task_index = scalar_column(table, "task_index", path, np.int64)
     else:
         task_index = np.zeros(len(table), dtype=np.int64)
     task = task_text(spec.tasks, int(task_index[0])) if len(task_index) else ""
-    images = {cam: _image_bytes(table, cam, path) for cam, c in spec.cameras.items() if c.storage == "image"}
+    images = {cam: image_bytes(table, cam, path) for cam, c in spec.cameras.items() if c.storage == "image"}
     return EpisodeTable(episode_index=ref.episode_index, frame_index=frame_index, timestamp=timestamp,
-                        state=_matrix(table, layout.LEROBOT_STATE_KEY, path),
-                        action=_matrix(table, layout.LEROBOT_ACTION_KEY, path),
+                        state=vector_column(table, layout.LEROBOT_STATE_KEY, path),
+                        action=vector_column(table, layout.LEROBOT_ACTION_KEY, path),
                         task_index=task_index, task=task, images=images)
 
 
