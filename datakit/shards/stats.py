@@ -4,8 +4,6 @@ Only finite values count: a NaN or +-inf (kept with `nonfinite = "keep"`) is lef
 statistics of its dimension and counted instead, so `index.json` always holds strict JSON."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")
@@ -22,14 +20,21 @@ def finite_vector_stats(x: np.ndarray) -> tuple[dict[str, list[float]], list[int
         return {k: [] for k in STAT_NAMES}, [0] * (x.shape[1] if x.ndim == 2 else 0)
     finite = np.isfinite(x)
     excluded = (~finite).sum(0)
-    masked = np.where(finite, x, np.nan)
-    with warnings.catch_warnings():  # an all-NaN dimension: filled with 0.0 below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        q01, q99 = np.nanquantile(masked, [0.01, 0.99], axis=0)
-        out = {"mean": np.nanmean(masked, 0), "std": np.nanstd(masked, 0), "min": np.nanmin(masked, 0),
-               "max": np.nanmax(masked, 0), "q01": q01, "q99": q99}
-    return ({k: [float(v) if np.isfinite(v) else 0.0 for v in out[k]] for k in STAT_NAMES},
+    if not excluded.any():  # the usual case: one vectorised pass
+        cols = _stats(x)
+    else:  # per dimension over its finite values (D is small; no slow nan-aware quantiles)
+        per_dim = [_stats(x[finite[:, d], d][:, None]) for d in range(x.shape[1])]
+        cols = {k: np.concatenate([p[k] for p in per_dim]) for k in STAT_NAMES}
+    return ({k: [float(v) if np.isfinite(v) else 0.0 for v in cols[k]] for k in STAT_NAMES},
             [int(c) for c in excluded])
+
+
+def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every statistic of finite (N, D) float64 values; NaN for N == 0 (the caller writes 0.0)."""
+    if len(x) == 0:
+        return {k: np.full(x.shape[1], np.nan) for k in STAT_NAMES}
+    q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
+    return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0), "q01": q01, "q99": q99}
 
 
 def vector_stats(x: np.ndarray) -> dict[str, list[float]]:
