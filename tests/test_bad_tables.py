@@ -161,3 +161,11 @@ def test_two_episodes_claiming_one_whole_video(v21, tmp_path, capsys):
     info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_000000.mp4"
     (v21 / "meta/info.json").write_text(json.dumps(info))
     _one_line_refusal(capsys, v21, tmp_path, "episode_000000.mp4", "episodes 0 and 1 both claim")
+
+
+def test_from_timestamp_off_the_frame_grid_is_a_warning(v30):
+    _v3_rows(v30, lambda rows: _set(rows, 1, **{f"videos/{CAM}/from_timestamp": 0.54,
+                                                f"videos/{CAM}/to_timestamp": 0.94}))
+    found = check_dataset(scan(v30, check=False))
+    assert [(f.kind, f.severity, f.episode) for f in found] == [("video_range_off_grid", "warning", 1)]
+    scan(v30)  # a warning does not stop planning

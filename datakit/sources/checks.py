@@ -33,6 +33,8 @@ NONFINITE_POLICIES = ("reject", "keep")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # slack (in frames) allowed when two v3.0 episodes share a video file boundary
 RANGE_SLACK_FRAMES = 0.5
+# a v3.0 from_timestamp further than this (in frames) from a frame time picks its first frame by rounding
+OFF_GRID_FRAMES = 0.25
 # fields of every sample besides the cameras (shards/writer.py): a camera may not take their names
 RESERVED_MEMBER_FIELDS = ("state", "action", "json")
 
@@ -142,6 +144,12 @@ def _range_findings(spec: DatasetSpec) -> list[Finding]:
                                    f"[{a:g}, {b:g}) is negative, empty or not finite", ref.episode_index))
                 continue
             by_file[str(vs.path)].append((a, b, ref.episode_index, cam))
+            off = abs(a * spec.fps - round(a * spec.fps)) if spec.fps > 0 else 0.0
+            if off > OFF_GRID_FRAMES:
+                out.append(Finding("video_range_off_grid", str(vs.path),
+                                   f"episode {ref.episode_index} camera {cam}: from_timestamp {a:g} is {off:.2f} "
+                                   f"frames off the {spec.fps:g} fps grid (its first frame is ambiguous)",
+                                   ref.episode_index, None, WARNING))
     slack = RANGE_SLACK_FRAMES / spec.fps if spec.fps > 0 else 0.0
     for path, ranges in by_file.items():
         ranges.sort()
