@@ -1,7 +1,7 @@
 """Camera-slot detection: is a camera's video real content or constant padding (e.g. black)?"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,36 +14,21 @@ BLANK_TOLERANCE = 10
 
 @dataclass
 class SlotDetector:
-    """Fed every frame of one camera of one episode; `slot` says real or blank, `frozen` says
-    whether a real camera showed the same picture all along (a stuck camera, for audits)."""
+    """Fed every frame of one camera of one episode; `slot` says real or blank."""
 
     tolerance: int = BLANK_TOLERANCE
     constant: bool = True
     frames: int = 0
-    changed: bool = False  # some frame differs from the first by more than `tolerance`
-    _first: np.ndarray | None = field(default=None, repr=False)
 
     def update(self, frames: np.ndarray) -> None:
         """frames: (N, H, W, 3) uint8 RGB (before any NV12 packing); every 4th pixel is looked at."""
         self.frames += len(frames)
-        if not len(frames) or (self.changed and not self.constant):
+        if not self.constant or not len(frames):
             return
         sub = frames[:, ::4, ::4].reshape(len(frames), -1).astype(np.int16)
-        if self.constant:
-            dev = np.abs(sub - sub.mean(axis=1, keepdims=True).astype(np.int16)).max()
-            if dev > self.tolerance:
-                self.constant = False
-        if not self.changed:
-            if self._first is None:
-                self._first = sub[0].copy()
-            if np.abs(sub - self._first).max() > self.tolerance:
-                self.changed = True
-                self._first = None
-
-    @property
-    def frozen(self) -> bool:
-        """More than one frame, real content, and every frame the same picture as the first."""
-        return self.frames > 1 and not self.constant and not self.changed
+        dev = np.abs(sub - sub.mean(axis=1, keepdims=True).astype(np.int16)).max()
+        if dev > self.tolerance:
+            self.constant = False
 
     @property
     def slot(self) -> str:
