@@ -67,3 +67,12 @@ def test_wrong_joint_width_is_refused(droid, tmp_path, capsys):
     rc = main(["convert", str(droid), str(tmp_path / "out"), "--workers", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "action has shape (5, 7)" in err and "declares 8" in err, err
+
+
+def test_same_episode_twice_is_refused(droid):
+    """A copied episode folder (same DROID uuid) would be converted, and trained on, twice."""
+    src = droid / droid_episode_folder(0)
+    copy = src.parent / "Fri_Jul__7_11:59:46_2023"
+    shutil.copytree(src, copy)
+    with pytest.raises(SourceError, match="the same episode twice"):
+        scan(droid)

@@ -69,12 +69,18 @@ def scan_droid(root: Path) -> DatasetSpec:
     episodes: list[EpisodeRef] = []
     sizes: dict[str, tuple[int, int]] = {}
     seen = set()
+    uuids: dict[str, Path] = {}
     for path in files:
         folder = path.parent
         if folder in seen:  # one episode per folder, even with several metadata files
             continue
         seen.add(folder)
         meta = _metadata(path)
+        uuid = meta.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            if uuid in uuids:  # the same recording twice (a copied folder): a duplicated episode
+                raise SourceError(path, f"uuid {uuid!r} is also the uuid of {uuids[uuid]}: the same episode twice")
+            uuids[uuid] = path
         task = str(meta.get("current_task") or "")
         if task not in tasks:
             tasks.append(task)
