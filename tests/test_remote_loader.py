@@ -261,3 +261,23 @@ def test_loader_sha256_on_s3_names_a_damaged_shard_or_skips_its_samples(converte
         assert not list(ds.cache.folder.glob(f"{index.shards[bad].name}*"))  # never cached
     finally:
         loader.close()
+
+
+@pytest.mark.timeout(120)
+def test_remote_dataset_pickles_for_spawned_workers_without_the_prefetch_thread(converted, uploaded, tmp_path):
+    import pickle
+
+    cfg = _cfg(cache_dir=str(tmp_path / "cache"), cache_bytes=_small_cache(converted))
+    loader = ShardLoader(uploaded, cfg)
+    try:
+        next(iter(loader))  # the main process's prefetch thread is running now
+        assert loader.dataset.cache._thread is not None
+        copy = pickle.loads(pickle.dumps(loader.dataset))
+        assert copy.cache is not loader.dataset.cache and copy.cache._thread is None
+        assert copy.cache.folder == loader.dataset.cache.folder and copy.root == uploaded
+        want = ShardLoader(converted, _cfg()).dataset.read_batch(list(range(0, len(copy), 7)))
+        got = copy.read_batch(list(range(0, len(copy), 7)))
+        _assert_same([{k: v.numpy() for k, v in got.items()}], [{k: v.numpy() for k, v in want.items()}])
+        copy.close()
+    finally:
+        loader.close()
