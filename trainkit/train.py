@@ -31,7 +31,7 @@ from trainkit.data import TrainData, check_shards
 from trainkit.errors import LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import build_model
-from trainkit.models.pi05 import flops_per_sample
+from trainkit.models.pi05 import flops_per_sample, tokens_per_sample
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.optim import build_optimizer, build_scheduler
@@ -116,7 +116,6 @@ def run(cfg: RunConfig) -> RunResult:
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
-    img_tokens = (mcfg.image_size // mcfg.patch) ** 2
     batches = data.batches()
     metrics.start(start)
     try:
@@ -134,7 +133,7 @@ def run(cfg: RunConfig) -> RunResult:
                 loss_sum = loss_sum + loss.detach() / accum
                 samples += b
                 flops += b * flops_per_sample(mcfg, slots)
-                tokens += b * (slots * img_tokens + mcfg.text_len + mcfg.horizon)
+                tokens += b * tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
             opt.step()
             sched.step()
