@@ -124,6 +124,10 @@ def test_pruned_slot_equals_masked_slot(pruned):
     """A slot no sample fills, masked in place (holding garbage) or removed, gives the same loss."""
     cfg = PRESETS["tiny"]()
     model, full = tiny_model(), make_batch(cfg, b=3, slots=3, text_valid=40)
+    with torch.no_grad():  # sharpen attention: at init scale RoPE hardly moves the loss
+        for layer in model.lm_layers:
+            layer.lm.qkv.weight.mul_(30)
+            layer.expert.qkv.weight.mul_(30)
     full.image_mask[:, pruned] = False
     full.images[:, pruned] = 1e4  # garbage in the masked slot must not leak
     kept = [s for s in range(3) if s != pruned]
@@ -133,32 +137,47 @@ def test_pruned_slot_equals_masked_slot(pruned):
         masked_loss, pruned_loss = model(full), model(small)
         other = make_batch(cfg, b=3, slots=2, seed=5)
     torch.testing.assert_close(masked_loss, pruned_loss, rtol=1e-5, atol=1e-6)
+    # positions by hand: valid prefix tokens count up, the suffix continues after them
+    t = cfg.tokens_per_image
+    keep = torch.cat([full.image_mask.repeat_interleave(t, 1), full.token_mask], 1)
+    pos = model.prefix_positions(keep)
+    valid = list(range(2 * t + 40))
+    assert pos[0, :keep.shape[1]][keep[0]].tolist() == valid
+    assert pos[0, keep.shape[1]:].tolist() == list(range(len(valid), len(valid) + cfg.horizon))
     with torch.no_grad():  # and the loss does depend on the kept images (the check can fail)
         changed = Pi05Batch(**{**small.__dict__, "images": other.images})
         assert not torch.allclose(model(changed), pruned_loss)
 
 
 def test_prefix_never_sees_suffix():
+    """Perturbing actions, noise and time leaves every layer's prefix input bit-identical (the last
+    layer returns no prefix: its output is never read) while the suffix outputs change."""
     cfg = PRESETS["tiny"]()
     model, batch = tiny_model(), make_batch(cfg, b=2, slots=2, text_valid=20)
-    captured: list[list[torch.Tensor]] = []
+    captured: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
 
     def run(b: Pi05Batch) -> None:
-        outs: list[torch.Tensor] = []
-        hooks = [layer.register_forward_hook(lambda m, i, o: outs.append(o)) for layer in model.lm_layers]
+        prefix_in: list[torch.Tensor] = []
+        suffix_out: list[torch.Tensor] = []
+        hooks = [h for layer in model.lm_layers for h in (
+            layer.register_forward_pre_hook(lambda m, args: prefix_in.append(args[0])),
+            layer.register_forward_hook(lambda m, args, out: suffix_out.append(out[1])))]
         with torch.no_grad():
             model(b)
         for h in hooks:
             h.remove()
-        captured.append(outs)
+        captured.append((prefix_in, suffix_out))
 
     g = torch.Generator().manual_seed(9)
     run(batch)
     run(Pi05Batch(**{**batch.__dict__, "actions": torch.randn(batch.actions.shape, generator=g),
                      "noise": torch.randn(batch.noise.shape, generator=g), "time": torch.rand(2, generator=g)}))
-    for (xp0, xs0), (xp1, xs1) in zip(*captured):
-        assert torch.equal(xp0, xp1)          # prefix hidden states bit-identical
-        assert not torch.allclose(xs0, xs1)   # while the suffix did change
+    (p0, s0), (p1, s1) = captured
+    assert len(p0) == cfg.lm_depth
+    for a, b in zip(p0, p1):
+        assert torch.equal(a, b)          # prefix hidden states bit-identical
+    for a, b in zip(s0, s1):
+        assert not torch.allclose(a, b)   # while the suffix did change
 
 
 def test_loss_goes_down_on_fixed_batch():

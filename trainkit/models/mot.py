@@ -82,15 +82,15 @@ class MoTLayer(nn.Module):
         self.expert = ExpertHalf(expert_width, expert_mlp, heads_q, heads_kv, head_dim, adaptive_cond=expert_width)
 
     def forward(self, xp: torch.Tensor, xs: torch.Tensor, cond: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor, prefix_keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                sin: torch.Tensor, prefix_keep: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """xp (B, P, Dlm), xs (B, A, Dex), cond (B, Dex) time features, cos/sin (B, 1, P+A, hd/2)
-        RoPE tables of the whole sequence, prefix_keep (B, P) bool or None (all valid)."""
+        RoPE tables of the whole sequence, prefix_keep (B, P) bool or None (all valid).
+        Returns (new prefix, new suffix); the prefix is None for the last layer (never read:
+        returning the input itself would hand FSDP2 a view of its own hook output)."""
         p = xp.shape[1]
         mod = self.expert.modulation(cond)
         qp, kp, vp = self.lm.qkv_heads(xp, None, cos[:, :, :p], sin[:, :, :p])
         qs, ks, vs = self.expert.qkv_heads(xs, mod, cos[:, :, p:], sin[:, :, p:])
         attn_p, attn_s = prefix_suffix_attention(qp, kp, vp, qs, ks, vs, prefix_keep)
         xs = self.expert.finish(xs, attn_s, mod)
-        if self.prefix_out:
-            xp = self.lm.finish(xp, attn_p, None)
-        return xp, xs
+        return (self.lm.finish(xp, attn_p, None) if self.prefix_out else None), xs
