@@ -93,13 +93,15 @@ def dense_attention(q, k, v, allowed):
     return torch.softmax(scores, -1) @ v
 
 
-@pytest.mark.parametrize("case", ["all_valid", "prefix_padding", "masked_slot_and_text_padding"])
+@pytest.mark.parametrize("case", ["all_valid", "prefix_padding", "masked_slot_and_text_padding", "grouped_kv"])
 def test_joint_attention_matches_dense_mask(case):
     b, hq, hkv, hd, p, a = 3, 4, 1, 8, 12, 5
+    if case == "grouped_kv":
+        hkv = 2
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(b, h, p + a, hd, generator=g) for h in (hq, hkv, hkv))
     keep = torch.ones(b, p, dtype=torch.bool)
-    if case == "prefix_padding":
+    if case in ("prefix_padding", "grouped_kv"):
         keep[0, 9:] = False
         keep[2, 3:] = False
     elif case == "masked_slot_and_text_padding":
@@ -113,10 +115,12 @@ def test_joint_attention_matches_dense_mask(case):
                 key_is_valid_prefix = j < p and bool(keep[n, j])
                 allowed[n, i, j] = key_is_valid_prefix if i < p else (key_is_valid_prefix or j >= p)
     want = dense_attention(q, k, v, allowed)
-    got_p, got_s = prefix_suffix_attention(q[:, :, :p], k[:, :, :p], v[:, :, :p], q[:, :, p:], k[:, :, p:],
-                                           v[:, :, p:], None if case == "all_valid" else keep)
-    torch.testing.assert_close(got_p.double(), want[:, :, :p], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got_s.double(), want[:, :, p:], rtol=1e-5, atol=1e-5)
+    tq, tk, tv = (x.transpose(1, 2) for x in (q, k, v))  # the layer takes token-major (B, T, H, hd)
+    got_p, got_s = prefix_suffix_attention(tq[:, :p], tk[:, :p], tv[:, :p], tq[:, p:], tk[:, p:], tv[:, p:],
+                                           None if case == "all_valid" else keep)
+    want = want.transpose(1, 2).reshape(b, p + a, hq * hd)  # (B, T, Hq * hd)
+    torch.testing.assert_close(got_p.double(), want[:, :p], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_s.double(), want[:, p:], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("pruned", [1, 2])

@@ -3,8 +3,15 @@ the prefix/suffix joint attention of a mixture-of-transformers (MoT) layer.
 
 Every op is a plain tensor op (no Python loop over tokens, no `.item()`, no data-dependent shape),
 so blocks compile with torch.compile and capture in CUDA graphs. Attention goes through
-`F.scaled_dot_product_attention` (flash / efficient / cuDNN kernels on GPU); grouped-query attention
-uses `enable_gqa=True` (torch >= 2.5) instead of materialising repeated K/V heads.
+`F.scaled_dot_product_attention` (flash / efficient / cuDNN kernels on GPU).
+
+Grouped-query attention (Pi0.5: 8 query heads, 1 K/V head) folds the query heads of each K/V group
+into the query sequence: q (B, T, Hkv*G, hd) is viewed as (B, Hkv, T*G, hd), so SDPA runs with
+Hkv heads and no repeated K/V. With Hkv = 1 this is a free view of the projection output, and the
+attention output is a free view of the O-projection input. It is used instead of `enable_gqa=True`
+because on CUDA `enable_gqa` with an attention mask falls back to the math kernel (it materialises
+the scores; see transformers' `use_gqa_in_sdpa`), and real batches always carry a mask (text padding).
+Tensors of the MoT attention are token-major: (B, T, heads, head_dim).
 """
 from __future__ import annotations
 
@@ -46,16 +53,16 @@ class GeGLU(nn.Module):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables (B, 1, T, head_dim/2) in fp32 for integer `positions` (B, T).
+    """cos/sin tables (B, T, 1, head_dim/2) in fp32 for integer `positions` (B, T).
     Positions are per token (not arange), so masked tokens need not advance them."""
     half = head_dim // 2
     inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=torch.float32) / half)
-    angles = positions.to(torch.float32)[:, None, :, None] * inv_freq
+    angles = positions.to(torch.float32)[:, :, None, None] * inv_freq
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, H, T, head_dim) by the tables, split-half layout (as Gemma); computed in fp32."""
+    """Rotate token-major (B, T, H, head_dim) by the tables, split-half layout (as Gemma); in fp32."""
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
@@ -81,6 +88,19 @@ class SiglipBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
 
 
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      key_keep: torch.Tensor | None) -> torch.Tensor:
+    """Bidirectional attention of token-major q (B, Tq, Hq, hd) over k, v (B, Tk, Hkv, hd), query
+    head h using K/V head h // (Hq / Hkv); `key_keep` (B, Tk) bool masks keys (None: no mask, flash
+    path). Returns (B, Tq, Hq * hd). Query heads are folded into the sequence (module docstring)."""
+    b, tq, hq, hd = q.shape
+    hkv = k.shape[2]
+    folded = q.reshape(b, tq, hkv, hq // hkv, hd).transpose(1, 2).reshape(b, hkv, tq * (hq // hkv), hd)
+    mask = None if key_keep is None else key_keep[:, None, None, :]
+    out = F.scaled_dot_product_attention(folded, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+    return out.reshape(b, hkv, tq, hq // hkv, hd).transpose(1, 2).reshape(b, tq, hq * hd)
+
+
 def prefix_suffix_attention(
     qp: torch.Tensor | None, kp: torch.Tensor, vp: torch.Tensor,
     qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor,
@@ -90,21 +110,17 @@ def prefix_suffix_attention(
     prefix queries see valid prefix keys (bidirectional), suffix queries see valid prefix keys and
     every suffix key, and the prefix never sees the suffix.
 
-    q: (B, Hq, T, hd), k/v: (B, Hkv, T, hd) per part. `prefix_keep` (B, P) bool marks valid prefix
-    tokens, or None when all are valid (then no mask is built and SDPA may take the flash path).
-    Done as two SDPA calls instead of one dense (P+A)^2 mask: the prefix x suffix block is all
-    masked, so skipping it saves its FLOPs and the mask is only a (B, 1, 1, keys) key-padding mask.
-    Every sample must have at least one valid prefix token (else its prefix rows are all masked:
-    NaN); the tokenizer always emits BOS. `qp` None: skip the prefix queries (returns None for them)."""
-    gqa = qs.shape[1] != ks.shape[1]
-    mask_p = mask_s = None
+    Token-major q: (B, T, Hq, hd), k/v: (B, T, Hkv, hd) per part; returns (B, T, Hq * hd) per part.
+    `prefix_keep` (B, P) bool marks valid prefix tokens, or None when all are valid (then no mask
+    is built and SDPA may take the flash path). Done as two SDPA calls instead of one dense
+    (P+A)^2 mask: the prefix x suffix block is all masked, so skipping it saves its FLOPs and the
+    mask is only a (B, 1, 1, keys) key-padding mask. Every sample must have at least one valid
+    prefix token (else its prefix rows are all masked: NaN); the tokenizer always emits BOS.
+    `qp` None: skip the prefix queries (returns None for them)."""
+    mask_s = None
     if prefix_keep is not None:
-        mask_p = prefix_keep[:, None, None, :]
-        suffix_keep = torch.ones(qs.shape[0], qs.shape[2], dtype=torch.bool, device=qs.device)
-        mask_s = torch.cat([prefix_keep, suffix_keep], dim=1)[:, None, None, :]
-    out_p = None
-    if qp is not None:
-        out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask_p, enable_gqa=gqa)
-    k_all, v_all = torch.cat([kp, ks], dim=2), torch.cat([vp, vs], dim=2)
-    out_s = F.scaled_dot_product_attention(qs, k_all, v_all, attn_mask=mask_s, enable_gqa=gqa)
+        suffix_keep = torch.ones(qs.shape[0], qs.shape[1], dtype=torch.bool, device=qs.device)
+        mask_s = torch.cat([prefix_keep, suffix_keep], dim=1)
+    out_p = None if qp is None else grouped_attention(qp, kp, vp, prefix_keep)
+    out_s = grouped_attention(qs, torch.cat([kp, ks], dim=1), torch.cat([vp, vs], dim=1), mask_s)
     return out_p, out_s

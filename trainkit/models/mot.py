@@ -47,23 +47,22 @@ class ExpertHalf(nn.Module):
 
     def qkv_heads(self, x: torch.Tensor, mod: list[torch.Tensor] | None, cos: torch.Tensor,
                   sin: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """Normalise, project and rotate: q (B, Hq, T, hd) (None without output), k and v (B, Hkv, T, hd)."""
+        """Normalise, project and rotate, token-major: q (B, T, Hq, hd) (None without output), k and v (B, T, Hkv, hd)."""
         b, t, _ = x.shape
         h = self.norm_attn(x) if mod is None else ada_rms_norm(x, mod[0], mod[1])
         kv = self.heads_kv * self.head_dim
         q_dim = self.heads_q * self.head_dim if self.with_out else 0
         q, k, v = self.qkv(h).split([q_dim, kv, kv], dim=-1)
-        k = k.view(b, t, self.heads_kv, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.heads_kv, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.heads_kv, self.head_dim)
+        v = v.view(b, t, self.heads_kv, self.head_dim)
         if not self.with_out:
             return None, apply_rope(k, cos, sin), v
-        q = q.view(b, t, self.heads_q, self.head_dim).transpose(1, 2)
+        q = q.view(b, t, self.heads_q, self.head_dim)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor, mod: list[torch.Tensor] | None) -> torch.Tensor:
         """Residual O-projection then residual MLP (gated by 1 + gate when adaptive)."""
-        b, t, _ = x.shape
-        y = self.out(attn.transpose(1, 2).reshape(b, t, -1))
+        y = self.out(attn)  # attn: (B, T, Hq * hd)
         if mod is None:
             x = x + y
             return x + self.mlp(self.norm_mlp(x))
@@ -83,14 +82,14 @@ class MoTLayer(nn.Module):
 
     def forward(self, xp: torch.Tensor, xs: torch.Tensor, cond: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor, prefix_keep: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """xp (B, P, Dlm), xs (B, A, Dex), cond (B, Dex) time features, cos/sin (B, 1, P+A, hd/2)
+        """xp (B, P, Dlm), xs (B, A, Dex), cond (B, Dex) time features, cos/sin (B, P+A, 1, hd/2)
         RoPE tables of the whole sequence, prefix_keep (B, P) bool or None (all valid).
         Returns (new prefix, new suffix); the prefix is None for the last layer (never read:
         returning the input itself would hand FSDP2 a view of its own hook output)."""
         p = xp.shape[1]
         mod = self.expert.modulation(cond)
-        qp, kp, vp = self.lm.qkv_heads(xp, None, cos[:, :, :p], sin[:, :, :p])
-        qs, ks, vs = self.expert.qkv_heads(xs, mod, cos[:, :, p:], sin[:, :, p:])
+        qp, kp, vp = self.lm.qkv_heads(xp, None, cos[:, :p], sin[:, :p])
+        qs, ks, vs = self.expert.qkv_heads(xs, mod, cos[:, p:], sin[:, p:])
         attn_p, attn_s = prefix_suffix_attention(qp, kp, vp, qs, ks, vs, prefix_keep)
         xs = self.expert.finish(xs, attn_s, mod)
         return (self.lm.finish(xp, attn_p, None) if self.prefix_out else None), xs
