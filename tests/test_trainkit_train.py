@@ -46,6 +46,9 @@ def runs(shards_rgb, tmp_path_factory):  # noqa: F811
         cfgs[name] = tiny_config(shards_rgb, tmp / name, "model.preset=tiny_deep", "train.steps=2", "output.log_every=1",
                                  "parallel.fsdp=block", f"parallel.group={{vision_blocks = {group}, lm_layers = 1}}",
                                  "parallel.ac_stride={}")
+    cfgs["deep_g4_keep"] = tiny_config(shards_rgb, tmp / "deep_g4_keep", "model.preset=tiny_deep", "train.steps=2",
+                                       "output.log_every=1", "parallel.fsdp=block", "parallel.reshard_after_forward=false",
+                                       "parallel.group={vision_blocks = 4, lm_layers = 1}", "parallel.ac_stride={}")
     cfgs["deep_root"] = tiny_config(shards_rgb, tmp / "deep_root", "model.preset=tiny_deep", "train.steps=2",
                                     "output.log_every=1", "parallel.fsdp=root", "parallel.ac_stride={}")
     results = run_distributed(list(cfgs.values()), world=2)
@@ -86,11 +89,13 @@ def test_resume_gives_the_losses_of_the_unbroken_run(runs):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name, vision_units", [("deep_g4", math.ceil(27 / 4)), ("deep_g1", 27), ("deep_root", None)])
-def test_all_gathers_per_step_follow_the_wrapping(runs, name, vision_units):
-    """Counted all-gathers = 2 per block unit (forward, and again in backward after resharding)
-    + 1 for the root (not resharded after forward); the root alone is one."""
-    expected = 1 if vision_units is None else 2 * (vision_units + 18) + 1
+@pytest.mark.parametrize("name, vision_units, per_unit", [("deep_g4", math.ceil(27 / 4), 2), ("deep_g1", 27, 2),
+                                                           ("deep_g4_keep", math.ceil(27 / 4), 1), ("deep_root", None, 0)])
+def test_all_gathers_per_step_follow_the_wrapping(runs, name, vision_units, per_unit):
+    """Counted all-gathers = 2 per block unit (forward, and again in backward after resharding;
+    1 when units keep their parameters to backward) + 1 for the root (not resharded after
+    forward); the root alone is one."""
+    expected = 1 if vision_units is None else per_unit * (vision_units + 18) + 1
     counted = [h["all_gathers_per_step"] for h in runs[name]["history"]]
     assert counted == [expected, expected]
     assert runs[name]["all_gathers_per_step"] == expected

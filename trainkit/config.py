@@ -91,6 +91,9 @@ class ParallelConfig:
     fsdp: str = "block"
     group: dict[str, int] = field(default_factory=dict)  # block list -> blocks per FSDP unit (default 1)
     prefetch: bool = True  # explicit forward/backward prefetch of the next unit's all-gather
+    # Free a block unit's gathered parameters after its forward (and all-gather them again in
+    # backward). False keeps them to backward: half the all-gathers, + the unsharded bf16 blocks in memory.
+    reshard_after_forward: bool = True
     ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
     compile: bool = False  # torch.compile each block
     cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)

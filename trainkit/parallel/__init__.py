@@ -60,10 +60,12 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         plan.applied.append("compile")
     # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce
     if cfg.fsdp != "none":
-        plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype))
+        plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
+                                cfg.reshard_after_forward)
         plan.applied.append(f"fsdp_{cfg.fsdp}")
         # one rank: FSDP2 keeps the whole parameters and issues no collective
-        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units)) if world_size > 1 else 0
+        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward) \
+            if world_size > 1 else 0
     # 4. explicit prefetch between the units just made
     if cfg.prefetch and len(plan.units) > 1:
         apply_prefetch(plan.units)
