@@ -8,9 +8,13 @@ so blocks compile with torch.compile and capture in CUDA graphs. Attention goes 
 Grouped-query attention (Pi0.5: 8 query heads, 1 K/V head) folds the query heads of each K/V group
 into the query sequence: q (B, T, Hkv*G, hd) is viewed as (B, Hkv, T*G, hd), so SDPA runs with
 Hkv heads and no repeated K/V. With Hkv = 1 this is a free view of the projection output, and the
-attention output is a free view of the O-projection input. It is used instead of `enable_gqa=True`
-because on CUDA `enable_gqa` with an attention mask falls back to the math kernel (it materialises
-the scores; see transformers' `use_gqa_in_sdpa`), and real batches always carry a mask (text padding).
+attention output is a free view of the O-projection input. Why not `enable_gqa=True`: with a mask
+(real batches always carry one: text padding) only cuDNN attention takes unequal head counts; flash
+rejects masks and efficient attention rejects unequal heads, so without cuDNN it falls back to the
+math kernel (scores materialised). The fold runs on any fused kernel. Measured on one H200, torch
+2.11, B=32, 8q/1kv heads x 256, 712 tokens, fwd+bwd: enable_gqa + mask 2.92 ms, fold + mask 2.90 ms
+(both cuDNN); with cuDNN disabled enable_gqa + mask has no fused kernel, the fold runs on efficient
+attention (14.5 ms).
 Tensors of the MoT attention are token-major: (B, T, heads, head_dim).
 """
 from __future__ import annotations
