@@ -17,12 +17,13 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def run_config(preset="tiny_deep", fsdp="block", group=None, ac=None, slots=(), prune=True, micro=4,
-               global_batch=0, dtype="bfloat16"):
+               global_batch=0, dtype="bfloat16", reshard=True):
     return SimpleNamespace(
         model=SimpleNamespace(family="pi05", preset=preset),
         data=SimpleNamespace(slots=list(slots), prune_slots=prune),
         train=SimpleNamespace(micro_batch=micro, global_batch=global_batch),
-        parallel=SimpleNamespace(fsdp=fsdp, group=group or {}, ac_stride=ac or {}, param_dtype=dtype, compile=False))
+        parallel=SimpleNamespace(fsdp=fsdp, group=group or {}, ac_stride=ac or {}, param_dtype=dtype, compile=False,
+                                   reshard_after_forward=reshard))
 
 
 # (fsdp, group, units, all-gathers per micro-batch), derived by hand:
@@ -45,6 +46,14 @@ def test_units_and_all_gathers_follow_wrapping_and_grouping(fsdp, group, units, 
     assert report["fsdp"]["units"] == units
     assert report["fsdp"]["all_gathers_per_microbatch"] == gathers
     assert report["fsdp"]["reduce_scatters_per_microbatch"] == units
+
+
+def test_no_reshard_after_forward_gathers_each_unit_once():
+    """Units kept gathered from forward to backward are not re-gathered: 7 + 18 + 1 = 26."""
+    report = inspect_model(run_config(group={"vision_blocks": 4}, reshard=False), world_size=2)
+    assert report["fsdp"]["all_gathers_per_microbatch"] == 26
+    full = inspect_model(run_config(preset="full", group={"vision_blocks": 4}, reshard=False), world_size=2)
+    assert full["memory"]["gathered_params_gib"] == pytest.approx(2 * full["params"]["total"] / 2**30, rel=1e-3)
 
 
 def test_gradient_accumulation_multiplies_gathers_per_step():

@@ -11,7 +11,8 @@
   "block": each group of `parallel.group[name]` consecutive blocks is one unit (ceil(n / g) per
   block list) plus the root unit. Forward all-gathers every unit once. FSDP2 reshards every
   non-root unit after forward (reshard_after_forward=True) and keeps the root gathered, so backward
-  re-gathers the non-root units once each: all-gathers = units + (units - 1). Every unit
+  re-gathers the non-root units once each: all-gathers = units + (units - 1); with
+  `parallel.reshard_after_forward = false` units stay gathered until backward: units. Every unit
   reduce-scatters its gradients once. "root": one unit, 1 all-gather, 1 reduce-scatter. "none": 0.
   Activation recompute runs inside a unit's backward, after its re-gather: no extra all-gather.
   `per_step` multiplies by the gradient-accumulation micro-steps.
@@ -20,7 +21,7 @@
   each sharded over the world size (16 bytes/param / W, unsharded with fsdp "none"); gathered
   parameters and their unsharded gradients in param_dtype (the root unit, which stays gathered,
   plus two of the largest units: the one computing and the one prefetched; all of them for
-  "root"); saved activations of one micro-batch (eager count of the tensors autograd keeps per
+  "root" or without reshard_after_forward); saved activations of one micro-batch (eager count of the tensors autograd keeps per
   token and block, see `block_activations`; a recomputed block keeps only its input); and one
   block's full activations alive in backward (being recomputed, or its gradient temporaries). Not counted: CUDA context, allocator
   fragmentation, kernel workspaces. Against the probe's measured full-preset runs
@@ -112,10 +113,11 @@ def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
     units, root = _units(model, mode, dict(par.group))
     n_units = len(units) + 1 if mode != "none" else 0
     ag_fwd = n_units
-    ag_bwd = len(units) if mode == "block" else 0
+    reshard = bool(getattr(par, "reshard_after_forward", True))
+    ag_bwd = len(units) if mode == "block" and reshard else 0
     micro = train.micro_batch
     accum = max(1, (getattr(train, "global_batch", 0) or micro * world_size) // (micro * world_size))
-    fsdp = {"mode": mode, "units": n_units, "block_units": len(units), "root_params": root if mode != "none" else 0,
+    fsdp = {"mode": mode, "units": n_units, "reshard_after_forward": reshard, "block_units": len(units), "root_params": root if mode != "none" else 0,
             "largest_unit_params": max(units, default=root if mode != "none" else 0),
             "all_gathers_forward": ag_fwd, "all_gathers_backward": ag_bwd,
             "all_gathers_per_microbatch": ag_fwd + ag_bwd, "reduce_scatters_per_microbatch": n_units,
@@ -128,7 +130,7 @@ def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
     recompute = {name: [i for i in range(len(getattr(model, name))) if stride.get(name, 0) and i % stride[name] == 0]
                  for name in model.BLOCK_LISTS}
     memory = _memory(model, model_cfg, slots_max, micro, world_size, mode, units, root, recompute,
-                     DTYPE_BYTES[par.param_dtype])
+                     DTYPE_BYTES[par.param_dtype], reshard)
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
         "params": {"total": total, "trainable": trainable, "by_part": parts},
@@ -155,10 +157,12 @@ def activation_elements(model: torch.nn.Module, cfg: Pi05Config, n_slots: int,
 
 
 def _memory(model, cfg: Pi05Config, slots: int, micro: int, world: int, mode: str, units: list[int],
-            root: int, recompute: dict[str, list[int]], act_bytes: int) -> dict[str, Any]:
+            root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True) -> dict[str, Any]:
     total = sum(p.numel() for p in model.parameters())
     shard = total / (world if mode != "none" else 1)
-    if mode == "block":
+    if mode == "block" and not reshard:
+        gathered = total  # every unit stays gathered from its forward to its backward
+    elif mode == "block":
         gathered = root + 2 * max(units, default=0)
     elif mode == "root":
         gathered = total
