@@ -165,6 +165,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--main", action="store_true", help="baseline, optimised (profiled), the probe, attention check")
+    p.add_argument("--optimised", action="store_true", help="the optimised config alone, profiled (first)")
     p.add_argument("--probe", action="store_true", help="the probe's best setting (after the candidates)")
     p.add_argument("--baseline", action="store_true", help="the baseline (after the probe)")
     p.add_argument("--candidates", nargs="*", default=[], help=f"tuning candidates: {', '.join(TUNE)}")
@@ -207,6 +208,8 @@ def main() -> None:
         res["probe"] = run_probe(["opt_compile_noac_mbs32"], args, budget_end)
         dump()
         res["attention"] = attention_check()
+    if args.optimised:
+        go("optimised", opt, ["output.profile_steps=3"])
     base = list(args.base_sets)
     if args.candidates:
         tried = [(go(n, opt, [*base, *TUNE[n], "output.profile_steps=3"]), TUNE[n]) for n in args.candidates]
@@ -218,7 +221,7 @@ def main() -> None:
         res["probe"] = run_probe(["opt_compile_noac_mbs32"], args, budget_end)
         dump()
     if args.baseline:
-        go("baseline", CONFIGS / "pi05_baseline.toml", [])
+        go("baseline", CONFIGS / "pi05_baseline.toml", ["output.profile_steps=3"])
     names = list(ABLATION) if args.ablate == ["all"] else args.ablate
     for n in names:
         go(n, opt, [*base, *ABLATION[n]])

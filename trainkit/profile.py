@@ -7,7 +7,10 @@ the window's wall time:
 - exposed communication: time an NCCL kernel runs and no compute kernel does;
 - copies: memcpy/memset time not under compute (H2D the loader did not hide);
 - idle: time no kernel runs at all (launch gaps, host-side waits including data wait).
-They add up to the window. The summary goes to `profile_rank{r}.json` in the run folder and
+They add up to the window. Kernel time is also split by kind (summed durations, overlaps counted
+twice): matmul (cuBLAS/CUTLASS GEMMs), attention (flash / memory-efficient / cuDNN SDPA
+kernels), triton (torch.compile's fused elementwise and reduction kernels), nccl, copy, and
+other (eager elementwise, norms, reductions). The summary goes to `profile_rank{r}.json` in the run folder and
 into the run's result; no trace file is kept (a 3B-model trace is hundreds of MB).
 """
 from __future__ import annotations
@@ -54,6 +57,20 @@ def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     return total
 
 
+KINDS = (("nccl", ("nccl",)), ("copy", ("memcpy", "memset")),
+         ("attention", ("flash", "fmha", "attention", "efficient", "cudnn")), ("triton", ("triton",)),
+         ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90", "sm80")))
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of a GPU activity by its name (first match in KINDS), else "other"."""
+    low = name.lower()
+    for kind, keys in KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
 def timeline_summary(kernels: list[tuple[str, int, int]], wall_ns: int) -> dict[str, float]:
     """Reduce (name, start_ns, duration_ns) GPU activities over a window of `wall_ns`."""
     comm = _union([(s, s + d) for n, s, d in kernels if "nccl" in n.lower()])
@@ -62,7 +79,10 @@ def timeline_summary(kernels: list[tuple[str, int, int]], wall_ns: int) -> dict[
                    if "nccl" not in n.lower() and not n.lower().startswith(("memcpy", "memset"))])
     busy = _union(comm + copy + comp)
     ms = 1e-6
-    return {"window_ms": wall_ns * ms, "compute_ms": _length(comp) * ms,
+    kinds = {f"kernel_{k}_ms": 0.0 for k, _ in KINDS} | {"kernel_other_ms": 0.0}
+    for n, _, d in kernels:
+        kinds[f"kernel_{kernel_kind(n)}_ms"] += d * ms
+    return kinds | {"window_ms": wall_ns * ms, "compute_ms": _length(comp) * ms,
             "exposed_comm_ms": _minus(comm, comp) * ms, "comm_total_ms": _length(comm) * ms,
             "exposed_copy_ms": _minus(copy, _union(comp + comm)) * ms,
             "idle_ms": max(0, wall_ns - _length(busy)) * ms}
