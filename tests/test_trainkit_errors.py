@@ -72,3 +72,14 @@ def test_single_process_run_without_torchrun(shards_rgb, tmp_path):  # noqa: F81
     # one rank: FSDP2 has nothing to gather and issues no collective (counted, not assumed)
     assert len(intervals) == 2 and all(x["all_gathers_per_step"] == 0 for x in intervals)
     assert "loss" in proc.stdout + proc.stderr
+
+
+def test_inspect_command_prints_the_report_of_inspect_model(capsys):
+    """`trainkit inspect CONFIG --json` is wired to trainkit.inspect (the oracle: calling it directly),
+    needs no shard folder and honours --set and --world-size."""
+    code = main(["inspect", str(ROOT / "trainkit" / "configs" / "pi05_optimised.toml"), "--json", "--world-size", "2",
+                 "--set", "train.micro_batch=8"])
+    printed = json.loads(capsys.readouterr().out)
+    cfg = load_config(ROOT / "trainkit" / "configs" / "pi05_optimised.toml", ["train.micro_batch=8"])
+    assert code == 0 and printed == json.loads(json.dumps(inspect_model(cfg, world_size=2)))
+    assert printed["micro_batch"] == 8 and printed["world_size"] == 2
