@@ -53,6 +53,11 @@ def test_a_preset_over_the_memory_cap_reports_the_estimate(shards_rgb, tmp_path,
     assert code == 2 and f"estimated peak memory {estimate:.1f} GiB per GPU exceeds train.memory_cap_gib=40" in err, err
 
 
+def test_unknown_preset(shards_rgb, tmp_path, capsys):  # noqa: F811
+    code, err = _run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path}", "model.preset=huge")
+    assert code == 2 and err.startswith("trainkit: unknown pi05 preset 'huge'"), err
+
+
 def test_unknown_config_key_from_the_command_line(capsys):
     code, err = _run(capsys, "parallel.fsdp_mode=block")
     assert code == 2 and err.startswith("trainkit: parallel.fsdp_mode: unknown key"), err

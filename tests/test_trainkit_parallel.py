@@ -11,12 +11,11 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.distributed.fsdp import FSDPModule
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-from trainkit.config import ParallelConfig
+from trainkit.config import DataConfig, ParallelConfig
 from trainkit.data import TrainData
 from trainkit.errors import ConfigError
 from trainkit.models import build_model
 from trainkit.parallel import parallelize
-from trainkit.config import DataConfig
 
 
 def _batch(model, shards, prune):

@@ -14,6 +14,7 @@ import json
 import sys
 
 from trainkit.errors import TrainkitError
+from trainkit.models.errors import ModelConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
-    except TrainkitError as e:
+    except (TrainkitError, ModelConfigError) as e:  # a bad preset name or model field, too
         print(f"trainkit: {e}", file=sys.stderr)
         return 2
 
