@@ -16,7 +16,7 @@ import math
 import pytest
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-from trainkit_harness import run_distributed, tiny_config
+from trainkit_harness import ROOT, run_distributed, tiny_config
 
 STEPS = 36
 # baseline vs optimised: the same math in float32 with different summation orders (masked vs pruned
@@ -55,6 +55,7 @@ def runs(shards_rgb, tmp_path_factory):  # noqa: F811
     out = dict(zip(cfgs, results))
     errors = {k: r["error"] for k, r in out.items() if "error" in r}
     assert not errors, errors
+    out["resumed_dir"] = tmp / "resumed"
     return out
 
 
@@ -99,3 +100,15 @@ def test_all_gathers_per_step_follow_the_wrapping(runs, name, vision_units, per_
     counted = [h["all_gathers_per_step"] for h in runs[name]["history"]]
     assert counted == [expected, expected]
     assert runs[name]["all_gathers_per_step"] == expected
+
+
+@pytest.mark.timeout(120)
+def test_resume_with_another_world_size_is_refused(runs, shards_rgb, capsys):  # noqa: F811
+    from trainkit.cli import main
+
+    out = runs["resumed_dir"]
+    code = main(["run", str(ROOT / "trainkit" / "configs" / "pi05_tiny.toml"), "--set", f"data.shards={shards_rgb}",
+                 "--set", f"output.dir={out}", "--set", "data.num_workers=0", *[x for o in OPTIMISED for x in ("--set", o)],
+                 "--set", f"train.steps={STEPS + 2}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "written by 2 ranks, this run has 1" in err, err

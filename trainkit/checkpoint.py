@@ -8,7 +8,8 @@ the FSDP parameters and optimiser state (`get_state_dict` gives sharded DTensor 
 gathers the 3B-parameter model), plus small per-rank entries for its RNG states and its loader
 position. The folder is written as `step-000100.tmp` and renamed by rank 0 after every rank has
 finished (a barrier), so a crash mid-save never leaves a folder that looks complete; resume takes
-the newest complete one. A resumed run gives the same losses as an unbroken one: weights,
+the newest complete one, and refuses one written by a different number of ranks (the loader position
+and RNG states are per rank). A resumed run gives the same losses as an unbroken one: weights,
 Adam moments, the schedule, the torch RNGs and the sampler position are all restored, and the
 flow noise is a function of the loader position (`data.flow_generator`).
 """
@@ -25,6 +26,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainkit.errors import LaunchError
 
 _STEP = re.compile(r"^step-(\d{6,})$")
 
@@ -63,8 +66,9 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
         tmp.mkdir(parents=True)
     _barrier()
     model_sd, optim_sd = get_state_dict(model, opt)
+    _, world = _rank_world()
     state = {"model": model_sd, "optim": optim_sd, "sched": _blob(sched.state_dict()), "step": _blob(step),
-             f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
+             "world_size": _blob(world), f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
     dcp.save(state, checkpoint_id=str(tmp))
     _barrier()
     if rank == 0:
@@ -86,7 +90,13 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer,
                     sched: torch.optim.lr_scheduler.LRScheduler) -> tuple[int, dict[str, int]]:
     """Restore everything from `path`; returns (steps done, this rank's loader state)."""
-    rank, _ = _rank_world()
+    rank, world = _rank_world()
+    saved = {"world_size": io.BytesIO()}
+    dcp.load(saved, checkpoint_id=str(path))
+    if _unblob(saved["world_size"]) != world:
+        raise LaunchError(f"{path}: written by {_unblob(saved['world_size'])} ranks, this run has {world}; the "
+                          "loader position and RNG states are per rank (resume with the same world size, or "
+                          "set output.resume=false / another output.dir)")
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd, "sched": io.BytesIO(), "step": io.BytesIO(),
              f"rank{rank}": io.BytesIO()}

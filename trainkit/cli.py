@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainkitError, ModelConfigError) as e:  # a bad preset name or model field, too
         print(f"trainkit: {e}", file=sys.stderr)
         return 2
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():  # a clean NCCL shutdown under torchrun; no group left behind in-process
+            dist.destroy_process_group()
 
 
 def _inspect(cfg, args) -> int:

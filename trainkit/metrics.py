@@ -11,8 +11,14 @@ recompute not counted, at the slots each batch actually carried) / step time / 9
 dense bf16 peak), per GPU. All-gathers are counted as they happen (`CollectiveCounter` wraps
 torch.distributed's all-gather entry points, which FSDP2 calls), not derived from the config.
 
-Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line, `"kind"` = "step"
-or "interval"; a terminal line per interval and a progress bar (tqdm) on rank 0.
+Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
+interval and a progress bar (tqdm) on rank 0.
+- `"kind": "step"`: step, loss (mean over the step's micro-batches, rank 0), grad_norm (global),
+  lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
+- `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
+  tokens_per_s_gpu (image + text + action tokens), mfu (fraction), peak_mem_gib (max allocated since
+  start), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
+  loss, image_slots.
 """
 from __future__ import annotations
 
