@@ -1,9 +1,64 @@
-"""The `trainkit` command (placeholder until the trainer issue lands)."""
+"""The `trainkit` command.
+
+    trainkit run CONFIG.toml [--set key=value ...]         # one process, or under torchrun:
+    torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
+    trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N]
+
+Bad input (config, shard folder, camera mapping, world size, memory cap) prints one line naming
+the key or file and the problem, and exits with code 2 before any GPU work.
+"""
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+
+from trainkit.errors import TrainkitError
+from trainkit.models.errors import ModelConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trainkit", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train from a TOML config (torchrun for several GPUs / nodes)")
+    r.add_argument("config")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override, e.g. train.steps=100 or parallel.group.vision_blocks=4")
+    i = sub.add_parser("inspect", help="params, tokens, FLOPs, FSDP units, memory estimate (meta device)")
+    i.add_argument("config")
+    i.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    i.add_argument("--json", action="store_true", help="print the report as JSON")
+    i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("trainkit: no commands yet; the FSDP2 trainer is tracked in the issue tracker", file=sys.stderr)
-    return 1
+    args = _parser().parse_args(argv)
+    from trainkit.config import load_config
+    try:
+        if args.command == "inspect":
+            return _inspect(load_config(args.config, args.overrides, required=False), args)
+        from trainkit.train import run
+        run(load_config(args.config, args.overrides))
+        return 0
+    except (TrainkitError, ModelConfigError) as e:  # a bad preset name or model field, too
+        print(f"trainkit: {e}", file=sys.stderr)
+        return 2
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():  # a clean NCCL shutdown under torchrun; no group left behind in-process
+            dist.destroy_process_group()
+
+
+def _inspect(cfg, args) -> int:
+    import os
+
+    from trainkit.inspect import format_report, inspect_model
+    world = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
+    report = inspect_model(cfg, world_size=world)
+    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""trainkit config: TOML -> dataclass tree, dotted overrides with type conversion, strict errors.
+
+Oracle: the TOML text itself (tomllib) and hand-written expected values."""
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from trainkit.config import REQUIRED, load_config
+from trainkit.errors import ConfigError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "trainkit" / "configs"
+BASE = ["data.shards=/d", "train.steps=3", "train.seed=1", "output.dir=/o", "model.preset=tiny"]
+
+
+@pytest.mark.parametrize("name", ["pi05_tiny", "pi05_baseline", "pi05_optimised"])
+def test_shipped_configs_load_and_match_their_toml(name):
+    path = CONFIGS / f"{name}.toml"
+    raw = tomllib.loads(path.read_text())
+    cfg = load_config(path)
+    for section, values in raw.items():
+        for key, value in values.items():
+            got = getattr(getattr(cfg, section), key)
+            assert got == value or (isinstance(value, int) and got == float(value)), (section, key)
+
+
+def test_overrides_are_converted_to_the_field_type():
+    cfg = load_config(None, [*BASE, "optim.lr=1", "parallel.compile=true", "parallel.group.vision_blocks=4",
+                             'data.slots=["top", ""]', "output.dir=runs/x y", "parallel.ac_stride={lm_layers = 2}"])
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    assert cfg.parallel.compile is True
+    assert cfg.parallel.group == {"vision_blocks": 4}
+    assert cfg.parallel.ac_stride == {"lm_layers": 2}
+    assert cfg.data.slots == ["top", ""]
+    assert cfg.output.dir == "runs/x y" and cfg.train.steps == 3 and cfg.model.preset == "tiny"
+
+
+def test_override_wins_over_the_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[train]\nsteps = 5\nseed = 2\n[model]\npreset = "tiny"\n[data]\nshards = "/d"\n[output]\ndir = "/o"\n')
+    assert load_config(f).train.steps == 5
+    assert load_config(f, ["train.steps=9"]).train.steps == 9
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.stepz=3", "train.stepz"),              # unknown key
+    ("trian.steps=3", "trian"),                    # unknown section
+    ("parallel.compile=yes", "parallel.compile"),  # wrong type: bool
+    ("train.steps=1.5", "train.steps"),            # wrong type: int
+    ("train.steps=true", "train.steps"),           # a bool is not an int
+    ("optim.lr=abc", "optim.lr"),                  # wrong type: float
+    ("parallel.group.vision_blocks=x", "parallel.group.vision_blocks"),
+    ("parallel.fsdp=sometimes", "parallel.fsdp"),  # not one of the choices
+    ("data.slots=3", "data.slots"),                # not a list
+    ("train", "train"),                            # no '='
+])
+def test_bad_overrides_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*BASE, override])
+    assert str(err.value).startswith(key), str(err.value)
+
+
+def test_unknown_key_in_the_file_is_named(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[parallel]\nfsdp = 'block'\nprefetchh = true\n")
+    with pytest.raises(ConfigError, match=r"^parallel\.prefetchh: unknown key"):
+        load_config(f, BASE)
+
+
+@pytest.mark.parametrize("missing", REQUIRED)
+def test_each_required_key_is_required(missing):
+    with pytest.raises(ConfigError, match=f"^{missing}: required"):
+        load_config(None, [o for o in BASE if not o.startswith(missing + "=")])
+
+
+def test_bad_toml_names_the_file(tmp_path):
+    f = tmp_path / "broken.toml"
+    f.write_text("[train\nsteps = 3\n")
+    with pytest.raises(ConfigError, match="broken.toml: not valid TOML"):
+        load_config(f, BASE)

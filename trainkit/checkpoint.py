@@ -1,0 +1,115 @@
+"""Checkpoints with torch.distributed.checkpoint (DCP): model, optimiser, scheduler, RNG, loader.
+
+    save_checkpoint(run_dir, step, model, opt, sched, data_state)   # every rank calls it
+    step = load_latest(run_dir, model, opt, sched) -> (step, data_state) or None
+
+Layout: `run_dir/checkpoints/step-000100/` is one DCP folder. Each rank writes its own shards of
+the FSDP parameters and optimiser state (`get_state_dict` gives sharded DTensor state, so no rank
+gathers the 3B-parameter model), plus small per-rank entries for its RNG states and its loader
+position. The folder is written as `step-000100.tmp` and renamed by rank 0 after every rank has
+finished (a barrier), so a crash mid-save never leaves a folder that looks complete; resume takes
+the newest complete one, and refuses one written by a different number of ranks (the loader position
+and RNG states are per rank). A resumed run gives the same losses as an unbroken one: weights,
+Adam moments, the schedule, the torch RNGs and the sampler position are all restored, and the
+flow noise is a function of the loader position (`data.flow_generator`).
+"""
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainkit.errors import LaunchError
+
+_STEP = re.compile(r"^step-(\d{6,})$")
+
+
+def _rank_world() -> tuple[int, int]:
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _blob(obj: Any) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
+                    sched: torch.optim.lr_scheduler.LRScheduler, data_state: dict[str, int]) -> Path:
+    """Write the checkpoint after `step` optimiser steps (collective: every rank calls it)."""
+    rank, _ = _rank_world()
+    root = Path(run_dir) / "checkpoints"
+    final, tmp = root / f"step-{step:06d}", root / f"step-{step:06d}.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    model_sd, optim_sd = get_state_dict(model, opt)
+    _, world = _rank_world()
+    state = {"model": model_sd, "optim": optim_sd, "sched": _blob(sched.state_dict()), "step": _blob(step),
+             "world_size": _blob(world), f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
+    dcp.save(state, checkpoint_id=str(tmp))
+    _barrier()
+    if rank == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    _barrier()
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint folder under `run_dir`, or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and p.is_dir())
+    return done[-1][1] if done else None
+
+
+def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer,
+                    sched: torch.optim.lr_scheduler.LRScheduler) -> tuple[int, dict[str, int]]:
+    """Restore everything from `path`; returns (steps done, this rank's loader state)."""
+    rank, world = _rank_world()
+    saved = {"world_size": io.BytesIO()}
+    dcp.load(saved, checkpoint_id=str(path))
+    if _unblob(saved["world_size"]) != world:
+        raise LaunchError(f"{path}: written by {_unblob(saved['world_size'])} ranks, this run has {world}; the "
+                          "loader position and RNG states are per rank (resume with the same world size, or "
+                          "set output.resume=false / another output.dir)")
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd, "sched": io.BytesIO(), "step": io.BytesIO(),
+             f"rank{rank}": io.BytesIO()}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    sched.load_state_dict(_unblob(state["sched"]))
+    mine = _unblob(state[f"rank{rank}"])
+    torch.set_rng_state(mine["rng"]["cpu"])
+    if "cuda" in mine["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["rng"]["cuda"])
+    return int(_unblob(state["step"])), mine["data"]
+
+
+def _unblob(buf: io.BytesIO) -> Any:
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)

@@ -1,0 +1,253 @@
+"""The one training config: a dataclass tree loaded from TOML, dotted `--set` overrides.
+
+    cfg = load_config("trainkit/configs/pi05_tiny.toml", ["train.steps=20", "parallel.group.vision_blocks=4"])
+
+Each section is a `@dataclass(kw_only=True)` with a comment per field and checks in
+`__post_init__` (datakit's `LoaderConfig` is the model). Loading is strict: an unknown section or
+key, or a value of the wrong type, raises `ConfigError` naming the dotted key, so a typo never
+silently trains with a default. `--set` values are parsed as TOML values (`true`, `4`, `1e-4`,
+`["a", "b"]`, `{vision_blocks = 4}`); a string field takes the text as it is. Required keys
+(they have no sensible default): data.shards, train.steps, train.seed, output.dir, model.preset.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainkit.errors import ConfigError
+
+REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
+DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    family: str = "pi05"  # a key of trainkit.models.MODEL_FAMILIES
+    preset: str = ""  # a preset of that family: "tiny", "tiny_deep", "full"
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    shards: str = ""  # a datakit shard folder (index.json + shard-*.tar)
+    # The model's image slots in order, each a camera of the index or "" for a slot the dataset
+    # never fills; empty list: one slot per index camera, in index order.
+    slots: list[str] = field(default_factory=list)
+    prune_slots: bool = True  # drop per batch the slots no sample fills (fewer image tokens)
+    h2d_dtype: str = "uint8"  # "uint8": normalise on the GPU; "float32": on the host (baseline)
+    num_workers: int = 2  # loader worker processes per rank
+    prefetch_factor: int = 2  # batches each worker keeps ready
+    shuffle: str = "random"  # datakit sampler mode: random | shard_block | sequential
+    norm: str = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
+
+    def __post_init__(self) -> None:
+        _choice("data.h2d_dtype", self.h2d_dtype, ("uint8", "float32"))
+        if self.num_workers < 0 or self.prefetch_factor < 1:
+            raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    steps: int = 0  # optimiser steps of the whole run (a resumed run stops at the same step)
+    seed: int = 0  # one seed for init, sample order and flow noise, the same on every rank
+    micro_batch: int = 8  # samples per GPU per forward/backward
+    # Samples per optimiser step over all ranks; 0 = micro_batch x world size. Must be a
+    # multiple of micro_batch x world size (the rest is gradient accumulation).
+    global_batch: int = 0
+    grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
+    memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
+        if self.micro_batch < 1 or self.global_batch < 0:
+            raise ConfigError("train.micro_batch", "micro_batch must be >= 1 and global_batch >= 0")
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    lr: float = 1e-4  # peak learning rate
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    eps: float = 1e-8
+    fused: bool = False  # fused AdamW kernel (one launch for all parameters)
+    warmup_steps: int = 0  # linear warm-up from 0
+    schedule: str = "cosine"  # after warm-up: "cosine" down to min_lr_ratio x lr, or "constant"
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        _choice("optim.schedule", self.schedule, ("cosine", "constant"))
+        if len(self.betas) != 2:
+            raise ConfigError("optim.betas", f"needs 2 values, got {self.betas}")
+
+
+@dataclass(kw_only=True)
+class ParallelConfig:
+    # FSDP2 wrapping: "none" (plain module, one process or replicated), "root" (one unit for the
+    # whole model: one all-gather of everything), "block" (one unit per group of blocks + root).
+    fsdp: str = "block"
+    group: dict[str, int] = field(default_factory=dict)  # block list -> blocks per FSDP unit (default 1)
+    prefetch: bool = True  # explicit forward/backward prefetch of the next unit's all-gather
+    # Free a block unit's gathered parameters after its forward (and all-gather them again in
+    # backward). False keeps them to backward: half the all-gathers, + the unsharded bf16 blocks in memory.
+    reshard_after_forward: bool = True
+    ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
+    compile: bool = False  # torch.compile each block
+    cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)
+    param_dtype: str = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
+    reduce_dtype: str = "float32"  # dtype of gradient reduce-scatter
+    expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+    def __post_init__(self) -> None:
+        _choice("parallel.fsdp", self.fsdp, ("none", "root", "block"))
+        _choice("parallel.param_dtype", self.param_dtype, DTYPES)
+        _choice("parallel.reduce_dtype", self.reduce_dtype, DTYPES)
+        for name, d in (("group", self.group), ("ac_stride", self.ac_stride)):
+            for k, v in d.items():
+                if v < (1 if name == "group" else 0):
+                    raise ConfigError(f"parallel.{name}.{k}", f"must be >= {1 if name == 'group' else 0}, got {v}")
+
+
+@dataclass(kw_only=True)
+class OutputConfig:
+    dir: str = ""  # metrics.jsonl, checkpoints/ and profile files go here
+    log_every: int = 10  # steps between metric lines (each one synchronises the GPU once)
+    checkpoint_every: int = 0  # steps between checkpoints; 0 = only none
+    resume: bool = True  # continue from the newest complete checkpoint in dir, if any
+    progress: bool = True  # a progress bar on rank 0
+    profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
+
+    def __post_init__(self) -> None:
+        if self.log_every < 1 or self.checkpoint_every < 0 or self.profile_steps < 0:
+            raise ConfigError("output.log_every", "log_every must be >= 1, checkpoint_every/profile_steps >= 0")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = (), *, required: bool = True) -> RunConfig:
+    """The config of TOML file `path` (None: defaults only) with `key=value` overrides applied;
+    `required=False` (inspect) accepts a config without data.shards / output.dir."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(str(path), "config file not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(str(path), f"not valid TOML ({e})") from None
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(item, "an override is key=value with a dotted key, e.g. train.steps=100")
+        _set(raw, key.strip(), text.strip())
+    missing = [k for k in REQUIRED if not _has(raw, k)] if required else []
+    if missing:
+        raise ConfigError(missing[0], f"required and not set (required: {', '.join(REQUIRED)})")
+    return _build(RunConfig, raw, "")
+
+
+def _set(raw: dict[str, Any], key: str, text: str) -> None:
+    """Put override `key=text` into the raw tree, parsing text by the target field's type."""
+    parts = key.split(".")
+    cls: Any = RunConfig
+    node = raw
+    for i, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            raise ConfigError(".".join(parts[: i + 1]), _unknown(cls, part))
+        tp = _hints(cls)[part]
+        last = i == len(parts) - 1
+        if dataclasses.is_dataclass(tp):
+            if last:
+                raise ConfigError(key, "is a section; set one of its keys")
+            node, cls = node.setdefault(part, {}), tp
+            continue
+        if typing.get_origin(tp) is dict and i == len(parts) - 2:  # parallel.group.vision_blocks=4
+            node.setdefault(part, {})[parts[-1]] = _parse(typing.get_args(tp)[1], text)
+            return
+        if not last:
+            raise ConfigError(key, f"{'.'.join(parts[: i + 1])} is not a section")
+        node[part] = _parse(tp, text)
+        return
+
+
+def _parse(tp: Any, text: str) -> Any:
+    if tp is str:
+        return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # type-checked (and refused) in _build, with the key named
+
+
+def _build(cls: Any, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(prefix.rstrip("."), f"must be a table, got {raw!r}")
+    hints, kw = _hints(cls), {}
+    for name, value in raw.items():
+        if name not in hints:
+            raise ConfigError(prefix + name, _unknown(cls, name))
+        tp = hints[name]
+        kw[name] = _build(tp, value, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else \
+            _check(tp, value, prefix + name)
+    try:
+        return cls(**kw)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(prefix.rstrip(".") or "config", str(e)) from None
+
+
+def _check(tp: Any, value: Any, key: str) -> Any:
+    """`value` converted to `tp` where that loses nothing (int -> float), else ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        return [_check(typing.get_args(tp)[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a table like {{name = value}}, got {value!r}")
+        return {k: _check(typing.get_args(tp)[1], v, f"{key}.{k}") for k, v in value.items()}
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, bool) or not isinstance(value, tp):
+        raise ConfigError(key, f"expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unknown(cls: Any, name: str) -> str:
+    known = ", ".join(f.name for f in dataclasses.fields(cls))
+    return f"unknown key {name!r} (known: {known})"
+
+
+def _has(raw: dict[str, Any], dotted: str) -> bool:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")

@@ -1,0 +1,222 @@
+"""`trainkit inspect`: what a run config will cost, computed on the meta device (no memory, no GPU).
+
+`inspect_model(cfg, world_size)` builds the model on the meta device and returns a JSON-able dict:
+
+- `params`: total, trainable, and per part (`vision_blocks`, `lm_layers`, `root` = the rest:
+  patchify, embedding, projector, time MLP, action heads).
+- `slots_max`: image slots a batch can carry (data.slots minus never-filled "" slots when
+  data.prune_slots, else all); `tokens_per_sample` and `flops_per_sample` (fwd+bwd, no recompute)
+  keyed by the number of slots present, "1".."slots_max".
+- `fsdp`: the FSDP2 units and collectives per micro-batch forward+backward, under this model:
+  "block": each group of `parallel.group[name]` consecutive blocks is one unit (ceil(n / g) per
+  block list) plus the root unit. Forward all-gathers every unit once. FSDP2 reshards every
+  non-root unit after forward (reshard_after_forward=True) and keeps the root gathered, so backward
+  re-gathers the non-root units once each: all-gathers = units + (units - 1); with
+  `parallel.reshard_after_forward = false` units stay gathered until backward: units. Every unit
+  reduce-scatters its gradients once. "root": one unit, 1 all-gather, 1 reduce-scatter. "none": 0.
+  Activation recompute runs inside a unit's backward, after its re-gather: no extra all-gather.
+  `per_step` multiplies by the gradient-accumulation micro-steps.
+  Keys: mode, units, reshard_after_forward, block_units, root_params, largest_unit_params,
+  all_gathers_forward, all_gathers_backward, all_gathers_per_microbatch,
+  reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step.
+- `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
+- `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states,
+  each sharded over the world size (16 bytes/param / W, unsharded with fsdp "none"); gathered
+  parameters and their unsharded gradients in param_dtype (the root unit, which stays gathered,
+  plus two of the largest units: the one computing and the one prefetched; all of them for
+  "root" or without reshard_after_forward); saved activations of one micro-batch (eager count of the tensors autograd keeps per
+  token and block, see `block_activations`; a recomputed block keeps only its input); and one
+  block's full activations alive in backward (being recomputed, or its gradient temporaries). Not counted: CUDA context, allocator
+  fragmentation, kernel workspaces. Against the probe's measured full-preset runs
+  (../shared/probes/pi05_fsdp_probe.py) this eager count is higher than compiled runs (inductor
+  recomputes pointwise ops instead of saving them), i.e. on the safe side for a memory cap.
+  Keys: params_gib, grads_gib, optimizer_gib, gathered_params_gib, unsharded_grads_gib,
+  activations_gib, backward_transient_gib, peak_gib (their sum), activations_no_recompute_gib and
+  activations_full_recompute_gib (the same micro-batch under no / every-block recompute), slots
+  (the slot count estimated: slots_max), estimate (always true).
+  Seen 2026-11-30 on 2 H200s (trainer bench, full preset, micro-batch 32): baseline (root unit,
+  recompute everywhere, eager, 3 slots) estimated 44.5 GiB, measured 38.7; optimised (block units,
+  vision grouped by 4, compiled, no recompute, 2 slots) estimated 103.3 GiB, measured 85.9:
+  15-20% high.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from trainkit.models import build_config, build_model
+from trainkit.models.errors import ModelConfigError
+from trainkit.models.pi05 import Pi05Config, flops_per_sample, tokens_per_sample
+
+GIB = 2 ** 30
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+
+
+def block_activations(cfg: Pi05Config, n_slots: int) -> dict[str, dict[str, int]]:
+    """Saved-for-backward elements of ONE sample per block, eager: `full` when the block is not
+    recomputed, `input` when it is (only its input is kept). Per token of a SigLIP block: LN1
+    input and output, q, k, v, attention output, LN2 input and output (8 x width) and the MLP's
+    fc1 output and GELU output (2 x mlp). Per token of an MoT expert half: norm input and output,
+    q, k, v, attention output, post-attention residual and its norm output, GeGLU's gate/up output
+    (2 x mlp), GELU(gate) and the product (4 x mlp). The last layer's prefix half keeps only its
+    norm input/output and k, v."""
+    t, d = cfg.tokens_per_image, cfg.vision_width
+    p, a = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon
+    qd, kv = cfg.heads_q * cfg.head_dim, cfg.heads_kv * cfg.head_dim
+
+    def half(width: int, mlp: int) -> int:
+        return 4 * width + 2 * qd + 2 * kv + 4 * mlp
+
+    expert = a * half(cfg.expert_width, cfg.expert_mlp)
+    return {
+        "vision_blocks": {"full": n_slots * t * (8 * d + 2 * cfg.vision_mlp), "input": n_slots * t * d},
+        "lm_layers": {"full": p * half(cfg.lm_width, cfg.lm_mlp) + expert,
+                      "last": p * (2 * cfg.lm_width + 2 * kv) + expert,
+                      "input": p * cfg.lm_width + a * cfg.expert_width},
+    }
+
+
+def _slots_max(cfg: Any, model_cfg: Pi05Config) -> int:
+    slots = list(getattr(cfg.data, "slots", []) or [])
+    if not slots:
+        return model_cfg.max_slots
+    n = sum(1 for s in slots if s) if getattr(cfg.data, "prune_slots", False) else len(slots)
+    if not 1 <= n <= model_cfg.max_slots:
+        raise ModelConfigError(f"data.slots: {n} image slots, the model takes 1..{model_cfg.max_slots}")
+    return n
+
+
+def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[list[int], int]:
+    """Parameter counts of the block units (forward order) and of the root unit."""
+    total = sum(p.numel() for p in model.parameters())
+    if mode != "block":
+        return [], total
+    unknown = sorted(set(group) - set(model.BLOCK_LISTS))
+    if unknown:
+        raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
+    units: list[int] = []
+    for name in model.BLOCK_LISTS:
+        sizes = [sum(p.numel() for p in block.parameters()) for block in getattr(model, name)]
+        g = group.get(name, 1)
+        units += [sum(sizes[i:i + g]) for i in range(0, len(sizes), g)]
+    return units, total - sum(units)
+
+
+def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
+    """Report params, tokens, FLOPs, FSDP units/collectives and a per-GPU memory estimate for a
+    RunConfig-like `cfg` (attributes model.family/preset, data.slots/prune_slots,
+    train.micro_batch/global_batch, parallel.fsdp/group/ac_stride/param_dtype/compile)."""
+    if world_size < 1:
+        raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
+    par, train = cfg.parallel, cfg.train
+    model_cfg = build_config(cfg.model.family, cfg.model.preset)
+    with torch.device("meta"):
+        model = build_model(cfg.model.family, cfg.model.preset)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    parts = {name: sum(p.numel() for p in getattr(model, name).parameters()) for name in model.BLOCK_LISTS}
+    parts["root"] = total - sum(parts.values())
+    slots_max = _slots_max(cfg, model_cfg)
+
+    mode = par.fsdp
+    units, root = _units(model, mode, dict(par.group))
+    n_units = len(units) + 1 if mode != "none" else 0
+    ag_fwd = n_units
+    reshard = bool(getattr(par, "reshard_after_forward", True))
+    ag_bwd = len(units) if mode == "block" and reshard else 0
+    micro = train.micro_batch
+    accum = max(1, (getattr(train, "global_batch", 0) or micro * world_size) // (micro * world_size))
+    fsdp = {"mode": mode, "units": n_units, "reshard_after_forward": reshard, "block_units": len(units), "root_params": root if mode != "none" else 0,
+            "largest_unit_params": max(units, default=root if mode != "none" else 0),
+            "all_gathers_forward": ag_fwd, "all_gathers_backward": ag_bwd,
+            "all_gathers_per_microbatch": ag_fwd + ag_bwd, "reduce_scatters_per_microbatch": n_units,
+            "grad_accum_steps": accum, "all_gathers_per_step": (ag_fwd + ag_bwd) * accum}
+
+    stride = dict(par.ac_stride)
+    unknown = sorted(set(stride) - set(model.BLOCK_LISTS))
+    if unknown:
+        raise ModelConfigError(f"parallel.ac_stride: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
+    recompute = {name: [i for i in range(len(getattr(model, name))) if stride.get(name, 0) and i % stride[name] == 0]
+                 for name in model.BLOCK_LISTS}
+    memory = _memory(model, model_cfg, slots_max, micro, world_size, mode, units, root, recompute,
+                     DTYPE_BYTES[par.param_dtype], reshard)
+    return {
+        "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
+        "params": {"total": total, "trainable": trainable, "by_part": parts},
+        "slots_max": slots_max,
+        "tokens_per_sample": {str(n): tokens_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
+        "flops_per_sample": {str(n): flops_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
+        "fsdp": fsdp, "recompute": recompute, "memory": memory,
+    }
+
+
+def activation_elements(model: torch.nn.Module, cfg: Pi05Config, n_slots: int,
+                        recompute: dict[str, list[int]]) -> tuple[int, int]:
+    """(saved elements of one sample over all blocks, the largest single block's full set)."""
+    table = block_activations(cfg, n_slots)
+    saved, largest = 0, 0
+    for name in model.BLOCK_LISTS:
+        n = len(getattr(model, name))
+        for i in range(n):
+            full = table[name]["last"] if name == "lm_layers" and i == n - 1 else table[name]["full"]
+            saved += table[name]["input"] if i in recompute[name] else full
+            largest = max(largest, full)
+    images = n_slots * 3 * cfg.image_size ** 2  # the patchify conv keeps its input
+    return saved + images, largest
+
+
+def _memory(model, cfg: Pi05Config, slots: int, micro: int, world: int, mode: str, units: list[int],
+            root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True) -> dict[str, Any]:
+    total = sum(p.numel() for p in model.parameters())
+    shard = total / (world if mode != "none" else 1)
+    if mode == "block" and not reshard:
+        gathered = total  # every unit stays gathered from its forward to its backward
+    elif mode == "block":
+        gathered = root + 2 * max(units, default=0)
+    elif mode == "root":
+        gathered = total
+    else:
+        gathered = 0
+    saved, largest = activation_elements(model, cfg, slots, recompute)
+    parts = {
+        "params_gib": 4 * shard / GIB, "grads_gib": 4 * shard / GIB, "optimizer_gib": 8 * shard / GIB,
+        "gathered_params_gib": act_bytes * gathered / GIB, "unsharded_grads_gib": act_bytes * gathered / GIB,
+        "activations_gib": act_bytes * saved * micro / GIB, "backward_transient_gib": act_bytes * largest * micro / GIB,
+    }
+    no_ac, _ = activation_elements(model, cfg, slots, {k: [] for k in recompute})
+    all_ac, _ = activation_elements(model, cfg, slots, {k: list(range(len(getattr(model, k)))) for k in recompute})
+    return {**{k: round(v, 3) for k, v in parts.items()}, "peak_gib": round(sum(parts.values()), 2),
+            "activations_no_recompute_gib": round(act_bytes * no_ac * micro / GIB, 3),
+            "activations_full_recompute_gib": round(act_bytes * all_ac * micro / GIB, 3),
+            "slots": slots, "estimate": True}
+
+
+def _si(x: float, unit: str) -> str:
+    """1234567 -> '1.23M' + unit: readable at tiny and full sizes alike."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{prefix}{unit}"
+    return f"{x:.0f}{unit}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Human-readable lines of an `inspect_model` report."""
+    p, f, m = report["params"], report["fsdp"], report["memory"]
+    lines = [f"model {report['family']}/{report['preset']}: {_si(p['total'], '')} params "
+             f"({_si(p['trainable'], '')} trainable; " + ", ".join(f"{k} {_si(v, '')}" for k, v in p["by_part"].items()) + ")"]
+    for n, tok in report["tokens_per_sample"].items():
+        lines.append(f"  {n} slot(s): {tok['prefix']} prefix + {tok['suffix']} suffix tokens, "
+                     f"{_si(report['flops_per_sample'][n], 'FLOP')}/sample fwd+bwd")
+    lines.append(f"FSDP {f['mode']}: {f['units']} units, all-gathers {f['all_gathers_forward']} fwd + "
+                 f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
+                 f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
+    lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
+    summed = ("params", "grads", "optimizer", "gathered_params", "unsharded_grads", "activations", "backward_transient")
+    lines.append(f"memory estimate per GPU (world {report['world_size']}, micro-batch {report['micro_batch']}, "
+                 f"{m['slots']} slots): peak {m['peak_gib']:.1f} GiB = "
+                 + " + ".join(f"{k} {m[k + '_gib']:.1f}" for k in summed))
+    lines.append(f"  activations without recompute {m['activations_no_recompute_gib']:.1f} GiB, "
+                 f"with recompute of every block {m['activations_full_recompute_gib']:.1f} GiB")
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Training metrics: per step (loss, grad norm, lr, data wait) and per log interval (step time,
+samples/s per GPU, tokens/s, MFU, peak memory, data-wait share, all-gathers per step).
+
+Nothing here synchronises the GPU except `flush()`, called every `log_every` steps: losses
+and grad norms stay device tensors until then, and the interval's step time is the wall time
+between two flushes (each ends with a device synchronise) over the steps in between, so the
+CPU can run ahead of the GPU as it does in training.
+
+MFU = analytic model FLOPs of the samples (`flops_per_sample(cfg, slots)`, forward + backward,
+recompute not counted, at the slots each batch actually carried) / step time / 989e12 (H200
+dense bf16 peak), per GPU. All-gathers are counted as they happen (`CollectiveCounter` wraps
+torch.distributed's all-gather entry points, which FSDP2 calls), not derived from the config.
+
+Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
+interval and a progress bar (tqdm) on rank 0.
+- `"kind": "step"`: step, loss (mean over the step's micro-batches, rank 0), grad_norm (global),
+  lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
+- `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
+  tokens_per_s_gpu (image + text + action tokens), mfu (fraction), peak_mem_gib (max allocated since
+  start), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
+  loss, image_slots.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+PEAK_FLOPS = 989e12  # H200 (= H100 SXM) dense bf16 tensor-core peak, per GPU
+
+
+class CollectiveCounter:
+    """Counts all-gathers issued through torch.distributed while installed (FSDP2 calls
+    `all_gather_into_tensor` or, in newer releases, `all_gather_single`)."""
+
+    NAMES = ("all_gather_into_tensor", "all_gather_single")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._saved: dict[str, Callable] = {}
+
+    def install(self) -> "CollectiveCounter":
+        for name in self.NAMES:
+            fn = getattr(dist, name, None)
+            if fn is None or name in self._saved:
+                continue
+            self._saved[name] = fn
+
+            def counted(*args: Any, __fn: Callable = fn, **kw: Any) -> Any:
+                self.count += 1
+                return __fn(*args, **kw)
+
+            setattr(dist, name, counted)
+        return self
+
+    def uninstall(self) -> None:
+        for name, fn in self._saved.items():
+            setattr(dist, name, fn)
+        self._saved.clear()
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: torch.Tensor  # device scalars until flush
+    grad_norm: torch.Tensor
+    lr: float
+    data_wait_s: float
+    samples: int  # on this rank
+    flops: float  # model FLOPs of this rank's samples
+    tokens: int  # sequence tokens of this rank's samples (image + text + action)
+    image_slots: int  # slots carried by the last micro-batch
+
+
+@dataclass
+class Metrics:
+    """Collects step records; `flush()` writes them and the interval summary."""
+
+    out_dir: Path
+    rank: int
+    total_steps: int
+    device: torch.device
+    progress: bool = True
+    counter: CollectiveCounter | None = None
+    records: list[StepRecord] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)  # every interval summary (bench reads it)
+    losses: dict[int, float] = field(default_factory=dict)  # step -> loss (tests read it)
+
+    def __post_init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self._gathers0 = self.counter.count if self.counter else 0
+        self._bar = None
+        if self.rank == 0:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(self.out_dir / "metrics.jsonl", "a")
+            if self.progress:
+                from tqdm import tqdm
+                self._bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def start(self, step: int) -> None:
+        """Start timing at `step` (after a resume, or after warm-up steps to leave out)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._t0 = time.perf_counter()
+        self._gathers0 = self.counter.count if self.counter else 0
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.refresh()
+
+    def record(self, rec: StepRecord) -> None:
+        self.records.append(rec)
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def flush(self) -> dict[str, Any] | None:
+        """Synchronise once, write the interval's step records and summary; returns the summary."""
+        if not self.records:
+            return None
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        recs, self.records = self.records, []
+        n, dt = len(recs), now - self._t0
+        losses = torch.stack([r.loss.detach().float() for r in recs]).cpu().tolist()
+        norms = torch.stack([r.grad_norm.detach().float() for r in recs]).cpu().tolist()
+        gathers = (self.counter.count - self._gathers0) if self.counter else 0
+        step_s = dt / n
+        wait = sum(r.data_wait_s for r in recs)
+        summary = {
+            "kind": "interval", "step": recs[-1].step, "steps": n, "step_time_s": step_s,
+            "samples_per_s_gpu": sum(r.samples for r in recs) / dt,
+            "tokens_per_s_gpu": sum(r.tokens for r in recs) / dt,
+            "mfu": sum(r.flops for r in recs) / dt / PEAK_FLOPS,
+            "peak_mem_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else 0.0,
+            "data_wait_s": wait / n, "data_wait_frac": wait / dt, "all_gathers_per_step": gathers / n,
+            "loss": losses[-1], "image_slots": recs[-1].image_slots,
+        }
+        self.history.append(summary)
+        for r, loss, gn in zip(recs, losses, norms):
+            self.losses[r.step] = loss
+        if self.rank == 0:
+            for r, loss, gn in zip(recs, losses, norms):
+                self._jsonl.write(json.dumps({"kind": "step", "step": r.step, "loss": loss, "grad_norm": gn,
+                                              "lr": r.lr, "data_wait_s": r.data_wait_s,
+                                              "image_slots": r.image_slots}) + "\n")
+            self._jsonl.write(json.dumps(summary) + "\n")
+            self._jsonl.flush()
+            line = (f"step {summary['step']:>6} | loss {losses[-1]:.4f} | gnorm {norms[-1]:.3f} | "
+                    f"{step_s * 1e3:.0f} ms/step | {summary['samples_per_s_gpu']:.1f} samples/s/GPU | "
+                    f"MFU {100 * summary['mfu']:.1f}% | mem {summary['peak_mem_gib']:.1f} GiB | "
+                    f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}")
+            (self._bar.write if self._bar is not None else print)(line)
+        self._t0 = time.perf_counter()
+        self._gathers0 = self.counter.count if self.counter else 0
+        return summary
+
+    def close(self) -> None:
+        self.flush()
+        if self.rank == 0:
+            if self._bar is not None:
+                self._bar.close()
+            self._jsonl.close()

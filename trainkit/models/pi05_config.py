@@ -1,0 +1,119 @@
+"""Shapes of the `pi05` family (`Pi05Config`, presets) and its analytic FLOP count.
+
+`full` is OpenPI's Pi0.5: SigLIP So400m/14 (27 x 1152, MLP 4304, 16 heads, 224 px -> 256 tokens per
+image), projector 1152 -> 2048, Gemma-2B backbone (18 x 2048, GeGLU 16384, 8 query / 1 KV head x 256,
+vocab 257,152) and the Gemma-300M action expert (18 x 1024, GeGLU 4096, same heads) with adaRMSNorm
+on the flow time. `tiny` keeps the structure at small widths for CPU tests; `tiny_deep` has the full
+block counts (27 / 18) at tiny widths, for counting FSDP units and all-gathers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from trainkit.models.errors import ModelConfigError
+
+
+@dataclass(kw_only=True)
+class Pi05Config:
+    """Every shape of the model. Widths are channels, depths are block counts."""
+    vision_width: int        # SigLIP channels (So400m: 1152)
+    vision_depth: int        # SigLIP blocks = len(vision_blocks) (27)
+    vision_mlp: int          # SigLIP MLP hidden size (4304)
+    vision_heads: int        # SigLIP attention heads (16; head size = width / heads)
+    patch: int = 14          # patch side in pixels (patchify conv kernel = stride)
+    image_size: int = 224    # square input side in pixels; (image_size / patch)^2 tokens per image
+    # the projector is one Linear vision_width -> lm_width
+    lm_width: int            # Gemma backbone channels (2048)
+    lm_depth: int            # MoT layers = len(lm_layers) (18); the action expert has the same depth
+    lm_mlp: int              # backbone GeGLU hidden size (16384)
+    heads_q: int = 8         # query heads, both experts
+    heads_kv: int = 1        # key/value heads, both experts (1 = multi-query)
+    head_dim: int = 256      # channels per head, both experts (even: RoPE rotates halves)
+    vocab: int = 257_152     # text embedding rows (Gemma's vocab size; PromptTokenizer uses a part)
+    expert_width: int        # action expert channels (1024)
+    expert_mlp: int          # action expert GeGLU hidden size (4096)
+    action_dim: int = 32     # action channels (robot actions zero-padded to this)
+    horizon: int = 50        # action chunk length = suffix tokens
+    text_len: int = 200      # prompt tokens per sample (task bytes + discretised state + padding)
+    max_slots: int = 3       # image slots at most (cameras); a batch may carry fewer after pruning
+    state_bins: int = 256    # bins of the discretised state in the prompt
+    rope_theta: float = 10_000.0  # RoPE base period
+
+    def __post_init__(self) -> None:
+        positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_size",
+                    "lm_width", "lm_depth", "lm_mlp", "heads_q", "heads_kv", "head_dim", "vocab",
+                    "expert_width", "expert_mlp", "action_dim", "horizon", "text_len", "max_slots", "state_bins")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ModelConfigError(f"Pi05Config.{name} must be a positive int, got {value!r}")
+        if self.vision_width % self.vision_heads:
+            raise ModelConfigError(f"Pi05Config.vision_width {self.vision_width} is not divisible by vision_heads {self.vision_heads}")
+        if self.image_size % self.patch:
+            raise ModelConfigError(f"Pi05Config.image_size {self.image_size} is not a multiple of patch {self.patch}")
+        if self.heads_q % self.heads_kv:
+            raise ModelConfigError(f"Pi05Config.heads_q {self.heads_q} is not a multiple of heads_kv {self.heads_kv}")
+        if self.head_dim % 2:
+            raise ModelConfigError(f"Pi05Config.head_dim {self.head_dim} must be even (RoPE rotates halves)")
+        if self.expert_width % 2:
+            raise ModelConfigError(f"Pi05Config.expert_width {self.expert_width} must be even (sin/cos time features)")
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Vision tokens per image slot ((224 / 14)^2 = 256 at full size)."""
+        return (self.image_size // self.patch) ** 2
+
+
+def full() -> Pi05Config:
+    """OpenPI Pi0.5 shapes (about 3.25B parameters with the 527M embedding; see pi05.MoTLayer on the last layer)."""
+    return Pi05Config(vision_width=1152, vision_depth=27, vision_mlp=4304, vision_heads=16,
+                      lm_width=2048, lm_depth=18, lm_mlp=16384, expert_width=1024, expert_mlp=4096)
+
+
+def tiny() -> Pi05Config:
+    """Same structure at small widths (two blocks each, 16 tokens per image): CPU tests in seconds."""
+    return Pi05Config(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, image_size=16,
+                      lm_width=64, lm_depth=2, lm_mlp=128, heads_q=4, heads_kv=1, head_dim=16, vocab=1024,
+                      expert_width=32, expert_mlp=64, text_len=48)
+
+
+def tiny_deep() -> Pi05Config:
+    """The full preset's block counts (27 vision, 18 MoT) at tiny widths: counts FSDP units/all-gathers."""
+    cfg = tiny()
+    cfg.vision_depth, cfg.lm_depth = 27, 18
+    return cfg
+
+
+PRESETS: dict[str, Callable[[], Pi05Config]] = {"tiny": tiny, "tiny_deep": tiny_deep, "full": full}
+
+
+def tokens_per_sample(cfg: Pi05Config, n_slots: int) -> dict[str, int]:
+    """Token counts of one sample with `n_slots` image slots present: vision (per image x slots),
+    prefix (images + text), suffix (actions), total sequence through the MoT layers."""
+    prefix = n_slots * cfg.tokens_per_image + cfg.text_len
+    return {"vision": n_slots * cfg.tokens_per_image, "prefix": prefix, "suffix": cfg.horizon,
+            "sequence": prefix + cfg.horizon}
+
+
+def flops_per_sample(cfg: Pi05Config, n_slots: int) -> float:
+    """Analytic model FLOPs of one sample, forward + backward (= 3 x forward: a matmul's backward is
+    two matmuls), no recompute. Counts every matmul (2 FLOPs per multiply-add) and attention's
+    QK^T and AV; not norms, activations, RoPE, softmax or the embedding lookup (no matmul).
+    Follows the model exactly: the last MoT layer has no prefix queries/O/MLP (pi05.MoTLayer)."""
+    if not 1 <= n_slots <= cfg.max_slots:
+        raise ModelConfigError(f"n_slots {n_slots} is outside 1..max_slots={cfg.max_slots}")
+    t, d, a = cfg.tokens_per_image, cfg.vision_width, cfg.horizon
+    per_image = (2 * t * 3 * cfg.patch ** 2 * d                                           # patchify conv
+                 + cfg.vision_depth * (2 * t * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * t * t * d)
+                 + 2 * t * d * cfg.lm_width)                                               # projector
+    p = n_slots * t + cfg.text_len
+    qd, kvd = cfg.heads_q * cfg.head_dim, 2 * cfg.heads_kv * cfg.head_dim
+    lw, ew = cfg.lm_width, cfg.expert_width
+    lm_full = 2 * p * (lw * (qd + kvd) + qd * lw + 3 * lw * cfg.lm_mlp) + 4 * p * p * qd
+    lm_last = 2 * p * lw * kvd                                                             # K/V only
+    expert = (2 * a * (ew * (qd + kvd) + qd * ew + 3 * ew * cfg.expert_mlp)
+              + 4 * a * (p + a) * qd + 2 * ew * 6 * ew)                                    # + adaRMS linear
+    heads = 2 * a * cfg.action_dim * ew * 2 + 2 * 2 * ew * ew + 2 * ew * 2 * ew            # act in/out, time MLP, final ada
+    forward = n_slots * per_image + (cfg.lm_depth - 1) * lm_full + lm_last + cfg.lm_depth * expert + heads
+    return 3.0 * forward

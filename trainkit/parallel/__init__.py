@@ -1,0 +1,78 @@
+"""parallelize(): the one place that applies the optimisations to a built model, in this order.
+
+    plan = parallelize(model, cfg.parallel, device)   # after build on meta, before to_empty
+
+The order matters and is torchtitan's (`parallelize_llama`):
+1. activation checkpointing wraps blocks first, so recompute covers exactly the block;
+2. torch.compile each (wrapped) block, so the compiled graph contains the checkpoint region
+   and FSDP's hooks around blocks stay outside the graphs;
+3. FSDP2 per block group, then the root, with the mixed-precision policy;
+4. explicit prefetch between the units FSDP just created.
+Fused AdamW (optim.py) and expandable segments (allocator.py) are applied by the trainer where
+they belong: after parallelize, and before the first CUDA allocation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.distributed.fsdp import FSDPModule
+
+from trainkit.config import ParallelConfig
+from trainkit.errors import ConfigError
+from trainkit.parallel.checkpointing import apply_ac
+from trainkit.parallel.compile import apply_compile
+from trainkit.parallel.cudagraphs import cuda_graph_mode
+from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
+from trainkit.parallel.precision import mp_policy
+
+
+@dataclass
+class ParallelPlan:
+    """What parallelize() did, in order (tests and metrics read it)."""
+
+    applied: list[str] = field(default_factory=list)  # step names in the order applied
+    recompute: dict[str, list[int]] = field(default_factory=dict)  # block list -> wrapped indices
+    compiled_blocks: int = 0
+    units: list[FSDPModule] = field(default_factory=list)  # FSDP block units in forward order
+    all_gathers_per_step: int = 0  # per forward + backward (x micro-batches per optimiser step)
+
+
+def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
+    """Apply AC, compile, FSDP and prefetch to `model` in place, as configured."""
+    lists = tuple(model.BLOCK_LISTS)
+    for key in ("group", "ac_stride"):
+        unknown = sorted(set(getattr(cfg, key)) - set(lists))
+        if unknown:
+            raise ConfigError(f"parallel.{key}.{unknown[0]}", f"not a block list of this model ({', '.join(lists)})")
+    if cfg.fsdp != "none" and world_size < 1:
+        raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
+    graph_mode = cuda_graph_mode(cfg.cuda_graphs, cfg.fsdp)
+    plan = ParallelPlan()
+    # 1. recompute: innermost wrapper around a block
+    if any(cfg.ac_stride.values()):
+        plan.recompute = apply_ac(model, cfg.ac_stride)
+        plan.applied.append("activation_checkpointing")
+    # 2. compile each block (with its checkpoint wrapper inside the graph)
+    if cfg.compile or graph_mode:
+        plan.compiled_blocks = apply_compile(model, lists, mode=graph_mode)
+        plan.applied.append("compile")
+    # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce
+    if cfg.fsdp != "none":
+        plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
+                                cfg.reshard_after_forward)
+        plan.applied.append(f"fsdp_{cfg.fsdp}")
+        # one rank: FSDP2 keeps the whole parameters and issues no collective
+        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward) \
+            if world_size > 1 else 0
+    # 4. explicit prefetch between the units just made
+    if cfg.prefetch and len(plan.units) > 1:
+        apply_prefetch(plan.units)
+        plan.applied.append("prefetch")
+    return plan
+
+
+def compute_dtype(cfg: ParallelConfig) -> torch.dtype:
+    """The dtype activations are computed in (images are normalised straight into it)."""
+    return torch.bfloat16 if cfg.param_dtype == "bfloat16" else torch.float32

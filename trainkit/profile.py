@@ -1,0 +1,126 @@
+"""A torch.profiler window over a few steady-state steps, reduced to where the time went.
+
+With `output.profile_steps = n`, steps WARMUP .. WARMUP + n of a run are profiled (after
+compilation and allocator warm-up), and each rank's GPU timeline is reduced to four numbers over
+the window's wall time:
+- compute: time some non-communication kernel runs (union over streams);
+- exposed communication: time an NCCL kernel runs and no compute kernel does;
+- copies: memcpy/memset time not under compute (H2D the loader did not hide);
+- idle: time no kernel runs at all (launch gaps, host-side waits including data wait).
+They add up to the window. Kernel time is also split by kind (summed durations, overlaps counted
+twice): matmul (cuBLAS/CUTLASS GEMMs), attention (flash / memory-efficient / cuDNN SDPA
+kernels), triton (torch.compile's fused elementwise and reduction kernels), nccl, copy, and
+other (eager elementwise, norms, reductions). The summary goes to `profile_rank{r}.json` in the run folder and
+into the run's result; no trace file is kept (a 3B-model trace is hundreds of MB).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WARMUP = 5  # steps after the start of a run before the window opens
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of union a not covered by union b (both sorted, disjoint)."""
+    total, j = 0, 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                total += b[k][0] - cur
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            total += e - cur
+    return total
+
+
+KINDS = (("nccl", ("nccl",)), ("copy", ("memcpy", "memset")),
+         ("attention", ("flash", "fmha", "attention", "efficient", "cudnn")), ("triton", ("triton",)),
+         ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90", "sm80")))
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of a GPU activity by its name (first match in KINDS), else "other"."""
+    low = name.lower()
+    for kind, keys in KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
+def timeline_summary(kernels: list[tuple[str, int, int]], wall_ns: int) -> dict[str, float]:
+    """Reduce (name, start_ns, duration_ns) GPU activities over a window of `wall_ns`."""
+    comm = _union([(s, s + d) for n, s, d in kernels if "nccl" in n.lower()])
+    copy = _union([(s, s + d) for n, s, d in kernels if n.lower().startswith(("memcpy", "memset"))])
+    comp = _union([(s, s + d) for n, s, d in kernels
+                   if "nccl" not in n.lower() and not n.lower().startswith(("memcpy", "memset"))])
+    busy = _union(comm + copy + comp)
+    ms = 1e-6
+    kinds = {f"kernel_{k}_ms": 0.0 for k, _ in KINDS} | {"kernel_other_ms": 0.0}
+    for n, _, d in kernels:
+        kinds[f"kernel_{kernel_kind(n)}_ms"] += d * ms
+    return kinds | {"window_ms": wall_ns * ms, "compute_ms": _length(comp) * ms,
+            "exposed_comm_ms": _minus(comm, comp) * ms, "comm_total_ms": _length(comm) * ms,
+            "exposed_copy_ms": _minus(copy, _union(comp + comm)) * ms,
+            "idle_ms": max(0, wall_ns - _length(busy)) * ms}
+
+
+class StepProfiler:
+    """Opens the profiler before relative step WARMUP, closes it after WARMUP + n - 1."""
+
+    def __init__(self, out_dir: Path, steps: int, device: torch.device, rank: int):
+        self.out_dir, self.steps, self.device, self.rank = Path(out_dir), steps, device, rank
+        self.summary: dict[str, Any] = {}
+        self._prof = None
+        self._t0 = 0.0
+
+    def before_step(self, i: int) -> None:
+        if self.steps and i == WARMUP:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=acts)
+            self._prof.__enter__()
+            self._t0 = time.perf_counter()
+
+    def after_step(self, i: int) -> None:
+        if self._prof is None or i != WARMUP + self.steps - 1:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        wall_ns = int((time.perf_counter() - self._t0) * 1e9)
+        self._prof.__exit__(None, None, None)
+        kernels = []
+        for e in self._prof.profiler.kineto_results.events():
+            if e.device_type() == torch.autograd.DeviceType.CUDA:
+                kernels.append((e.name(), e.start_ns(), e.duration_ns()))
+        self._prof = None
+        s = timeline_summary(kernels, wall_ns)
+        self.summary = {k: v / self.steps for k, v in s.items()} | {"steps": self.steps, "per": "step"}
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / f"profile_rank{self.rank}.json").write_text(json.dumps(self.summary, indent=1) + "\n")

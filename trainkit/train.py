@@ -1,0 +1,170 @@
+"""The training run, top to bottom: checks -> build -> parallelize -> loop -> metrics -> checkpoint.
+
+    torchrun --nproc-per-node 2 -m trainkit.cli run trainkit/configs/pi05_optimised.toml --set data.shards=out/
+    python -m trainkit.cli run trainkit/configs/pi05_tiny.toml ...      # one process, no torchrun
+
+Every input is checked before the GPU is touched (the config, the shard folder and its cameras,
+world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at once
+with one line. The model is built on the meta device, parallelized (parallel/__init__.py says in
+which order and why), materialised on the device and initialised from the seed; the loop takes
+`micro_batch`-sized batches from the loader, accumulates to the global batch, clips, steps
+AdamW and the schedule, and hands each step to `Metrics`. Checkpoints (DCP) are written every
+`output.checkpoint_every` steps and a run resumes from the newest one in `output.dir`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.tensor import DTensor
+
+from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainkit.config import RunConfig
+from trainkit.data import TrainData, check_shards
+from trainkit.errors import LaunchError
+from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
+from trainkit.models import build_model
+from trainkit.models.pi05 import flops_per_sample, tokens_per_sample
+from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
+from trainkit.parallel.allocator import set_expandable_segments
+from trainkit.parallel.optim import build_optimizer, build_scheduler
+from trainkit.parallel.precision import autocast
+from trainkit.profile import StepProfiler
+
+
+@dataclass
+class RunResult:
+    """What a run returns to its caller (the CLI prints nothing more; tests and benches read it)."""
+
+    losses: dict[int, float]  # step -> loss (rank 0's view; the loss is the mean over its micro-batches)
+    history: list[dict[str, Any]]  # interval summaries, as written to metrics.jsonl
+    plan: ParallelPlan
+    start_step: int  # 0, or the step a resumed run continued from
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+def world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) without it."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def grad_accumulation(cfg: RunConfig, world_size: int) -> int:
+    """Micro-batches per optimiser step; the global batch must split evenly over the ranks."""
+    per_step = cfg.train.micro_batch * world_size
+    gb = cfg.train.global_batch or per_step
+    if gb % world_size:
+        raise LaunchError(f"train.global_batch={gb} is not divisible by the world size {world_size}")
+    if gb % per_step:
+        raise LaunchError(f"train.global_batch={gb} is not a multiple of micro_batch x world size "
+                          f"= {cfg.train.micro_batch} x {world_size}")
+    return gb // per_step
+
+
+def check_memory(cfg: RunConfig, world_size: int) -> None:
+    """Refuse a preset whose estimated peak memory per GPU (trainkit inspect) exceeds the cap."""
+    if not cfg.train.memory_cap_gib:
+        return
+    from trainkit.inspect import inspect_model
+    est = inspect_model(cfg, world_size=world_size)["memory"]["peak_gib"]
+    if est > cfg.train.memory_cap_gib:
+        raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
+                          f"train.memory_cap_gib={cfg.train.memory_cap_gib:g} (see `trainkit inspect`)")
+
+
+def run(cfg: RunConfig) -> RunResult:
+    rank, world_size, local_rank = world()
+    # --- checks and the model's shape, before any GPU work -----------------------------------
+    set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
+    accum = grad_accumulation(cfg, world_size)
+    with torch.device("meta"):
+        model = build_model(cfg.model.family, cfg.model.preset)
+    mcfg = model.cfg
+    check_shards(cfg.data, mcfg.max_slots)
+    check_memory(cfg, world_size)
+    # --- devices and process group --------------------------------------------------------------
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if cfg.parallel.fsdp == "none" and world_size > 1:
+        raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
+    init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
+    # --- build: parallelize on meta, then materialise and initialise from the seed --------------
+    plan = parallelize(model, cfg.parallel, world_size)
+    model.to_empty(device=device)
+    torch.manual_seed(cfg.train.seed)
+    model.init_weights()
+    opt = build_optimizer(model, cfg.optim, device)
+    sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
+    data = TrainData(cfg.data, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
+                     micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel))
+    out = Path(cfg.output.dir)
+    start = 0
+    ckpt = latest_checkpoint(out) if cfg.output.resume else None
+    if ckpt is not None:
+        start, data_state = load_checkpoint(ckpt, model, opt, sched)
+        data.load_state_dict(data_state)
+    # --- loop ---------------------------------------------------------------------------------------
+    counter = CollectiveCounter().install()
+    metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
+    profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
+    cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
+    params = [p for p in model.parameters() if p.requires_grad]
+    batches = data.batches()
+    metrics.start(start)
+    try:
+        for step in range(start, cfg.train.steps):
+            profiler.before_step(step - start)
+            wait, flops, tokens, samples, loss_sum = 0.0, 0.0, 0, 0, 0.0
+            for _ in range(accum):
+                t0 = time.perf_counter()
+                batch = next(batches)
+                wait += time.perf_counter() - t0
+                b, slots = batch.images.shape[:2]
+                with cast:
+                    loss = model(batch)
+                (loss / accum).backward()
+                loss_sum = loss_sum + loss.detach() / accum
+                samples += b
+                flops += b * flops_per_sample(mcfg, slots)
+                tokens += b * tokens_per_sample(mcfg, slots)["sequence"]
+            grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            metrics.record(StepRecord(step=step, loss=loss_sum, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
+                                      data_wait_s=wait, samples=samples, flops=flops, tokens=tokens, image_slots=slots))
+            profiler.after_step(step - start)
+            if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
+                metrics.flush()
+            if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
+                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict())
+        metrics.close()
+    finally:
+        counter.uninstall()
+        batches.close()
+    return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
+                     profile=profiler.summary)
+
+
+def init_process_group(device: torch.device, world_size: int, *, needed: bool) -> None:
+    """torchrun's group (env://), or a one-process group so FSDP also runs without torchrun."""
+    if dist.is_initialized() or not (needed or world_size > 1):
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """The global gradient norm (a plain tensor even for FSDP's DTensor grads), clipped if max_norm > 0."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf, foreach=True)
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
