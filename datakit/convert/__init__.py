@@ -23,10 +23,12 @@ from tqdm import tqdm
 
 from datakit.config import ConvertConfig
 from datakit.convert.assemble import build_index
+from datakit.convert.fingerprint import source_fingerprint
 from datakit.convert.journal import STAGING, Journal, load_journals
 from datakit.convert.local import run_shards
-from datakit.convert.outdir import prepare_output
+from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
 from datakit.convert.plan import plan_shards, predicted_bytes
+from datakit.errors import output_error
 from datakit.shards.index import ShardIndex, load_index, write_index
 from datakit.sources import scan
 
@@ -40,32 +42,54 @@ class ConvertSummary:
     resumed_shards: int = 0
     already_complete: bool = False
     decoders: dict[str, int] = field(default_factory=dict)  # backend -> camera-episodes decoded
+    traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
 
 
-def convert(src: str | Path, out: str | Path, cfg: ConvertConfig) -> ConvertSummary:
-    """Convert SRC into shards in OUT (resuming an interrupted run with the same options)."""
+def _remove_unfinished(out: Path) -> None:
+    """Temporary files a stopped run left in OUT (their final names are written atomically)."""
+    for pattern in ("shard-*.tar.tmp", "frames.arrow.tmp", "index.json.*.tmp", "checksums.json.*.tmp"):
+        for tmp in out.glob(pattern):
+            tmp.unlink(missing_ok=True)
+
+
+def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
+            command: str | None = None) -> ConvertSummary:
+    """Convert SRC into shards in OUT, resuming an interrupted run of the same source with the
+    same options; `force` starts over (our own files in OUT are removed first). `command` is
+    recorded in OUT's lock, to name this run to a second one."""
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
     spec = scan(src, cfg.format)
-    options = cfg.output_options()
-    if prepare_output(out, options):
-        shutil.rmtree(out / STAGING, ignore_errors=True)  # a crash after index.json left it behind
-        return ConvertSummary(load_index(out), time.perf_counter() - t0, already_complete=True)
-    plan = plan_shards(spec, cfg)
-    kept = load_journals(out, plan)
-    for tmp in out.glob("shard-*.tar.tmp"):  # left by a killed run
-        tmp.unlink()
-    jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
-    tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
-    with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
-              disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
-        new = run_shards(spec, cfg, out, jobs, bar)
-    journals = sorted([*kept.values(), *new], key=lambda j: j.index)
-    index, table = build_index(spec, cfg, journals)
-    write_index(out, index, table)  # last: its presence means finished
-    shutil.rmtree(out / STAGING, ignore_errors=True)
+    claim_output(out)  # OUT is ours (or empty) before anything is written into it
+    with output_lock(out, command):
+        if force:
+            remove_ours(out)
+        fingerprint = source_fingerprint(spec, cfg.decoder)
+        if open_output(out, cfg.output_options(), fingerprint, spec):
+            shutil.rmtree(out / STAGING, ignore_errors=True)  # a crash after the checksums left it behind
+            return ConvertSummary(load_index(out), time.perf_counter() - t0, already_complete=True)
+
+        plan = plan_shards(spec, cfg)
+        kept = load_journals(out, plan, list(spec.cameras), len(spec.state_names), len(spec.action_names))
+        _remove_unfinished(out)  # left by a killed run
+        jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
+        tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
+        with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
+                  disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
+            new = run_shards(spec, cfg, out, jobs, bar)
+
+        journals = sorted([*kept.values(), *new], key=lambda j: j.index)
+        index, table = build_index(spec, cfg, journals, fingerprint)
+        try:
+            write_index(out, index, table)  # last: the checksums file it ends with means finished
+        except OSError as e:
+            _remove_unfinished(out)
+            raise output_error(e.filename or out, e) from e
+        shutil.rmtree(out / STAGING, ignore_errors=True)
     decoders: dict[str, int] = {}
     for j in new:
         for b, n in j.decoders.items():
             decoders[b] = decoders.get(b, 0) + n
-    return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=len(kept), decoders=decoders)
+    traces = {s.episode_index: s.trace for j in journals for s in j.skipped if s.trace}
+    return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=len(kept), decoders=decoders,
+                          traces=traces)

@@ -5,6 +5,8 @@ order, on any machine) assembles the same index.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -17,15 +19,17 @@ from datakit.stages.colour import stored_shape
 from datakit.stages.slots import dataset_slot
 
 
-def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal]) -> tuple[ShardIndex, pa.Table]:
-    """The manifest and the per-frame table from the shards' journals (in shard order)."""
+def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
+                fingerprint: dict[str, Any] | None = None) -> tuple[ShardIndex, pa.Table]:
+    """The manifest and the per-frame table from the shards' journals (in shard order). A shard
+    whose episodes were all skipped holds none: its entry lists no episodes and no rows."""
     placed = [p for j in journals for p in j.placed]
     skipped = [s for j in journals for s in j.skipped]
     shards, row = [], 0
     for j in journals:
-        n = sum(p.result.length for p in j.placed)
-        eps = [p.result.episode_index for p in j.placed] or j.planned
-        shards.append(ShardEntry(j.name, j.bytes, j.sha256, [eps[0], eps[-1]], [row, row + n], n))
+        n = sum(p.length for p in j.placed)
+        eps = [p.episode_index for p in j.placed]
+        shards.append(ShardEntry(j.name, j.bytes, j.sha256, [eps[0], eps[-1]] if eps else [], [row, row + n], n))
         row += n
     cams = list(spec.cameras)
     size = cfg.size
@@ -33,40 +37,42 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal]) 
     for cam, cs in spec.cameras.items():
         h, w = size if size else (cs.height, cs.width)
         shape = stored_shape(cfg.layout, h, w)
-        slots = [p.result.slots[cam] for p in placed]
+        slots = [p.slots[cam] for p in placed]
         counts = {s: slots.count(s) for s in ("real", "blank", "missing")}
         cameras[cam] = CameraEntry(h, w, dataset_slot(slots), list(shape), int(np.prod(shape)), cs.height, cs.width, counts)
     episodes, row = [], 0
     for p in placed:
-        r = p.result
-        episodes.append(EpisodeEntry(r.episode_index, r.length, p.shard, row, r.task, r.slots))
-        row += r.length
+        episodes.append(EpisodeEntry(p.episode_index, p.length, p.shard, row, p.task, p.slots))
+        row += p.length
     sd, ad = len(spec.state_names), len(spec.action_names)
     if placed:
-        state = np.concatenate([p.result.state for p in placed]).astype(np.float32).reshape(-1, sd)
-        action = np.concatenate([p.result.action for p in placed]).astype(np.float32).reshape(-1, ad)
+        state = np.concatenate([p.state for p in placed]).astype(np.float32).reshape(-1, sd)
+        action = np.concatenate([p.action for p in placed]).astype(np.float32).reshape(-1, ad)
     else:
         state, action = np.zeros((0, sd), np.float32), np.zeros((0, ad), np.float32)
     cols = {
-        "episode_index": np.concatenate([np.full(p.result.length, p.result.episode_index, np.int64) for p in placed] or [np.zeros(0, np.int64)]),
-        "frame_index": np.concatenate([p.result.frame_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
-        "timestamp": np.concatenate([p.result.timestamp for p in placed] or [np.zeros(0)]).astype(np.float64),
-        "task_index": np.concatenate([p.result.task_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
+        "episode_index": np.concatenate([np.full(p.length, p.episode_index, np.int64) for p in placed] or [np.zeros(0, np.int64)]),
+        "frame_index": np.concatenate([p.frame_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
+        "timestamp": np.concatenate([p.timestamp for p in placed] or [np.zeros(0)]).astype(np.float64),
+        "task_index": np.concatenate([p.task_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
     }
     arrays = [pa.array(cols[k]) for k in cols]
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(state.reshape(-1)), sd))
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(action.reshape(-1)), ad))
-    arrays.append(pa.array(np.concatenate([np.full(p.result.length, p.shard, np.int32) for p in placed] or [np.zeros(0, np.int32)])))
+    arrays.append(pa.array(np.concatenate([np.full(p.length, p.shard, np.int32) for p in placed] or [np.zeros(0, np.int32)])))
     for cam in cams:
-        offs = [np.where(p.result.offsets[cam] >= 0, p.result.offsets[cam] + p.base, -1) for p in placed]
+        offs = [np.where(p.offsets[cam] >= 0, p.offsets[cam] + p.base, -1) for p in placed]
         arrays.append(pa.array(np.concatenate(offs or [np.zeros(0, np.int64)]).astype(np.int64)))
     table = pa.Table.from_arrays(arrays, schema=frames_schema(cams, sd, ad))
+    source: dict[str, Any] = {"format": spec.format, "version": spec.version, "name": spec.root.name}
+    if fingerprint is not None:
+        source["fingerprint"] = fingerprint
     index = ShardIndex(
         fps=spec.fps, layout=cfg.layout, cameras=cameras, state_names=spec.state_names, action_names=spec.action_names,
         tasks=spec.tasks, stats={"state": vector_stats(state), "action": vector_stats(action)},
         shards=shards, episodes=episodes,
-        skipped=[{"episode_index": s.episode_index, "source": s.source, "reason": s.error} for s in skipped],
-        source={"format": spec.format, "version": spec.version, "name": spec.root.name},
+        skipped=[{"episode_index": s.episode_index, "source": s.source, "reason": s.reason} for s in skipped],
+        source=source,
         options=cfg.output_options(), num_episodes=len(episodes), num_frames=row, num_shards=len(shards),
         schema=member_schema(cameras, sd, ad),
     )
