@@ -247,7 +247,7 @@ def test_prefetch_consumer_stops_while_producer_waits_to_end():
     result = []
 
     def run():
-        result.append(_consume_one_then_stop(iter([1, 2, 3]), depth=1))
+        result.append(_consume_one_then_stop(iter([1, 2]), depth=1))
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -280,3 +280,21 @@ def test_prefetch_still_delivers_everything_and_errors():
             got.append(x)
     assert got == [1]
 
+
+
+@pytest.mark.timeout(120)
+def test_read_only_output(src, tmp_path):
+    """EROFS: one line naming OUT and the errno, not a traceback."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (mnt / "out").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        r = _run(_args(src, mnt / "out"))
+        assert r.returncode == 2, r.stderr
+        line = _one_line(r)
+        assert str(mnt / "out") in line and "EROFS" in line, line
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
