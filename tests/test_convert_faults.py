@@ -211,6 +211,19 @@ def test_killed_worker_fails_fast_naming_the_shard(src, reference, tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_workers_die_with_a_killed_parent(src, reference, tmp_path):
+    """kill -9 of the parent: no orphan worker goes on writing into OUT beside a rerun."""
+    out = tmp_path / "out"
+    p = _start(src, out, 2)
+    _wait_for(p, lambda: any(out.glob("shard-*.tar.tmp")) and len(_children(p.pid)) >= 2)
+    kids = _children(p.pid)
+    p.kill()
+    p.communicate(timeout=30)
+    assert _gone(kids, timeout=5), "pool workers outlived their killed parent"
+    _resumes_to_reference(src, out, reference, 2)
+
+
+@pytest.mark.timeout(180)
 def test_sigterm_stops_cleanly_and_resumes(src, reference, tmp_path, workers=2):
     out = tmp_path / "out"
     p = _start(src, out, workers)
