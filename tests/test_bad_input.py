@@ -183,3 +183,20 @@ def test_episode_error_crosses_process_boundaries(ds, tmp_path, capsys):
     rc = main(["convert", str(ds), str(tmp_path / "a"), "--workers", "2", "--shard-size", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     _assert_clean_failure(rc, err, tmp_path / "a", "episode_000001.mp4", "missing video file")
+
+
+def test_summary_prints_paths_with_brackets_verbatim(base, tmp_path, capsys):
+    """Reasons hold source paths (and come from OUT): printed as text, never as rich markup."""
+    import io
+
+    from rich.console import Console
+
+    from datakit.summary import print_summary
+
+    ds = tmp_path / "x[red]y"
+    shutil.copytree(base, ds)
+    _video(ds).unlink()
+    assert main(["convert", str(ds), str(tmp_path / "o"), "--workers", "1", "--no-progress", "--on-error", "skip"]) == 0
+    console = Console(width=1000, record=True, file=io.StringIO())
+    print_summary(load_index(tmp_path / "o"), console=console)
+    assert "x[red]y/videos" in console.export_text()
