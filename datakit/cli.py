@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from datakit.errors import DatakitError
+from datakit.errors import DatakitError, output_error
 
 
 def _size(text: str) -> int:
@@ -66,7 +66,11 @@ def run_convert(args) -> int:
         for ep, trace in sorted(s.traces.items()):
             print(f"skipped episode {ep}:\n{trace}", file=sys.stderr)
     if args.json:
-        args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders}, indent=1))
+        try:
+            args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders},
+                                            indent=1))
+        except OSError as e:
+            raise output_error(args.json, e) from e
     return 0
 
 

@@ -292,3 +292,30 @@ def test_shard_of_skipped_episodes_lists_none(ds, tmp_path, capsys):
     assert idx.shards[1].rows[0] == idx.shards[1].rows[1] == LENGTHS[0]
     assert idx.shards[2].episodes == [2, 2] and idx.shards[2].rows == [LENGTHS[0], LENGTHS[0] + LENGTHS[2]]
     assert [e.episode_index for e in idx.episodes] == [0, 2]
+
+
+# ---- output errors in the commit (journal) ---------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_journal_write_failure_is_an_output_error(base, reference, tmp_path, monkeypatch, capsys, workers):
+    """ENOSPC while journaling a shard (in the background commit, in a pool worker too): exit 2,
+    one line naming OUT's file and the errno; the rerun resumes to the unbroken run's bytes."""
+    import errno
+
+    import datakit.convert.shard as shard_mod
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(shard_mod, "write_journal", full)
+        rc = main(["convert", str(base), str(out), "--workers", workers, "--no-progress", "--shard-size", "1",
+                   "--on-error", "skip"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert str(out) in err and "ENOSPC" in err and "shard-00000" in err, err
+    assert not (out / "index.json").exists()
+    rc, _, err = _cli(capsys, base, out)
+    assert rc == 0, err
+    assert tree_bytes(out) == reference
