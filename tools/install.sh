@@ -27,5 +27,5 @@ pip_install() {
 pip_install --upgrade pip
 # torch first and pinned: an unpinned torch resolves to a CUDA build of several GB.
 pip_install -c tools/constraints.txt torch
-pip_install -c tools/constraints.txt -e ".[convert,dev]"
-"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset; print('installed: torch', torch.__version__, '| av', av.__version__)"
+pip_install -c tools/constraints.txt -e ".[convert,dev,remote]"
+"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto; print('installed: torch', torch.__version__, '| av', av.__version__)"
