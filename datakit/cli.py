@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
-from datakit.errors import DatakitError
+from datakit.errors import DatakitError, output_error
 
 
 def _size(text: str) -> int:
@@ -36,9 +38,13 @@ def add_convert(sub) -> None:
     p.add_argument("--workers", type=int, help="parallel episode workers (default: all cores)")
     p.add_argument("--shard-size", type=_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
     p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
+    p.add_argument("--nonfinite", choices=["reject", "keep"],
+                   help="NaN/inf in state/action: a bad episode (default), or keep it, out of the statistics")
     p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
                    help="decode each camera on its own thread (default: on when --workers is below the core count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true",
+                   help="start over: remove an earlier conversion's files from OUT (only datakit's own files)")
     p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
 
 
@@ -49,17 +55,25 @@ def run_convert(args) -> int:
 
     over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
                 resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
-                on_error=args.on_error, prefetch=args.prefetch, progress=False if args.no_progress else None)
+                on_error=args.on_error, nonfinite=args.nonfinite, prefetch=args.prefetch,
+                progress=False if args.no_progress else None)
     cfg = ConvertConfig.from_toml(args.config, **over) if args.config else \
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})
-    s = convert(args.src, args.out, cfg)
+    s = convert(args.src, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))
     if s.already_complete:
         print(f"{args.out}: already complete (index.json present); nothing to do")
     elif s.resumed_shards:
         print(f"resumed: kept {s.resumed_shards} complete shard(s) from an earlier run")
     print_summary(s.index, None if s.already_complete else s.seconds)
+    if args.debug:
+        for ep, trace in sorted(s.traces.items()):
+            print(f"skipped episode {ep}:\n{trace}", file=sys.stderr)
     if args.json:
-        args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders}, indent=1))
+        try:
+            args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders},
+                                            indent=1))
+        except OSError as e:
+            raise output_error(args.json, e) from e
     return 0
 
 
@@ -126,6 +140,14 @@ def _register_optional() -> None:
     COMMANDS["bench-decoders"] = (add_parser, run)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop the workers, keep what was committed, exit non-zero."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     _register_optional()
     parser = argparse.ArgumentParser(prog="datakit", description=__doc__.splitlines()[0])
@@ -134,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     for add, _ in COMMANDS.values():
         add(sub)
     args = parser.parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return COMMANDS[args.command][1](args)
     except (DatakitError, ValueError, FileNotFoundError) as e:
@@ -141,9 +165,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"datakit {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        name = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"datakit {args.command}: {name}; rerun the same command to resume", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

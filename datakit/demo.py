@@ -4,7 +4,6 @@ episodes of different lengths), convert it, verify it, read frames back and comp
 an independent PyAV decode of the source, then print the summary."""
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -13,11 +12,13 @@ from rich.console import Console
 
 from datakit.config import ConvertConfig
 from datakit.convert import convert
+from datakit.errors import OutputError
 from datakit.reader import open_shards
 from datakit.summary import print_summary
 from datakit.verify import verify
 
 DEMO_LENGTHS = (90, 64, 120, 75, 48, 101)
+DEMO_MARKER = ".datakit-demo"
 
 
 def _pyav_frame(path: Path, file_frame: int) -> np.ndarray:
@@ -30,10 +31,25 @@ def _pyav_frame(path: Path, file_frame: int) -> np.ndarray:
     raise IndexError(file_frame)
 
 
+def claim_demo_dir(work: Path) -> None:
+    """The demo deletes and rewrites what is inside its folder: only a folder it created (it
+    holds DEMO_MARKER) or a new/empty one will do, never a user's folder that happens to hold
+    `shards/`."""
+    work = Path(work)
+    if work.exists() and not work.is_dir():
+        raise OutputError(f"{work}: demo folder path exists and is not a folder")
+    if work.is_dir() and any(work.iterdir()) and not (work / DEMO_MARKER).is_file():
+        raise OutputError(f"{work}: not a folder made by `datakit demo` (no {DEMO_MARKER}); "
+                          f"pass a new or empty --dir")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / DEMO_MARKER).write_text("made by `datakit demo`; its contents are rewritten by each demo run\n")
+
+
 def run_demo(work: Path) -> int:
     from datakit.sources import scan
     from datakit.synth import make_lerobot_dataset
 
+    claim_demo_dir(work)
     console = Console()
     src, out = work / "lerobot-v3-av1", work / "shards"
     t = time.perf_counter()
@@ -44,8 +60,7 @@ def run_demo(work: Path) -> int:
     console.print(f"{src}: {len(DEMO_LENGTHS)} episodes, {sum(DEMO_LENGTHS)} frames, 3 cameras "
                   f"(observation.images.side is black padding) in {time.perf_counter() - t:.1f} s")
     console.rule("2. datakit convert")
-    shutil.rmtree(out, ignore_errors=True)
-    s = convert(src, out, ConvertConfig(shard_size=8 << 20))
+    s = convert(src, out, ConvertConfig(shard_size=8 << 20), force=True)
     print_summary(s.index, s.seconds, console)
     console.rule("3. datakit verify")
     rep = verify(out)

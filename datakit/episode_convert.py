@@ -15,7 +15,7 @@ import torch
 
 from datakit.config import ConvertConfig
 from datakit.decoders import BackendUnavailable, open_decoder, probe_video
-from datakit.errors import DatakitError, SourceError
+from datakit.errors import DatakitError, OutputError, SourceError
 from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
 from datakit.sources.checks import check_episode_table, raise_first_error
@@ -31,7 +31,7 @@ class EpisodeResult:
 
     episode_index: int
     source: str
-    error: str | None = None
+    error: DatakitError | None = None  # why the episode was not written (bad input), else None
     length: int = 0
     task: str = ""
     nbytes: int = 0  # bytes of tar members written for this episode
@@ -44,7 +44,7 @@ class EpisodeResult:
     action: np.ndarray | None = None
     decoders: dict[str, str] = field(default_factory=dict)  # camera -> backend used
     base: int = -1  # offset in the shard where this episode's members start
-    trace: str = ""  # traceback of an unforeseen error, for --debug
+    trace: str = ""  # traceback of the error, for --debug (tracebacks do not cross processes)
 
 
 class FrameStream:
@@ -173,7 +173,9 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
 
 
 def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink: ShardFile) -> EpisodeResult:
-    """Append one episode to the open shard `sink`; errors come back in `.error` (nothing written)."""
+    """Append one episode to the open shard `sink`. A bad input comes back in `.error` (a
+    DatakitError naming the file; nothing written); an OutputError (the sink failed: disk full,
+    read-only OUT) is raised, since skipping the episode cannot help."""
     res = EpisodeResult(ref.episode_index, str(ref.source), base=sink.bytes)
     try:
         table = load_episode(spec, ref)
@@ -188,9 +190,13 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
         res.length, res.task = len(table), table.task
         res.frame_index, res.timestamp, res.task_index = table.frame_index, table.timestamp, table.task_index
         res.state, res.action = table.state, table.action
+    except OutputError:
+        raise
     except DatakitError as e:
-        res.error = str(e)
+        res.error = e
+        res.trace = traceback.format_exc()
     except Exception as e:  # an unforeseen failure still names the episode, with the trace kept
-        res.error = f"{ref.source}: {type(e).__name__}: {e}"
+        res.error = SourceError(ref.source, f"{type(e).__name__}: {e}")
+        res.error.__cause__ = e
         res.trace = traceback.format_exc()
     return res

@@ -1,6 +1,7 @@
 """Errors that name the file and the problem, so a bad input yields one readable line."""
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -21,7 +22,15 @@ class SourceError(DatakitError):
 
 
 class OutputError(DatakitError):
-    """The output folder cannot be used (holds something else, or another conversion)."""
+    """The output folder cannot be used (holds something else, another conversion, another
+    source) or cannot be written (disk full, read-only, file too large). Never a bad input:
+    `--on-error skip` does not skip it."""
+
+
+def output_error(path: str | Path, e: OSError) -> OutputError:
+    """One line naming the file in OUT and the errno, for an OSError raised while writing it."""
+    code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "no errno"
+    return OutputError(f"{path}: cannot write output ({code}: {e.strerror or e})")
 
 
 class ShardError(DatakitError):

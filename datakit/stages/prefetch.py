@@ -14,24 +14,32 @@ T = TypeVar("T")
 _END = object()
 
 
+def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Put `item` unless the consumer gave up (`stop`): never blocks forever on a full queue."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def prefetch(items: Iterator[T], depth: int = 4, name: str = "prefetch") -> Iterator[T]:
+    """Yield `items`, produced on a thread up to `depth` ahead. The producer's end, and any
+    error it raises, are handed over like items: when the consumer stops early (another
+    camera ran short, an output error, Ctrl-C) the producer sees `stop` and ends too."""
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def run() -> None:
         try:
             for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not _put(q, item, stop):
                     return
-            q.put(_END)
+            _put(q, _END, stop)
         except BaseException as e:  # handed to the consumer, raised there
-            q.put(e)
+            _put(q, e, stop)
         finally:
             close = getattr(items, "close", None)
             if close is not None:
