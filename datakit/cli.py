@@ -1,4 +1,4 @@
-"""The `datakit` command: convert, verify, info, bench-decoders, demo.
+"""The `datakit` command: convert, verify, info, doctor, plan, bench-decoders, demo.
 
 Errors in the input print one line naming the file and the problem (exit 2); `--debug` shows
 the traceback too.
@@ -61,7 +61,7 @@ def run_convert(args) -> int:
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})
     s = convert(args.src, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))
     if s.already_complete:
-        print(f"{args.out}: already complete (index.json present); nothing to do")
+        print(f"{args.out}: already complete (checksums.json present, same source and options); nothing to do")
     elif s.resumed_shards:
         print(f"resumed: kept {s.resumed_shards} complete shard(s) from an earlier run")
     print_summary(s.index, None if s.already_complete else s.seconds)
@@ -78,8 +78,11 @@ def run_convert(args) -> int:
 
 
 def add_verify(sub) -> None:
-    p = sub.add_parser("verify", help="re-hash every shard and check every indexed offset")
-    p.add_argument("out", type=Path)
+    p = sub.add_parser("verify", help="re-hash every shard and check every indexed offset",
+                       description="Check an output folder (or an s3:// / fsspec URL) against its index: checksums "
+                                   "of the index files, every shard's size and sha256, every offset against the tar "
+                                   "headers. Exit 0 intact, 1 with each problem named.")
+    p.add_argument("out", type=str, help="output folder or URL (a remote root is checked shard by shard)")
 
 
 def run_verify(args) -> int:
@@ -133,7 +136,13 @@ COMMANDS = {
 
 
 def _register_optional() -> None:
-    try:  # bench-decoders lives in its own package
+    """Commands that live in their own packages (imported here so `datakit --help` lists them)."""
+    from datakit.doctor.command import add_parser as add_doctor, run as run_doctor
+    from datakit.planner.command import add_parser as add_plan, run as run_plan
+
+    COMMANDS["doctor"] = (add_doctor, run_doctor)
+    COMMANDS["plan"] = (add_plan, run_plan)
+    try:  # bench-decoders needs matplotlib for its plot
         from datakit.decoder_bench.command import add_parser, run
     except ImportError:
         return

@@ -152,7 +152,7 @@ class ShardIndex:
             "action_dim": len(self.action_names),
             "tasks": len(self.tasks),
             "skipped": self.skipped,
-            "source": self.source,
+            "source": {k: v for k, v in self.source.items() if k != "fingerprint"},  # the fingerprint is per episode: large
         }
 
 
