@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datakit import layout
+from datakit import source_paths
 from datakit.doctor import add_parser, main, run
 from datakit.synth import encode_video, make_droid_dataset, make_lerobot_dataset, synth_frame
 from datakit.synth.lerobot import camera_seed
@@ -61,11 +61,11 @@ def of_kind(report: dict, kind: str) -> list[dict]:
 
 
 def v2_video(root: Path, episode: int, cam: str = TOP) -> Path:
-    return root / layout.LEROBOT_V2_VIDEO_PATH.format(episode_chunk=0, video_key=cam, episode_index=episode)
+    return root / source_paths.LEROBOT_V2_VIDEO_PATH.format(episode_chunk=0, video_key=cam, episode_index=episode)
 
 
 def v2_table(root: Path, episode: int) -> Path:
-    return root / layout.LEROBOT_V2_DATA_PATH.format(episode_chunk=0, episode_index=episode)
+    return root / source_paths.LEROBOT_V2_DATA_PATH.format(episode_chunk=0, episode_index=episode)
 
 
 def frames_of(episode: int, n: int, cam_index: int = 0) -> list[np.ndarray]:
@@ -102,11 +102,11 @@ def test_missing_folder_exits_2(tmp_path, capsys):
 
 def test_unscannable_metadata_is_one_finding(dataset):
     src = dataset("v2.1")
-    (src / layout.LEROBOT_INFO).write_text("[1, 2")
+    (src / source_paths.LEROBOT_INFO).write_text("[1, 2")
     rc, rep = doctor(src)
     assert rc == 1
     [f] = rep["findings"]
-    assert f["kind"] == "metadata" and f["path"] == str(src / layout.LEROBOT_INFO)
+    assert f["kind"] == "metadata" and f["path"] == str(src / source_paths.LEROBOT_INFO)
 
 
 # --- videos ---------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def test_table_timestamps_backwards_and_with_gaps(dataset):
 
 def test_duplicated_episode(dataset):
     src = dataset("v2.1")
-    ep = src / layout.LEROBOT_V2_EPISODES
+    ep = src / source_paths.LEROBOT_V2_EPISODES
     lines = ep.read_text().splitlines()
     ep.write_text("\n".join(lines + [lines[1]]) + "\n")
     rc, rep = doctor(src)
@@ -225,26 +225,26 @@ def test_duplicated_episode(dataset):
 
 def test_overlapping_episodes_in_one_video_file(dataset):
     src = dataset("v3.0")
-    [meta] = sorted((src / layout.LEROBOT_V3_EPISODES_DIR).glob(layout.LEROBOT_V3_EPISODES_GLOB))
+    [meta] = sorted((src / source_paths.LEROBOT_V3_EPISODES_DIR).glob(source_paths.LEROBOT_V3_EPISODES_GLOB))
     col = f"videos/{TOP}/from_timestamp"
     starts = pq.read_table(meta)[col].to_pylist()
     starts[1] -= 0.5  # episode 1 now starts 5 frames inside episode 0
     set_column(meta, col, starts)
     rc, rep = doctor(src)
     [f] = of_kind(rep, "overlapping_video_range")
-    video = src / layout.LEROBOT_V3_VIDEO_PATH.format(video_key=TOP, chunk_index=0, file_index=0)
+    video = src / source_paths.LEROBOT_V3_VIDEO_PATH.format(video_key=TOP, chunk_index=0, file_index=0)
     assert rc == 1 and (f["episode"], f["path"]) == (1, str(video))
 
 
 def test_nonfinite_state_and_action(dataset):
     src = dataset("v2.1")
     table = pq.read_table(v2_table(src, 2))
-    state = np.stack(table[layout.LEROBOT_STATE_KEY].to_numpy(zero_copy_only=False))
+    state = np.stack(table[source_paths.LEROBOT_STATE_KEY].to_numpy(zero_copy_only=False))
     state[4, 1] = np.nan
-    action = np.stack(table[layout.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
+    action = np.stack(table[source_paths.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
     action[7, 0] = np.inf
-    set_column(v2_table(src, 2), layout.LEROBOT_STATE_KEY, list(state))
-    set_column(v2_table(src, 2), layout.LEROBOT_ACTION_KEY, list(action))
+    set_column(v2_table(src, 2), source_paths.LEROBOT_STATE_KEY, list(state))
+    set_column(v2_table(src, 2), source_paths.LEROBOT_ACTION_KEY, list(action))
     rc, rep = doctor(src)
     found = sorted((f["frame"], f["episode"], f["path"]) for f in of_kind(rep, "nonfinite"))
     assert rc == 1 and found == [(4, 2, str(v2_table(src, 2))), (7, 2, str(v2_table(src, 2)))]
@@ -254,16 +254,16 @@ def test_constant_column(dataset):
     src = dataset("v2.1")
     all_actions = []
     for e, n in enumerate(LENGTHS):
-        action = np.stack(pq.read_table(v2_table(src, e))[layout.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
+        action = np.stack(pq.read_table(v2_table(src, e))[source_paths.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
         action[:, 2] = 0.25
-        set_column(v2_table(src, e), layout.LEROBOT_ACTION_KEY, list(action))
+        set_column(v2_table(src, e), source_paths.LEROBOT_ACTION_KEY, list(action))
         all_actions.append(action)
     oracle = np.flatnonzero(np.ptp(np.concatenate(all_actions), axis=0) == 0)  # numpy: which are constant
     rc, rep = doctor(src)
     found = of_kind(rep, "constant_column")
     assert rc == 1 and list(oracle) == [2] and len(found) == 1
     assert "'motor_2'" in found[0]["message"] and found[0]["message"].startswith("action")
-    assert found[0]["path"] == str(src / layout.LEROBOT_INFO)
+    assert found[0]["path"] == str(src / source_paths.LEROBOT_INFO)
 
 
 def test_unused_task(tmp_path):
@@ -273,7 +273,7 @@ def test_unused_task(tmp_path):
     rc, rep = doctor(src)
     [f] = rep["findings"]
     assert rc == 1 and f["kind"] == "unused_task" and "'never done'" in f["message"]
-    assert f["path"] == str(src / layout.LEROBOT_V2_TASKS)
+    assert f["path"] == str(src / source_paths.LEROBOT_V2_TASKS)
 
 
 # --- cameras and files ----------------------------------------------------------------------------
@@ -305,9 +305,9 @@ def test_missing_files_and_the_rest_still_audited(dataset):
     gone_video, gone_table = v2_video(src, 1), v2_table(src, 2)
     gone_video.unlink()
     gone_table.unlink()
-    action = np.stack(pq.read_table(v2_table(src, 1))[layout.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
+    action = np.stack(pq.read_table(v2_table(src, 1))[source_paths.LEROBOT_ACTION_KEY].to_numpy(zero_copy_only=False))
     action[3, 0] = np.nan  # episode 1's table must still be read despite its missing video
-    set_column(v2_table(src, 1), layout.LEROBOT_ACTION_KEY, list(action))
+    set_column(v2_table(src, 1), source_paths.LEROBOT_ACTION_KEY, list(action))
     rc, rep = doctor(src)
     missing = sorted((f["episode"], f["path"]) for f in of_kind(rep, "missing_file"))
     assert rc == 1 and missing == [(1, str(gone_video)), (2, str(gone_table))]
@@ -320,7 +320,7 @@ def test_missing_files_and_the_rest_still_audited(dataset):
 def test_droid_missing_camera_and_trajectory_files(dataset):
     src = dataset("droid")
     [mp4] = [p for p in src.rglob("*.mp4") if "10:01:46" in str(p) and p.stem == "22008760"]
-    [h5] = [p for p in src.rglob(layout.DROID_TRAJECTORY) if "10:00:46" in str(p)]
+    [h5] = [p for p in src.rglob(source_paths.DROID_TRAJECTORY) if "10:00:46" in str(p)]
     mp4.unlink()
     h5.unlink()
     rc, rep = doctor(src)
@@ -449,7 +449,7 @@ def test_duplicated_episode_content(dataset):
     pq.write_table(table, v2_table(src, 1))
     for cam in CAMS:
         shutil.copy(v2_video(src, 0, cam), v2_video(src, 1, cam))
-    ep = src / layout.LEROBOT_V2_EPISODES
+    ep = src / source_paths.LEROBOT_V2_EPISODES
     rows = [json.loads(line) for line in ep.read_text().splitlines()]
     rows[1]["length"] = LENGTHS[0]
     ep.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -462,7 +462,7 @@ def test_duplicated_episode_content(dataset):
 def test_v3_damage_is_named_by_episode_and_episode_frame(dataset):
     """In v3.0 one mp4 holds every episode: damage at file frame 10 + 3 is episode 1's frame 3."""
     src = dataset("v3.0")
-    path = src / layout.LEROBOT_V3_VIDEO_PATH.format(video_key=TOP, chunk_index=0, file_index=0)
+    path = src / source_paths.LEROBOT_V3_VIDEO_PATH.format(video_key=TOP, chunk_index=0, file_index=0)
     _damage_packet(path, LENGTHS[0] + 3)
     rc, rep = doctor(src)
     hits = of_kind(rep, "video_decode_error")
@@ -492,13 +492,13 @@ def _plant_short_video(src: Path) -> None:
 
 def _plant_nan(src: Path) -> None:
     table = pq.read_table(v2_table(src, 2))
-    state = np.stack(table[layout.LEROBOT_STATE_KEY].to_numpy(zero_copy_only=False))
+    state = np.stack(table[source_paths.LEROBOT_STATE_KEY].to_numpy(zero_copy_only=False))
     state[4, 1] = np.nan
-    set_column(v2_table(src, 2), layout.LEROBOT_STATE_KEY, list(state))
+    set_column(v2_table(src, 2), source_paths.LEROBOT_STATE_KEY, list(state))
 
 
 def _plant_duplicate(src: Path) -> None:
-    ep = src / layout.LEROBOT_V2_EPISODES
+    ep = src / source_paths.LEROBOT_V2_EPISODES
     lines = ep.read_text().splitlines()
     ep.write_text("\n".join(lines + [lines[0]]) + "\n")
 

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from datakit import layout
+from datakit import source_paths
 from datakit.cli import main
 from datakit.errors import SourceError
 from datakit.sources import scan
@@ -43,7 +43,7 @@ def test_unsafe_serial_is_refused(droid, serial):
 
 
 def _edit_h5(root, e, key, edit):
-    with h5py.File(root / droid_episode_folder(e) / layout.DROID_TRAJECTORY, "r+") as h5:
+    with h5py.File(root / droid_episode_folder(e) / source_paths.DROID_TRAJECTORY, "r+") as h5:
         data = h5[key][()]
         del h5[key]
         h5.create_dataset(key, data=edit(data))
@@ -54,7 +54,7 @@ def test_nan_in_trajectory_is_refused(droid, tmp_path, capsys):
         a = a.copy()
         a[3, 2] = np.nan
         return a
-    _edit_h5(droid, 1, layout.DROID_STATE_JOINTS, plant)
+    _edit_h5(droid, 1, source_paths.DROID_STATE_JOINTS, plant)
     rc = main(["convert", str(droid), str(tmp_path / "out"), "--workers", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
@@ -63,7 +63,7 @@ def test_nan_in_trajectory_is_refused(droid, tmp_path, capsys):
 
 
 def test_wrong_joint_width_is_refused(droid, tmp_path, capsys):
-    _edit_h5(droid, 0, layout.DROID_ACTION_JOINTS, lambda a: a[:, :6])
+    _edit_h5(droid, 0, source_paths.DROID_ACTION_JOINTS, lambda a: a[:, :6])
     rc = main(["convert", str(droid), str(tmp_path / "out"), "--workers", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "action has shape (5, 7)" in err and "declares 8" in err, err

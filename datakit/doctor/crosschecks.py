@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from datakit import layout
+from datakit import source_paths
 from datakit.doctor.episode import ColumnRange, EpisodeAudit
 from datakit.sources.checks import WARNING, Finding
 from datakit.sources.episode import DatasetSpec
@@ -20,7 +20,7 @@ from datakit.sources.episode import DatasetSpec
 
 def _constant_columns(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:
     """State/action columns with one value over the whole dataset."""
-    where = str(spec.root / layout.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
+    where = str(spec.root / source_paths.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
     out = []
     for name, names in (("state", spec.state_names), ("action", spec.action_names)):
         ranges = [getattr(a, name) for a in audits if getattr(a, name) is not None]
@@ -39,7 +39,7 @@ def _constant_columns(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Fin
 def _tasks_file(spec: DatasetSpec) -> str:
     if spec.format != "lerobot":
         return str(spec.root)
-    return str(spec.root / (layout.LEROBOT_V3_TASKS if spec.version == "v3.0" else layout.LEROBOT_V2_TASKS))
+    return str(spec.root / (source_paths.LEROBOT_V3_TASKS if spec.version == "v3.0" else source_paths.LEROBOT_V2_TASKS))
 
 
 def _unused_tasks(spec: DatasetSpec, audits: list[EpisodeAudit]) -> list[Finding]:

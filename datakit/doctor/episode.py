@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit import layout
+from datakit import source_paths
 from datakit.doctor.frames import FrameAuditOptions
 from datakit.doctor.images import audit_images
 from datakit.doctor.video import audit_video
@@ -62,7 +62,7 @@ class EpisodeAudit:
 
 def _table_file(spec: DatasetSpec, ref: EpisodeRef) -> Path:
     """The file holding the episode's table (a DROID episode's source is its folder)."""
-    return Path(ref.source) / layout.DROID_TRAJECTORY if spec.format == "droid" else Path(ref.source)
+    return Path(ref.source) / source_paths.DROID_TRAJECTORY if spec.format == "droid" else Path(ref.source)
 
 
 def _missing_files(spec: DatasetSpec, ref: EpisodeRef) -> tuple[list[Finding], EpisodeRef]:

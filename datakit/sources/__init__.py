@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datakit import layout
+from datakit import source_paths
 from datakit.errors import SourceError
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
 
@@ -15,14 +15,14 @@ def detect_format(root: str | Path) -> str:
     root = Path(root)
     if not root.is_dir():
         raise SourceError(root, "no such folder")
-    if (root / layout.LEROBOT_INFO).is_file():
+    if (root / source_paths.LEROBOT_INFO).is_file():
         return "lerobot"
-    if next(iter(root.rglob(layout.DROID_METADATA_GLOB)), None) is not None:
+    if next(iter(root.rglob(source_paths.DROID_METADATA_GLOB)), None) is not None:
         return "droid"
-    if (root / layout.LEROBOT_INFO).parent.is_dir():  # has meta/ but no info.json: a broken LeRobot
-        raise SourceError(root / layout.LEROBOT_INFO, "missing meta/info.json")
-    raise SourceError(root, f"not a LeRobot dataset (no {layout.LEROBOT_INFO}) nor a DROID folder "
-                            f"(no {layout.DROID_METADATA_GLOB})")
+    if (root / source_paths.LEROBOT_INFO).parent.is_dir():  # has meta/ but no info.json: a broken LeRobot
+        raise SourceError(root / source_paths.LEROBOT_INFO, "missing meta/info.json")
+    raise SourceError(root, f"not a LeRobot dataset (no {source_paths.LEROBOT_INFO}) nor a DROID folder "
+                            f"(no {source_paths.DROID_METADATA_GLOB})")
 
 
 def scan(root: str | Path, fmt: str = "auto", check: bool = True) -> DatasetSpec:

@@ -98,9 +98,9 @@ def _camera_findings(spec: DatasetSpec, where: str) -> list[Finding]:
 
 
 def _metadata_file(spec: DatasetSpec) -> str:
-    from datakit import layout
+    from datakit import source_paths
 
-    return str(spec.root / layout.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
+    return str(spec.root / source_paths.LEROBOT_INFO) if spec.format == "lerobot" else str(spec.root)
 
 
 def _episode_findings(spec: DatasetSpec) -> list[Finding]:

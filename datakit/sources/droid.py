@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit import layout
+from datakit import source_paths
 from datakit.errors import SourceError
 from datakit.sources.checks import member_name_problem
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
@@ -15,7 +15,7 @@ from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, Episode
 
 def find_metadata(root: Path) -> list[Path]:
     """metadata_*.json files below root, in sorted order of their folders (relative to root)."""
-    files = [p for p in Path(root).rglob(layout.DROID_METADATA_GLOB) if p.is_file()]
+    files = [p for p in Path(root).rglob(source_paths.DROID_METADATA_GLOB) if p.is_file()]
     return sorted(files, key=lambda p: (p.parent.relative_to(root).as_posix(), p.name))
 
 
@@ -30,9 +30,9 @@ def _metadata(path: Path) -> dict:
 
 
 def _episode_metadata(folder: Path) -> tuple[Path, dict]:
-    files = sorted(Path(folder).glob(layout.DROID_METADATA_GLOB))
+    files = sorted(Path(folder).glob(source_paths.DROID_METADATA_GLOB))
     if not files:
-        raise SourceError(folder, f"no {layout.DROID_METADATA_GLOB}")
+        raise SourceError(folder, f"no {source_paths.DROID_METADATA_GLOB}")
     return files[0], _metadata(files[0])
 
 
@@ -45,7 +45,7 @@ def _video_path(folder: Path, serial, meta_path: Path, key: str) -> Path | None:
     problem = member_name_problem(serial)
     if problem:
         raise SourceError(meta_path, f"{key} {serial!r} {problem}: it would name a file outside the episode")
-    return folder / layout.DROID_MP4_DIR / layout.DROID_MP4_NAME.format(serial=serial)
+    return folder / source_paths.DROID_MP4_DIR / source_paths.DROID_MP4_NAME.format(serial=serial)
 
 
 def probe_video_size(path: Path) -> tuple[int, int]:
@@ -64,7 +64,7 @@ def scan_droid(root: Path) -> DatasetSpec:
     root = Path(root)
     files = find_metadata(root)
     if not files:
-        raise SourceError(root, f"no DROID episodes ({layout.DROID_METADATA_GLOB}) below this folder")
+        raise SourceError(root, f"no DROID episodes ({source_paths.DROID_METADATA_GLOB}) below this folder")
     tasks: list[str] = []
     episodes: list[EpisodeRef] = []
     sizes: dict[str, tuple[int, int]] = {}
@@ -89,23 +89,23 @@ def scan_droid(root: Path) -> DatasetSpec:
         except (KeyError, TypeError, ValueError):
             raise SourceError(path, "missing or invalid trajectory_length") from None
         videos: dict[str, VideoSlice | None] = {}
-        for cam, key in layout.DROID_CAMERAS.items():
+        for cam, key in source_paths.DROID_CAMERAS.items():
             mp4 = _video_path(folder, meta.get(key), path, key)
             videos[cam] = None if mp4 is None else VideoSlice(mp4)
             # native size: probed from the first episode that has this camera's file
             if mp4 is not None and cam not in sizes and mp4.is_file():
                 sizes[cam] = probe_video_size(mp4)
         episodes.append(EpisodeRef(episode_index=len(episodes), length=length, source=folder, videos=videos))
-    cameras = {cam: CameraSpec(cam, *sizes[cam], storage="video") for cam in layout.DROID_CAMERAS if cam in sizes}
+    cameras = {cam: CameraSpec(cam, *sizes[cam], storage="video") for cam in source_paths.DROID_CAMERAS if cam in sizes}
     if not cameras:
         raise SourceError(root, "no DROID camera video found in any episode")
     for ref in episodes:  # a camera without any video anywhere is not part of the dataset
         for cam in [c for c in ref.videos if c not in cameras]:
             del ref.videos[cam]
-    n = layout.DROID_NUM_JOINTS
+    n = source_paths.DROID_NUM_JOINTS
     state_names = [f"joint_position_{i}" for i in range(n)] + ["gripper_position"]
     action_names = [f"action_joint_position_{i}" for i in range(n)] + ["action_gripper_position"]
-    return DatasetSpec(root=root, format="droid", version="droid-raw", fps=layout.DROID_FPS,
+    return DatasetSpec(root=root, format="droid", version="droid-raw", fps=source_paths.DROID_FPS,
                        cameras=cameras, state_names=state_names, action_names=action_names,
                        tasks=tasks, episodes=episodes)
 
@@ -125,15 +125,15 @@ def load_droid_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
         if vs is not None and not Path(vs.path).is_file():
             raise SourceError(vs.path, "missing video file")
     _, meta = _episode_metadata(folder)
-    path = folder / layout.DROID_TRAJECTORY
+    path = folder / source_paths.DROID_TRAJECTORY
     if not path.is_file():
-        raise SourceError(path, f"missing {layout.DROID_TRAJECTORY}")
+        raise SourceError(path, f"missing {source_paths.DROID_TRAJECTORY}")
     try:
         with h5py.File(path, "r") as h5:
-            state = np.concatenate([_read(h5, layout.DROID_STATE_JOINTS, path),
-                                    _read(h5, layout.DROID_STATE_GRIPPER, path)], axis=1)
-            action = np.concatenate([_read(h5, layout.DROID_ACTION_JOINTS, path),
-                                     _read(h5, layout.DROID_ACTION_GRIPPER, path)], axis=1)
+            state = np.concatenate([_read(h5, source_paths.DROID_STATE_JOINTS, path),
+                                    _read(h5, source_paths.DROID_STATE_GRIPPER, path)], axis=1)
+            action = np.concatenate([_read(h5, source_paths.DROID_ACTION_JOINTS, path),
+                                     _read(h5, source_paths.DROID_ACTION_GRIPPER, path)], axis=1)
     except SourceError:
         raise
     except (OSError, ValueError, KeyError) as e:

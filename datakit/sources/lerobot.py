@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from datakit import layout
+from datakit import source_paths
 from datakit.errors import SourceError
 from datakit.sources.checks import member_name_problem
 from datakit.sources.columns import image_bytes, scalar_column, vector_column
@@ -50,16 +50,16 @@ def _vector_dim(name: str, ft: dict, info_path: Path) -> int:
 
 def scan_lerobot(root: Path) -> DatasetSpec:
     root = Path(root)
-    info_path = root / layout.LEROBOT_INFO
+    info_path = root / source_paths.LEROBOT_INFO
     if not info_path.is_file():
         raise SourceError(info_path, "missing meta/info.json")
     info = read_json(info_path)
     if not isinstance(info, dict):
         raise SourceError(info_path, f"not a json object (a {type(info).__name__})")
     version = info.get("codebase_version")
-    if version not in layout.LEROBOT_VERSIONS:
+    if version not in source_paths.LEROBOT_VERSIONS:
         raise SourceError(info_path, f"unknown codebase_version {version!r} "
-                                     f"(supported: {', '.join(layout.LEROBOT_VERSIONS)})")
+                                     f"(supported: {', '.join(source_paths.LEROBOT_VERSIONS)})")
     features = info.get("features") or {}
     if not isinstance(features, dict) or not all(isinstance(ft, dict) for ft in features.values()):
         raise SourceError(info_path, "features is not a json object of feature objects")
@@ -76,12 +76,12 @@ def scan_lerobot(root: Path) -> DatasetSpec:
         if problem := member_name_problem(name):
             raise SourceError(info_path, f"camera name {name!r} {problem}: it would give a tar member "
                                          f"outside its sample")
-    for key in (layout.LEROBOT_STATE_KEY, layout.LEROBOT_ACTION_KEY):
+    for key in (source_paths.LEROBOT_STATE_KEY, source_paths.LEROBOT_ACTION_KEY):
         if key not in features:
             raise SourceError(info_path, f"no {key!r} feature")
-    st, ac = features[layout.LEROBOT_STATE_KEY], features[layout.LEROBOT_ACTION_KEY]
-    state_names = _flat_names(st.get("names"), _vector_dim(layout.LEROBOT_STATE_KEY, st, info_path), "state")
-    action_names = _flat_names(ac.get("names"), _vector_dim(layout.LEROBOT_ACTION_KEY, ac, info_path), "action")
+    st, ac = features[source_paths.LEROBOT_STATE_KEY], features[source_paths.LEROBOT_ACTION_KEY]
+    state_names = _flat_names(st.get("names"), _vector_dim(source_paths.LEROBOT_STATE_KEY, st, info_path), "state")
+    action_names = _flat_names(ac.get("names"), _vector_dim(source_paths.LEROBOT_ACTION_KEY, ac, info_path), "action")
     video_cams = [c for c, spec in cameras.items() if spec.storage == "video"]
     if version == "v3.0":
         tasks, episodes = _scan_v3(root, info, video_cams)
@@ -106,8 +106,8 @@ def _task_list(by_index: dict[int, str], path: Path) -> list[str]:
 
 
 def _scan_v2(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], list[EpisodeRef]]:
-    info_path = root / layout.LEROBOT_INFO
-    tasks_path = root / layout.LEROBOT_V2_TASKS
+    info_path = root / source_paths.LEROBOT_INFO
+    tasks_path = root / source_paths.LEROBOT_V2_TASKS
     by_index: dict[int, str] = {}
     for i, r in enumerate(read_jsonl(tasks_path)):
         t = int_field(r, "task_index", tasks_path, f"line {i + 1}")
@@ -115,12 +115,12 @@ def _scan_v2(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
             raise SourceError(tasks_path, f"task_index {t} is listed more than once")
         by_index[t] = str(r.get("task", ""))
     tasks = _task_list(by_index, tasks_path)
-    chunks = info.get("chunks_size") or layout.LEROBOT_CHUNKS_SIZE
+    chunks = info.get("chunks_size") or source_paths.LEROBOT_CHUNKS_SIZE
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
         raise SourceError(info_path, f"invalid chunks_size {chunks!r} (must be a positive integer)")
-    data_tpl = _template(info, "data_path", layout.LEROBOT_V2_DATA_PATH)
-    video_tpl = _template(info, "video_path", layout.LEROBOT_V2_VIDEO_PATH)
-    ep_path = root / layout.LEROBOT_V2_EPISODES
+    data_tpl = _template(info, "data_path", source_paths.LEROBOT_V2_DATA_PATH)
+    video_tpl = _template(info, "video_path", source_paths.LEROBOT_V2_VIDEO_PATH)
+    ep_path = root / source_paths.LEROBOT_V2_EPISODES
     episodes = []
     for i, row in enumerate(read_jsonl(ep_path)):
         e = int_field(row, "episode_index", ep_path, f"line {i + 1}")
@@ -140,7 +140,7 @@ def read_v3_tasks(path: Path) -> list[str]:
     `__index_level_0__`, or named by the pandas metadata), with a `task_index` column."""
     table = read_parquet(path)
     names = table.column_names
-    col = "task" if "task" in names else layout.PANDAS_INDEX_COLUMN if layout.PANDAS_INDEX_COLUMN in names else None
+    col = "task" if "task" in names else source_paths.PANDAS_INDEX_COLUMN if source_paths.PANDAS_INDEX_COLUMN in names else None
     if col is None and table.schema.metadata and b"pandas" in table.schema.metadata:
         index_cols = json.loads(table.schema.metadata[b"pandas"]).get("index_columns", [])
         col = next((c for c in index_cols if isinstance(c, str) and c in names), None)
@@ -160,14 +160,14 @@ def read_v3_tasks(path: Path) -> list[str]:
 
 
 def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], list[EpisodeRef]]:
-    tasks = read_v3_tasks(root / layout.LEROBOT_V3_TASKS)
-    ep_dir = root / layout.LEROBOT_V3_EPISODES_DIR
-    files = sorted(ep_dir.glob(layout.LEROBOT_V3_EPISODES_GLOB))
+    tasks = read_v3_tasks(root / source_paths.LEROBOT_V3_TASKS)
+    ep_dir = root / source_paths.LEROBOT_V3_EPISODES_DIR
+    files = sorted(ep_dir.glob(source_paths.LEROBOT_V3_EPISODES_GLOB))
     if not files:
         raise SourceError(ep_dir, "no episode metadata parquet files")
-    data_tpl = _template(info, "data_path", layout.LEROBOT_V3_DATA_PATH)
-    video_tpl = _template(info, "video_path", layout.LEROBOT_V3_VIDEO_PATH)
-    info_path = root / layout.LEROBOT_INFO
+    data_tpl = _template(info, "data_path", source_paths.LEROBOT_V3_DATA_PATH)
+    video_tpl = _template(info, "video_path", source_paths.LEROBOT_V3_VIDEO_PATH)
+    info_path = root / source_paths.LEROBOT_INFO
     episodes = []
     for f in files:
         table = read_parquet(f)
@@ -229,8 +229,8 @@ def load_lerobot_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
     task = task_text(spec.tasks, int(task_index[0])) if len(task_index) else ""
     images = {cam: image_bytes(table, cam, path) for cam, c in spec.cameras.items() if c.storage == "image"}
     return EpisodeTable(episode_index=ref.episode_index, frame_index=frame_index, timestamp=timestamp,
-                        state=vector_column(table, layout.LEROBOT_STATE_KEY, path),
-                        action=vector_column(table, layout.LEROBOT_ACTION_KEY, path),
+                        state=vector_column(table, source_paths.LEROBOT_STATE_KEY, path),
+                        action=vector_column(table, source_paths.LEROBOT_ACTION_KEY, path),
                         task_index=task_index, task=task, images=images)
 
 

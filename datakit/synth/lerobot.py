@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datakit import layout
+from datakit import source_paths
 from datakit.synth.video import blank_frame, encode_video, synth_frame
 
 
@@ -70,7 +70,7 @@ def _hf_metadata(state_dim: int, action_dim: int, image_cameras) -> dict:
     def seq(n):
         return {"feature": {"dtype": "float32", "_type": "Value"}, "length": n, "_type": "Sequence"}
 
-    feats = {layout.LEROBOT_STATE_KEY: seq(state_dim), layout.LEROBOT_ACTION_KEY: seq(action_dim)}
+    feats = {source_paths.LEROBOT_STATE_KEY: seq(state_dim), source_paths.LEROBOT_ACTION_KEY: seq(action_dim)}
     feats.update({c: {"_type": "Image"} for c in image_cameras})
     feats["timestamp"] = {"dtype": "float32", "_type": "Value"}
     for k in ("frame_index", "episode_index", "index", "task_index"):
@@ -83,8 +83,8 @@ def _episode_table(ep, length, start, task_index, fps, state_dim, action_dim, im
     state, action = synth_state(ep, length, state_dim, seed), synth_action(ep, length, action_dim, seed)
     frame_index = np.arange(length, dtype=np.int64)
     cols = {
-        layout.LEROBOT_STATE_KEY: pa.array(list(state), type=pa.list_(pa.float32())),
-        layout.LEROBOT_ACTION_KEY: pa.array(list(action), type=pa.list_(pa.float32())),
+        source_paths.LEROBOT_STATE_KEY: pa.array(list(state), type=pa.list_(pa.float32())),
+        source_paths.LEROBOT_ACTION_KEY: pa.array(list(action), type=pa.list_(pa.float32())),
     }
     img_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for cam in image_cams:
@@ -119,7 +119,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     `__index_level_0__` (as `pd.DataFrame({"task_index": ...}, index=tasks).to_parquet` does), or
     as a column named `v3_task_column` (e.g. "task") if given. `detail` > 0 adds a panning
     multi-scale texture so that the video has a realistic bitrate (benchmarks)."""
-    if version not in layout.LEROBOT_VERSIONS:
+    if version not in source_paths.LEROBOT_VERSIONS:
         raise ValueError(f"unknown version {version!r}")
     root = Path(root)
     if root.exists():
@@ -134,9 +134,9 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     cam_shape = [3, height, width] if channel_first else [height, width, 3]
     cam_names = ["channel", "height", "width"] if channel_first else ["height", "width", "channel"]
     features = {
-        layout.LEROBOT_ACTION_KEY: {"dtype": "float32", "shape": [action_dim],
+        source_paths.LEROBOT_ACTION_KEY: {"dtype": "float32", "shape": [action_dim],
                                     "names": [f"motor_{i}" for i in range(action_dim)]},
-        layout.LEROBOT_STATE_KEY: {"dtype": "float32", "shape": [state_dim],
+        source_paths.LEROBOT_STATE_KEY: {"dtype": "float32", "shape": [state_dim],
                                    "names": [f"motor_{i}" for i in range(state_dim)]},
     }
     for cam in cam_order:
@@ -154,68 +154,68 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     tables = [_episode_table(e, n, starts[e], ep_task[e], fps, state_dim, action_dim, image_cameras,
                              height, width, seed, cam_order) for e, n in enumerate(episode_lengths)]
     global_stats = {k: _stats(np.stack(pa.concat_tables(tables)[k].to_numpy(zero_copy_only=False)))
-                    for k in (layout.LEROBOT_STATE_KEY, layout.LEROBOT_ACTION_KEY)}
+                    for k in (source_paths.LEROBOT_STATE_KEY, source_paths.LEROBOT_ACTION_KEY)}
 
     if version in ("v2.0", "v2.1"):
-        chunks = layout.LEROBOT_CHUNKS_SIZE
+        chunks = source_paths.LEROBOT_CHUNKS_SIZE
         info.update({"total_videos": n_eps * len(video_cams), "total_chunks": (n_eps - 1) // chunks + 1,
                      "chunks_size": chunks, "fps": fps, "splits": {"train": f"0:{n_eps}"},
-                     "data_path": layout.LEROBOT_V2_DATA_PATH,
-                     "video_path": layout.LEROBOT_V2_VIDEO_PATH if video_cams else None,
+                     "data_path": source_paths.LEROBOT_V2_DATA_PATH,
+                     "video_path": source_paths.LEROBOT_V2_VIDEO_PATH if video_cams else None,
                      "features": features})
         for e, n in enumerate(episode_lengths):
-            path = root / layout.LEROBOT_V2_DATA_PATH.format(episode_chunk=e // chunks, episode_index=e)
+            path = root / source_paths.LEROBOT_V2_DATA_PATH.format(episode_chunk=e // chunks, episode_index=e)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(_with_meta(tables[e], hf_meta), path)
             for ci, cam in enumerate(cam_order):
                 if cam in video_cams:
-                    vpath = root / layout.LEROBOT_V2_VIDEO_PATH.format(
+                    vpath = root / source_paths.LEROBOT_V2_VIDEO_PATH.format(
                         episode_chunk=e // chunks, video_key=cam, episode_index=e)
                     encode_video(vpath, _frames(ci, cam in blank_cameras, e, starts[e], n, height, width,
                                                 seed, detail), fps, codec)
-        _write_jsonl(root / layout.LEROBOT_V2_EPISODES,
+        _write_jsonl(root / source_paths.LEROBOT_V2_EPISODES,
                      [{"episode_index": e, "tasks": [tasks[ep_task[e]]], "length": n}
                       for e, n in enumerate(episode_lengths)])
-        _write_jsonl(root / layout.LEROBOT_V2_TASKS, [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
+        _write_jsonl(root / source_paths.LEROBOT_V2_TASKS, [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
         if version == "v2.0":
-            _write_json(root / layout.LEROBOT_STATS, global_stats)
+            _write_json(root / source_paths.LEROBOT_STATS, global_stats)
         else:
-            _write_jsonl(root / layout.LEROBOT_V21_EPISODES_STATS, [
+            _write_jsonl(root / source_paths.LEROBOT_V21_EPISODES_STATS, [
                 {"episode_index": e, "stats": {k: _stats(np.stack(t[k].to_numpy(zero_copy_only=False)))
-                                               for k in (layout.LEROBOT_STATE_KEY, layout.LEROBOT_ACTION_KEY)}}
+                                               for k in (source_paths.LEROBOT_STATE_KEY, source_paths.LEROBOT_ACTION_KEY)}}
                 for e, t in enumerate(tables)])
     else:
         _write_v3(root, info, features, tables, episode_lengths, starts, ep_task, tasks, cam_order,
                   video_cams, blank_cameras, hf_meta, height, width, fps, codec, seed,
                   v3_episodes_per_file or n_eps, v3_task_column, detail)
-        _write_json(root / layout.LEROBOT_STATS, global_stats)
-    _write_json(root / layout.LEROBOT_INFO, info)
+        _write_json(root / source_paths.LEROBOT_STATS, global_stats)
+    _write_json(root / source_paths.LEROBOT_INFO, info)
     return root
 
 
 def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam_order, video_cams,
               blank_cameras, hf_meta, height, width, fps, codec, seed, per_file, task_column, detail=0.0):
-    chunks = layout.LEROBOT_CHUNKS_SIZE
+    chunks = source_paths.LEROBOT_CHUNKS_SIZE
     n_eps = len(lengths)
     for ft in features.values():
         if ft["dtype"] != "video":
             ft["fps"] = fps
     info.update({"chunks_size": chunks, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
-                 "fps": fps, "splits": {"train": f"0:{n_eps}"}, "data_path": layout.LEROBOT_V3_DATA_PATH,
-                 "video_path": layout.LEROBOT_V3_VIDEO_PATH if video_cams else None, "features": features})
+                 "fps": fps, "splits": {"train": f"0:{n_eps}"}, "data_path": source_paths.LEROBOT_V3_DATA_PATH,
+                 "video_path": source_paths.LEROBOT_V3_VIDEO_PATH if video_cams else None, "features": features})
     rows = []
     for first in range(0, n_eps, per_file):
         eps = list(range(first, min(first + per_file, n_eps)))
         file_i = first // per_file
         where = {"chunk_index": file_i // chunks, "file_index": file_i % chunks}
-        path = root / layout.LEROBOT_V3_DATA_PATH.format(**where)
+        path = root / source_paths.LEROBOT_V3_DATA_PATH.format(**where)
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(_with_meta(pa.concat_tables([tables[e] for e in eps]), hf_meta), path)
         for ci, cam in enumerate(cam_order):
             if cam in video_cams:
                 frames = (f for e in eps for f in _frames(ci, cam in blank_cameras, e, starts[e], lengths[e],
                                                           height, width, seed, detail))
-                encode_video(root / layout.LEROBOT_V3_VIDEO_PATH.format(video_key=cam, **where), frames, fps,
+                encode_video(root / source_paths.LEROBOT_V3_VIDEO_PATH.format(video_key=cam, **where), frames, fps,
                              codec)
         offset = 0
         for e in eps:
@@ -234,19 +234,19 @@ def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam
     # episode metadata: one file per data file, like the data (exercises multi-file reading)
     for key in sorted({(r["meta/episodes/chunk_index"], r["meta/episodes/file_index"]) for r in rows}):
         part = [r for r in rows if (r["meta/episodes/chunk_index"], r["meta/episodes/file_index"]) == key]
-        path = root / layout.LEROBOT_V3_EPISODES_PATH.format(chunk_index=key[0], file_index=key[1])
+        path = root / source_paths.LEROBOT_V3_EPISODES_PATH.format(chunk_index=key[0], file_index=key[1])
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(part), path)
     if task_column:
         table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), task_column: list(tasks)})
     else:  # what pandas writes for DataFrame({"task_index": [...]}, index=[task texts])
-        pandas_meta = {"index_columns": [layout.PANDAS_INDEX_COLUMN], "column_indexes": [],
+        pandas_meta = {"index_columns": [source_paths.PANDAS_INDEX_COLUMN], "column_indexes": [],
                        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
                                     "numpy_type": "int64", "metadata": None},
-                                   {"name": None, "field_name": layout.PANDAS_INDEX_COLUMN,
+                                   {"name": None, "field_name": source_paths.PANDAS_INDEX_COLUMN,
                                     "pandas_type": "unicode", "numpy_type": "object", "metadata": None}],
                        "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3"}
         table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()),
-                          layout.PANDAS_INDEX_COLUMN: list(tasks)})
+                          source_paths.PANDAS_INDEX_COLUMN: list(tasks)})
         table = table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
-    pq.write_table(table, root / layout.LEROBOT_V3_TASKS)
+    pq.write_table(table, root / source_paths.LEROBOT_V3_TASKS)

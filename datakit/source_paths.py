@@ -1,4 +1,4 @@
-"""On-disk names: every path template and file name datakit reads or writes lives here."""
+"""Source path templates: every file name and path template of the formats datakit reads (LeRobot, DROID)."""
 from __future__ import annotations
 
 # sources ------------------------------------------------------------------------------------
