@@ -119,6 +119,9 @@ class OutputConfig:
     resume: bool = True  # continue from the newest complete checkpoint in dir, if any
     progress: bool = True  # a progress bar on rank 0
     profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
+    # Debug: every rank appends the frame-table rows of each micro-batch it trained on to
+    # samples-rank{R}.jsonl (trainkit/sample_log.py); checks rank disjointness and resume order.
+    record_samples: bool = False
 
     def __post_init__(self) -> None:
         if self.log_every < 1 or self.checkpoint_every < 0 or self.profile_steps < 0:

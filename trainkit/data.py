@@ -91,6 +91,8 @@ class TrainData:
         self.tasks = list(index.tasks)
         self.normaliser = Normaliser.from_index(index, self.cfg)  # host copy: state for the prompt
         self.tokenizer = PromptTokenizer(model_cfg.vocab, model_cfg.text_len, model_cfg.state_bins)
+        # (loader epoch, loader step, frame-table rows) of the batch `batches()` yielded last
+        self.last: tuple[int, int, torch.Tensor] | None = None
 
     # -- resumable state: the sampler position of the next batch the training loop takes --
     def state_dict(self) -> dict[str, int]:
@@ -110,6 +112,7 @@ class TrainData:
             device_batches = (self._host_float32(hb) for hb in host)
         for b in device_batches:
             s.epoch, s.step = int(b["epoch"]), int(b["step"])
+            self.last = (s.epoch, s.step, b["row"])  # what the batch about to be yielded holds
             s.advance()  # delivered: a checkpoint taken after this step resumes at the next batch
             yield self._model_batch(b)
 

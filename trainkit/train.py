@@ -37,6 +37,7 @@ from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.optim import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.profile import StepProfiler
+from trainkit.sample_log import SampleLog
 
 
 @dataclass
@@ -117,15 +118,18 @@ def run(cfg: RunConfig) -> RunResult:
     cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
     batches = data.batches()
+    sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
     metrics.start(start)
     try:
         for step in range(start, cfg.train.steps):
             profiler.before_step(step - start)
             wait, flops, tokens, samples, loss_sum = 0.0, 0.0, 0, 0, 0.0
-            for _ in range(accum):
+            for micro in range(accum):
                 t0 = time.perf_counter()
                 batch = next(batches)
                 wait += time.perf_counter() - t0
+                if sample_log is not None:
+                    sample_log.write(step, micro, *data.last)
                 b, slots = batch.images.shape[:2]
                 with cast:
                     loss = model(batch)
@@ -149,6 +153,8 @@ def run(cfg: RunConfig) -> RunResult:
     finally:
         counter.uninstall()
         batches.close()
+        if sample_log is not None:
+            sample_log.close()
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary)
 
