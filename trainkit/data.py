@@ -4,7 +4,7 @@
                        image_dtype=torch.bfloat16)
     for batch in stream.batches():       # Pi05Batch on the device, endless
         ...
-    ckpt["loader"] = stream.state_dict()  # (epoch, step) of the next batch; resume sees the same batches
+    ckpt["loader"] = stream.state_dict()  # (epoch, samples consumed): resumes on any world size
 
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order. On the
 host, each batch gains what the model needs that is not pixels: the prompt tokens (task string +
@@ -73,7 +73,10 @@ class TrainData:
     """One rank's endless stream of model batches, resumable through `state_dict()`."""
 
     def __init__(self, dcfg: DataConfig, model_cfg: Any, *, seed: int, rank: int, world_size: int,
-                 micro_batch: int, device: torch.device, image_dtype: torch.dtype):
+                 micro_batch: int, device: torch.device, image_dtype: torch.dtype, global_batch: int = 0):
+        """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
+        accumulation). Epochs are whole global batches, so the sample order is the same for any
+        split of it into ranks and micro-batches, and a checkpoint resumes on another world size."""
         self.dcfg, self.model_cfg, self.seed, self.rank, self.device = dcfg, model_cfg, seed, rank, device
         slots = check_shards(dcfg, model_cfg.max_slots)
         index = load_index(Path(dcfg.shards))
@@ -82,7 +85,7 @@ class TrainData:
         h2d_f32 = dcfg.h2d_dtype == "float32"
         self.cfg: LoaderConfig = pi05_config(
             action_horizon=model_cfg.horizon, slots=slots, prune_slots=dcfg.prune_slots, seed=seed,
-            batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size,
+            batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size, epoch_batch=global_batch,
             num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm,
             image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
             resize=None if frame_hw == size or index.layout != "rgb" else size,

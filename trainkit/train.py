@@ -84,6 +84,7 @@ def run(cfg: RunConfig) -> RunResult:
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     accum = grad_accumulation(cfg, world_size)
+    global_batch = cfg.train.micro_batch * world_size * accum
     with torch.device("meta"):
         model = build_model(cfg.model.family, cfg.model.preset)
     mcfg = model.cfg
@@ -104,12 +105,13 @@ def run(cfg: RunConfig) -> RunResult:
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     data = TrainData(cfg.data, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
-                     micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel))
+                     micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
+                     global_batch=global_batch)
     out = Path(cfg.output.dir)
     start = 0
     ckpt = latest_checkpoint(out) if cfg.output.resume else None
     if ckpt is not None:
-        start, data_state = load_checkpoint(ckpt, model, opt, sched)
+        start, data_state = load_checkpoint(ckpt, model, opt, sched, global_batch)
         data.load_state_dict(data_state)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
@@ -148,7 +150,7 @@ def run(cfg: RunConfig) -> RunResult:
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
                 metrics.flush()
             if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
-                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict())
+                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), global_batch)
         metrics.close()
     finally:
         counter.uninstall()
