@@ -105,7 +105,10 @@ class TrainData:
             image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
             resize=None if frame_hw == size or index.layout != "rgb" else size,
             pin_memory=device.type == "cuda", cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
-        self.loader = ShardLoader(dcfg.shards, self.cfg)
+        try:
+            self.loader = ShardLoader(dcfg.shards, self.cfg)
+        except ValueError as e:  # e.g. fewer samples than one global batch
+            raise DataError(dcfg.shards, str(e)) from None
         self.tasks = list(index.tasks)
         self.normaliser = Normaliser.from_index(index, self.cfg)  # host copy: state for the prompt
         self.tokenizer = PromptTokenizer(model_cfg.vocab, model_cfg.text_len, model_cfg.state_bins)
