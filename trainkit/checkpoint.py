@@ -1,7 +1,7 @@
 """Checkpoints with torch.distributed.checkpoint (DCP): model, optimiser, scheduler, RNG, loader.
 
-    save_checkpoint(run_dir, step, model, opt, sched, data_state)   # every rank calls it
-    step = load_latest(run_dir, model, opt, sched) -> (step, data_state) or None
+    save_checkpoint(run_dir, step, model, opt, sched, data_state, global_batch)   # every rank calls it
+    step, data_state = load_checkpoint(latest_checkpoint(run_dir), model, opt, sched, global_batch)
 
 Layout: `run_dir/checkpoints/step-000100/` is one DCP folder. Each rank writes its own shards of
 the FSDP parameters and optimiser state (`get_state_dict` gives sharded DTensor state, so no rank
@@ -77,7 +77,8 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
     model_sd, optim_sd = get_state_dict(model, opt)
     _, world = _rank_world()
     state = {"model": model_sd, "optim": optim_sd, "sched": _blob(sched.state_dict()), "step": _blob(step),
-             "world_size": _blob(world), "global_batch": _blob(global_batch), f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
+             "world_size": _blob(world), "global_batch": _blob(global_batch),
+             f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
     dcp.save(state, checkpoint_id=str(tmp))
     _barrier()
     if rank == 0:

@@ -106,7 +106,8 @@ class StepSampler:
             raise ValueError(f"epoch_batch={self.epoch_batch} is not a multiple of the global batch "
                              f"{self.global_batch} ({self.world_size} ranks x {self.batch_size})")
         if self.num_anchors < self.epoch_batch:
-            raise ValueError(f"{self.num_anchors} samples cannot fill one global batch of {self.epoch_batch} (epoch_batch)")
+            raise ValueError(f"{self.num_anchors} samples cannot fill one global batch of {self.epoch_batch} "
+                             "(epoch_batch)")
         self._cached: tuple[int, np.ndarray] | None = None
 
     @property
