@@ -37,6 +37,14 @@ def test_a_slot_naming_a_missing_camera(shards_rgb, tmp_path, capsys):  # noqa: 
     assert code == 2 and "names camera 'observation.images.belly', which the shards lack" in err, err
 
 
+def test_a_global_batch_larger_than_the_dataset(shards_rgb, tmp_path, capsys):  # noqa: F811
+    # 81 samples in the fixture (episodes of 24 + 31 + 17 + 9 frames): one process, 4 x 24 micro-batches
+    code, err = _run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path}", "train.global_batch=96",
+                     "train.micro_batch=24", "parallel.fsdp=none")
+    want = f"trainkit: {shards_rgb}: 81 samples cannot fill one global batch of 96 (epoch_batch)"
+    assert code == 2 and err == want, err
+
+
 def test_a_world_size_that_does_not_divide_the_global_batch(shards_rgb, tmp_path, capsys, monkeypatch):  # noqa: F811
     monkeypatch.setenv("WORLD_SIZE", "4")
     code, err = _run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path}", "train.global_batch=18",

@@ -103,7 +103,7 @@ def test_all_gathers_per_step_follow_the_wrapping(runs, name, vision_units, per_
 
 
 @pytest.mark.timeout(120)
-def test_resume_with_another_world_size_is_refused(runs, shards_rgb, capsys):  # noqa: F811
+def test_resume_with_another_world_size_and_global_batch_is_refused(runs, shards_rgb, capsys):  # noqa: F811
     from trainkit.cli import main
 
     out = runs["resumed_dir"]
@@ -111,4 +111,4 @@ def test_resume_with_another_world_size_is_refused(runs, shards_rgb, capsys):  #
                  "--set", f"output.dir={out}", "--set", "data.num_workers=0", *[x for o in OPTIMISED for x in ("--set", o)],
                  "--set", f"train.steps={STEPS + 2}"])
     err = capsys.readouterr().err
-    assert code == 2 and "written by 2 ranks, this run has 1" in err, err
+    assert code == 2 and "written by 2 ranks with global batch 8, this run has 1 ranks and global batch 4" in err, err

@@ -32,7 +32,11 @@ class ModelConfig:
 
 @dataclass(kw_only=True)
 class DataConfig:
-    shards: str = ""  # a datakit shard folder (index.json + shard-*.tar)
+    # A datakit shard folder (index.json + shard-*.tar), or an fsspec URL of one (s3://, gs://):
+    # whole shards are then downloaded into a node-local cache (docs/scale-out.md).
+    shards: str = ""
+    cache_dir: str = ""  # URL shards: the node's cache folder; "": $DATAKIT_CACHE or ~/.cache/datakit/shards
+    cache_bytes: int = 0  # URL shards: cache size limit; 0: half the free space of its disk
     # The model's image slots in order, each a camera of the index or "" for a slot the dataset
     # never fills; empty list: one slot per index camera, in index order.
     slots: list[str] = field(default_factory=list)
@@ -47,6 +51,8 @@ class DataConfig:
         _choice("data.h2d_dtype", self.h2d_dtype, ("uint8", "float32"))
         if self.num_workers < 0 or self.prefetch_factor < 1:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
+        if self.cache_bytes < 0:
+            raise ConfigError("data.cache_bytes", "needs cache_bytes >= 0 (0: half the free disk space)")
 
 
 @dataclass(kw_only=True)
@@ -119,6 +125,9 @@ class OutputConfig:
     resume: bool = True  # continue from the newest complete checkpoint in dir, if any
     progress: bool = True  # a progress bar on rank 0
     profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
+    # Debug: every rank appends the frame-table rows of each micro-batch it trained on to
+    # samples-rank{R}.jsonl (trainkit/sample_log.py); checks rank disjointness and resume order.
+    record_samples: bool = False
 
     def __post_init__(self) -> None:
         if self.log_every < 1 or self.checkpoint_every < 0 or self.profile_steps < 0:

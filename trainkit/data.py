@@ -4,7 +4,7 @@
                        image_dtype=torch.bfloat16)
     for batch in stream.batches():       # Pi05Batch on the device, endless
         ...
-    ckpt["loader"] = stream.state_dict()  # (epoch, step) of the next batch; resume sees the same batches
+    ckpt["loader"] = stream.state_dict()  # (epoch, samples consumed): resumes on any world size
 
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order. On the
 host, each batch gains what the model needs that is not pixels: the prompt tokens (task string +
@@ -31,7 +31,9 @@ import torch.nn.functional as F
 
 from datakit.loader import DeviceBatcher, LoaderConfig, Normaliser, ShardLoader, pi05_config
 from datakit.loader.loader import host_batches
+from datakit.errors import DatakitError
 from datakit.shards.index import is_finished, load_index
+from datakit.storage.roots import open_root
 from trainkit.config import DataConfig
 from trainkit.errors import DataError
 from trainkit.models.pi05 import Pi05Batch, sample_flow
@@ -40,10 +42,23 @@ from trainkit.models.tokenizer import PromptTokenizer
 HostBatch = dict[str, torch.Tensor]
 
 
+def index_folder(dcfg: DataConfig) -> Path:
+    """The local folder holding the index files of `data.shards`: the folder itself, or for a URL
+    (s3://...) the copy the node-local shard cache keeps (fetched once per node, checked against
+    the root's checksums.json; the shards themselves are downloaded later, as the loader reads)."""
+    try:
+        folder, cache = open_root(dcfg.shards, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+    except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
+        raise DataError(dcfg.shards, f"cannot open the shard root ({e})") from None
+    if cache is not None:
+        cache.close()
+    return folder
+
+
 def check_shards(dcfg: DataConfig, max_slots: int) -> tuple[str | None, ...]:
     """Fail early on a folder that is not finished datakit output or a slot naming a missing
     camera; returns the slot mapping (None = a slot the dataset never fills)."""
-    root = Path(dcfg.shards)
+    root = index_folder(dcfg)
     if not root.is_dir():
         raise DataError(str(root), "data.shards is not a folder")
     if not (root / "index.json").exists() or not is_finished(root):
@@ -73,24 +88,32 @@ class TrainData:
     """One rank's endless stream of model batches, resumable through `state_dict()`."""
 
     def __init__(self, dcfg: DataConfig, model_cfg: Any, *, seed: int, rank: int, world_size: int,
-                 micro_batch: int, device: torch.device, image_dtype: torch.dtype):
+                 micro_batch: int, device: torch.device, image_dtype: torch.dtype, global_batch: int = 0):
+        """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
+        accumulation). Epochs are whole global batches, so the sample order is the same for any
+        split of it into ranks and micro-batches, and a checkpoint resumes on another world size."""
         self.dcfg, self.model_cfg, self.seed, self.rank, self.device = dcfg, model_cfg, seed, rank, device
         slots = check_shards(dcfg, model_cfg.max_slots)
-        index = load_index(Path(dcfg.shards))
+        index = load_index(index_folder(dcfg))
         frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
         size = (model_cfg.image_size, model_cfg.image_size)
         h2d_f32 = dcfg.h2d_dtype == "float32"
         self.cfg: LoaderConfig = pi05_config(
             action_horizon=model_cfg.horizon, slots=slots, prune_slots=dcfg.prune_slots, seed=seed,
-            batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size,
+            batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size, epoch_batch=global_batch,
             num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm,
             image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
             resize=None if frame_hw == size or index.layout != "rgb" else size,
-            pin_memory=device.type == "cuda")
-        self.loader = ShardLoader(dcfg.shards, self.cfg)
+            pin_memory=device.type == "cuda", cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+        try:
+            self.loader = ShardLoader(dcfg.shards, self.cfg)
+        except ValueError as e:  # e.g. fewer samples than one global batch
+            raise DataError(dcfg.shards, str(e)) from None
         self.tasks = list(index.tasks)
         self.normaliser = Normaliser.from_index(index, self.cfg)  # host copy: state for the prompt
         self.tokenizer = PromptTokenizer(model_cfg.vocab, model_cfg.text_len, model_cfg.state_bins)
+        # (loader epoch, loader step, frame-table rows) of the batch `batches()` yielded last
+        self.last: tuple[int, int, torch.Tensor] | None = None
 
     # -- resumable state: the sampler position of the next batch the training loop takes --
     def state_dict(self) -> dict[str, int]:
@@ -110,6 +133,7 @@ class TrainData:
             device_batches = (self._host_float32(hb) for hb in host)
         for b in device_batches:
             s.epoch, s.step = int(b["epoch"]), int(b["step"])
+            self.last = (s.epoch, s.step, b["row"])  # what the batch about to be yielded holds
             s.advance()  # delivered: a checkpoint taken after this step resumes at the next batch
             yield self._model_batch(b)
 

@@ -37,6 +37,7 @@ from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.optim import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.profile import StepProfiler
+from trainkit.sample_log import SampleLog
 
 
 @dataclass
@@ -83,6 +84,7 @@ def run(cfg: RunConfig) -> RunResult:
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     accum = grad_accumulation(cfg, world_size)
+    global_batch = cfg.train.micro_batch * world_size * accum
     with torch.device("meta"):
         model = build_model(cfg.model.family, cfg.model.preset)
     mcfg = model.cfg
@@ -103,12 +105,13 @@ def run(cfg: RunConfig) -> RunResult:
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     data = TrainData(cfg.data, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
-                     micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel))
+                     micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
+                     global_batch=global_batch)
     out = Path(cfg.output.dir)
     start = 0
     ckpt = latest_checkpoint(out) if cfg.output.resume else None
     if ckpt is not None:
-        start, data_state = load_checkpoint(ckpt, model, opt, sched)
+        start, data_state = load_checkpoint(ckpt, model, opt, sched, global_batch)
         data.load_state_dict(data_state)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
@@ -117,15 +120,18 @@ def run(cfg: RunConfig) -> RunResult:
     cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
     batches = data.batches()
+    sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
     metrics.start(start)
     try:
         for step in range(start, cfg.train.steps):
             profiler.before_step(step - start)
             wait, flops, tokens, samples, loss_sum = 0.0, 0.0, 0, 0, 0.0
-            for _ in range(accum):
+            for micro in range(accum):
                 t0 = time.perf_counter()
                 batch = next(batches)
                 wait += time.perf_counter() - t0
+                if sample_log is not None:
+                    sample_log.write(step, micro, *data.last)
                 b, slots = batch.images.shape[:2]
                 with cast:
                     loss = model(batch)
@@ -144,11 +150,13 @@ def run(cfg: RunConfig) -> RunResult:
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
                 metrics.flush()
             if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
-                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict())
+                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), global_batch)
         metrics.close()
     finally:
         counter.uninstall()
         batches.close()
+        if sample_log is not None:
+            sample_log.close()
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary)
 

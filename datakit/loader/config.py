@@ -53,6 +53,10 @@ class LoaderConfig:
     shuffle: str = "random"
     block_size: int = 1024  # anchors per block in "shard_block" mode
     drop_last: bool = True  # drop the epoch's tail that does not fill a global batch
+    # The epoch is a whole number of these samples (0: the global batch, world_size x batch_size);
+    # a multiple of the global batch. Trainers set the optimiser's global batch (with gradient
+    # accumulation), so the order does not depend on how it is split into ranks (sampler.py).
+    epoch_batch: int = 0
     rank: int = 0
     world_size: int = 1
 
@@ -122,6 +126,9 @@ class LoaderConfig:
             raise ValueError("batch_size and block_size must be >= 1")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank} world_size={self.world_size}")
+        if self.epoch_batch < 0 or self.epoch_batch % (self.batch_size * self.world_size):
+            raise ValueError(f"epoch_batch={self.epoch_batch} is not a multiple of world_size x batch_size "
+                             f"= {self.world_size} x {self.batch_size}")
         if self.num_workers < 0 or self.prefetch_factor < 1 or self.worker_buffers < 0:
             raise ValueError("num_workers and worker_buffers must be >= 0 and prefetch_factor >= 1")
         if self.max_open_shards < 1:

@@ -3,7 +3,7 @@
     loader = ShardLoader("out/", LoaderConfig(batch_size=32, num_workers=4, rank=r, world_size=w))
     for batch in loader.device_batches(steps=max_steps):  # normalised, on the GPU (or CPU)
         ...
-        ckpt["loader"] = loader.state_dict()     # (epoch, step) of the next batch
+        ckpt["loader"] = loader.state_dict()     # (epoch, samples consumed): any world size resumes it
 
 Under the hood it is a plain `torch.utils.data.DataLoader` over `ShardDataset` with our
 `StepSampler` as `batch_sampler` (endless, so workers survive epoch ends); the DataLoader hands out batches in sampler order whatever
@@ -63,7 +63,7 @@ class ShardLoader:
         blocks = block_ids(ds.shard[ds.anchors], cfg.block_size) if cfg.shuffle == "shard_block" else None
         self.sampler = StepSampler(
             num_anchors=len(ds), batch_size=cfg.batch_size, seed=cfg.seed, mode=cfg.shuffle, rank=cfg.rank,
-            world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks,
+            world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks, epoch_batch=cfg.epoch_batch,
         )
         if cfg.num_workers:  # fail now, with what to raise, rather than with a SIGBUS mid-epoch
             workers, buffers, nbytes = pool_shape(cfg, ds)

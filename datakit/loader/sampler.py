@@ -9,6 +9,14 @@ versions: a checkpoint taken under one numpy resumes bit-exactly under another.
 
 Step s of epoch e, rank r reads order[(s * W + r) * B : (s * W + r + 1) * B]. DataLoader
 workers receive whole rank batches, so they split the work without overlap by construction.
+
+The position is world-size independent: after s steps the job has consumed the first s * W * B
+samples of the epoch's order whatever W and B are. The state records that sample count, so a
+job resumed with another world size or per-rank batch continues the same global order, as long
+as the count falls on a whole step of the new split. The epoch's length (its tail dropped with
+`drop_last`) is a whole number of `epoch_batch` samples: the trainer sets it to the optimiser's
+global batch (micro-batch x ranks x accumulation), so how that batch is split into ranks and
+micro-batches changes neither the epoch boundary nor the order.
 """
 from __future__ import annotations
 
@@ -84,6 +92,8 @@ class StepSampler:
     blocks: np.ndarray | None = None
     epoch: int = 0
     step: int = 0
+    # The epoch holds a whole number of these (0: the global batch); a multiple of the global batch.
+    epoch_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.num_anchors < self.global_batch:
@@ -91,6 +101,13 @@ class StepSampler:
                 f"{self.num_anchors} samples cannot fill one global batch of {self.global_batch} "
                 f"({self.world_size} ranks x {self.batch_size})"
             )
+        self.epoch_batch = self.epoch_batch or self.global_batch
+        if self.epoch_batch % self.global_batch:
+            raise ValueError(f"epoch_batch={self.epoch_batch} is not a multiple of the global batch "
+                             f"{self.global_batch} ({self.world_size} ranks x {self.batch_size})")
+        if self.num_anchors < self.epoch_batch:
+            raise ValueError(f"{self.num_anchors} samples cannot fill one global batch of {self.epoch_batch} "
+                             "(epoch_batch)")
         self._cached: tuple[int, np.ndarray] | None = None
 
     @property
@@ -99,8 +116,8 @@ class StepSampler:
 
     @property
     def steps_per_epoch(self) -> int:
-        full, rest = divmod(self.num_anchors, self.global_batch)
-        return full + (1 if rest and not self.drop_last else 0)
+        full, rest = divmod(self.num_anchors, self.epoch_batch)
+        return (full + (1 if rest and not self.drop_last else 0)) * (self.epoch_batch // self.global_batch)
 
     def order(self, epoch: int) -> np.ndarray:
         if self._cached is None or self._cached[0] != epoch:
@@ -135,14 +152,27 @@ class StepSampler:
             self.epoch, self.step = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step, "seed": self.seed, "num_anchors": self.num_anchors,
-                "global_batch": self.global_batch}
+        """The position, world-size independent: `sample` = samples of the epoch consumed.
+        (`step` and `global_batch` are kept for readers of older states.)"""
+        return {"epoch": self.epoch, "sample": self.step * self.global_batch, "step": self.step,
+                "seed": self.seed, "num_anchors": self.num_anchors, "global_batch": self.global_batch,
+                "epoch_batch": self.epoch_batch}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        for key in ("seed", "num_anchors", "global_batch"):
-            if key in state and state[key] != getattr(self, key):
+        """Continue at `state`'s position, with this sampler's ranks and batch size."""
+        # states written before `sample`/`epoch_batch` existed: the epoch was whole global batches
+        saved_global = int(state.get("global_batch", self.global_batch))
+        saved = {"seed": state.get("seed", self.seed), "num_anchors": state.get("num_anchors", self.num_anchors),
+                 "epoch_batch": state.get("epoch_batch", saved_global)}
+        for key, value in saved.items():
+            if value != getattr(self, key):
                 raise ValueError(
-                    f"checkpoint's sampler {key}={state[key]} differs from this loader's "
+                    f"checkpoint's sampler {key}={value} differs from this loader's "
                     f"{getattr(self, key)}: the resumed order would not match"
                 )
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        sample = int(state.get("sample", int(state["step"]) * saved_global))
+        if sample % self.global_batch:
+            raise ValueError(f"checkpoint's sampler stopped after {sample} samples of the epoch, not a whole "
+                             f"step of this loader's global batch {self.global_batch} "
+                             f"({self.world_size} ranks x {self.batch_size})")
+        self.epoch, self.step = int(state["epoch"]), sample // self.global_batch
