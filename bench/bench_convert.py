@@ -100,7 +100,7 @@ def timed_convert(src: Path, work: Path, **kw) -> tuple[float, int, dict]:
     t0 = time.perf_counter()
     s = convert(src, out, ConvertConfig(progress=False, shard_size=SHARD_SIZE, **kw))
     dt = time.perf_counter() - t0
-    frames = s.index.num_frames * sum(1 for c in s.index.cameras.values() if c.slot != "missing")
+    frames = s.index.num_frames * sum(1 for c in s.index.cameras.values() if c.status != "missing")
     return dt, frames, s.decoders
 
 

@@ -1,4 +1,4 @@
-"""Convert one episode: load its table, decode every camera in lock-step, resize, detect slots,
+"""Convert one episode: load its table, decode every camera in lock-step, resize, detect each camera's status,
 pack the colour layout, and append its frames (tar members, frame-major) to the open shard.
 An episode that fails half-way is rolled back, so the shard never holds part of an episode.
 """
@@ -23,7 +23,7 @@ from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, Video
 from datakit.stages.colour import rgb_to_nv12
 from datakit.stages.prefetch import prefetch
 from datakit.stages.resize import resize_frames
-from datakit.stages.slots import SlotDetector
+from datakit.stages.camera_status import StatusDetector
 
 @dataclass
 class EpisodeResult:
@@ -35,7 +35,7 @@ class EpisodeResult:
     length: int = 0
     task: str = ""
     nbytes: int = 0  # bytes of tar members written for this episode
-    slots: dict[str, str] = field(default_factory=dict)
+    camera_status: dict[str, str] = field(default_factory=dict)  # camera -> real | blank | missing
     offsets: dict[str, np.ndarray] = field(default_factory=dict)  # relative to `base`, -1 missing
     frame_index: np.ndarray | None = None
     timestamp: np.ndarray | None = None
@@ -147,7 +147,7 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
             vs = ref.videos[cam]
             frames = _video_frames(cam, vs, spec, T, cfg, res.decoders)
             streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, vs.path)
-    detectors = {cam: SlotDetector() for cam in streams}
+    detectors = {cam: StatusDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)
     state, action = table.state, table.action  # float32 since the checks
@@ -168,7 +168,7 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
         vs = ref.videos.get(cam)
         if vs is not None and vs.to_timestamp is None and (extra := s.extra(2)) >= 2:
             raise SourceError(vs.path, f"video longer than the table (at least {s.count + extra} frames, table says {T})")
-    res.slots = {cam: (detectors[cam].slot if cam in detectors else "missing") for cam in spec.cameras}
+    res.camera_status = {cam: (detectors[cam].status if cam in detectors else "missing") for cam in spec.cameras}
     res.nbytes = writer.pos
 
 

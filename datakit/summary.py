@@ -31,11 +31,11 @@ def index_table(index: ShardIndex, seconds: float | None = None, title: str = "d
 
 def camera_table(index: ShardIndex) -> Table:
     t = Table(title="cameras")
-    for col in ("camera", "size", "slot", "real", "blank", "missing"):
+    for col in ("camera", "size", "status", "real", "blank", "missing"):
         t.add_column(col)
     for name, c in index.cameras.items():
-        style = {"real": "green", "blank": "yellow", "missing": "red"}.get(c.slot, "")
-        t.add_row(escape(name), f"{c.height}x{c.width}", f"[{style}]{c.slot}[/{style}]",
+        style = {"real": "green", "blank": "yellow", "missing": "red"}.get(c.status, "")
+        t.add_row(escape(name), f"{c.height}x{c.width}", f"[{style}]{c.status}[/{style}]",
                   *(str(c.episodes.get(k, 0)) for k in ("real", "blank", "missing")))
     return t
 

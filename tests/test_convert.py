@@ -72,12 +72,12 @@ def test_convert_matches_independent_decode(datasets, tmp_path, name):
 
 def test_slot_detection(datasets, tmp_path):
     idx = convert(datasets["v2.1"], tmp_path / "a", ConvertConfig(workers=1, progress=False)).index
-    assert {c: e.slot for c, e in idx.cameras.items()} == {CAMS[0]: "real", CAMS[1]: "real", CAMS[2]: "blank"}
-    assert all(e.slots[CAMS[2]] == "blank" for e in idx.episodes)
+    assert {c: e.status for c, e in idx.cameras.items()} == {CAMS[0]: "real", CAMS[1]: "real", CAMS[2]: "blank"}
+    assert all(e.camera_status[CAMS[2]] == "blank" for e in idx.episodes)
     idx = convert(datasets["droid"], tmp_path / "d", ConvertConfig(workers=1, progress=False)).index
     ext2 = "observation.images.exterior_2_left"
-    assert idx.cameras[ext2].slot == "real"
-    assert [e.slots[ext2] for e in idx.episodes] == ["real", "missing"]
+    assert idx.cameras[ext2].status == "real"
+    assert [e.camera_status[ext2] for e in idx.episodes] == ["real", "missing"]
     assert idx.cameras[ext2].episodes == {"real": 1, "blank": 0, "missing": 1}
 
 
@@ -134,7 +134,7 @@ def test_info_json_and_verify_flipped_byte(datasets, tmp_path, capsys):
     assert main(["info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["num_episodes"] == 3 and info["num_frames"] == 29 and info["num_shards"] >= 2
-    assert info["cameras"][CAMS[2]] == {"height": 64, "width": 96, "slot": "blank",
+    assert info["cameras"][CAMS[2]] == {"height": 64, "width": 96, "status": "blank",
                                         "episodes": {"real": 0, "blank": 3, "missing": 0}}
     assert main(["verify", str(out)]) == 0
     shard = out / "shard-000001.tar"

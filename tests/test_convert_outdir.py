@@ -113,7 +113,7 @@ MUTATIONS = {
         {k: v[:-1] for k, v in p["offsets"].items()})),
     "offset_past_end": lambda d: _placed(d, lambda p: p["offsets"][next(iter(p["offsets"]))].__setitem__(0, 10**12)),
     "state_dim": lambda d: _placed(d, lambda p: p["state"][0].append(1.0)),
-    "unknown_slot": lambda d: _placed(d, lambda p: p["slots"].__setitem__(next(iter(p["slots"])), "evil")),
+    "unknown_status": lambda d: _placed(d, lambda p: p["camera_status"].__setitem__(next(iter(p["camera_status"])), "evil")),
     "episode_not_planned": lambda d: _placed(d, lambda p: p.__setitem__("episode_index", 99)),
 }
 

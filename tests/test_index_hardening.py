@@ -83,7 +83,7 @@ def test_unsafe_camera_name_is_refused(shards_rgb, tmp_path, bad):
     def rename(d):
         d["cameras"] = {(bad if k == CAMS[0] else k): v for k, v in d["cameras"].items()}
         for e in d["episodes"]:
-            e["slots"][bad] = e["slots"].pop(CAMS[0])
+            e["camera_status"][bad] = e["camera_status"].pop(CAMS[0])
 
     edit_manifest(out, rename)
     with pytest.raises(IndexFileError, match="unsafe camera name"):

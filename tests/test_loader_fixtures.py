@@ -58,8 +58,8 @@ def shards_mixed(shards_rgb, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("loader_mixed") / "out"
     shutil.copytree(shards_rgb, out)
     manifest = json.loads((out / MANIFEST_NAME).read_text())
-    manifest["episodes"][1]["slots"][CAMS[0]] = "blank"
-    manifest["episodes"][3]["slots"][CAMS[1]] = "missing"
+    manifest["episodes"][1]["camera_status"][CAMS[0]] = "blank"
+    manifest["episodes"][3]["camera_status"][CAMS[1]] = "missing"
     (out / MANIFEST_NAME).write_text(json.dumps(manifest))
     table = load_frames(out)
     col = OFFSET_PREFIX + CAMS[1]
@@ -76,7 +76,7 @@ def test_fixture_meets_the_contract(shards_rgb):
 
     r = open_shards(shards_rgb)
     assert r.index.num_shards >= 2 and r.index.num_frames == sum(LENGTHS)
-    assert [e.slots[CAMS[2]] for e in r.index.episodes] == ["blank"] * len(LENGTHS)
+    assert [e.camera_status[CAMS[2]] for e in r.index.episodes] == ["blank"] * len(LENGTHS)
     # frames of one episode are frame-major and increasing in their shard
     off = r.offsets[CAMS[0]][: LENGTHS[0]]
     assert np.all(np.diff(off) > 0)

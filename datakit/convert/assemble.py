@@ -16,7 +16,7 @@ from datakit.shards.index import CameraEntry, EpisodeEntry, ShardEntry, ShardInd
 from datakit.shards.stats import finite_vector_stats
 from datakit.sources.episode import DatasetSpec
 from datakit.stages.colour import stored_shape
-from datakit.stages.slots import dataset_slot
+from datakit.stages.camera_status import dataset_status
 
 
 def _stats(x: np.ndarray) -> dict[str, Any]:
@@ -49,12 +49,12 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
     for cam, cs in spec.cameras.items():
         h, w = size if size else (cs.height, cs.width)
         shape = stored_shape(cfg.layout, h, w)
-        slots = [p.slots[cam] for p in placed]
-        counts = {s: slots.count(s) for s in ("real", "blank", "missing")}
-        cameras[cam] = CameraEntry(h, w, dataset_slot(slots), list(shape), int(np.prod(shape)), cs.height, cs.width, counts)
+        statuses = [p.camera_status[cam] for p in placed]
+        counts = {s: statuses.count(s) for s in ("real", "blank", "missing")}
+        cameras[cam] = CameraEntry(h, w, dataset_status(statuses), list(shape), int(np.prod(shape)), cs.height, cs.width, counts)
     episodes, row = [], 0
     for p in placed:
-        episodes.append(EpisodeEntry(p.episode_index, p.length, position[p.shard], row, p.task, p.slots))
+        episodes.append(EpisodeEntry(p.episode_index, p.length, position[p.shard], row, p.task, p.camera_status))
         row += p.length
     sd, ad = len(spec.state_names), len(spec.action_names)
     if placed:

@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 
 from datakit.durable import file_sha256, write_atomic
-from datakit.shards.index import SHARD_PATTERN
+from datakit.shards.index import CAMERA_STATUSES, SHARD_PATTERN
 from datakit.sources.episode import EpisodeRef
 
 STAGING = ".datakit-staging"
 JOURNAL = "shard-{index:06d}.journal"
 JOURNAL_FORMAT = "datakit-journal"
 JOURNAL_VERSION = 2  # 1 was a pickle (never loaded any more)
-SLOTS = ("real", "blank", "missing")
 
 
 @dataclass
@@ -38,7 +37,7 @@ class PlacedEpisode:
     base: int
     length: int
     task: str
-    slots: dict[str, str]  # camera -> real | blank | missing
+    camera_status: dict[str, str]  # camera -> real | blank | missing
     decoders: dict[str, str]  # camera -> backend used
     offsets: dict[str, np.ndarray]  # camera -> (T,) int64 pixel offsets relative to `base`, -1 none
     frame_index: np.ndarray  # (T,) int64
@@ -83,7 +82,7 @@ def journal_path(out: Path, index: int) -> Path:
 def journal_to_json(j: Journal) -> str:
     placed = [{
         "episode_index": p.episode_index, "base": p.base, "length": p.length, "task": p.task,
-        "slots": p.slots, "decoders": p.decoders,
+        "camera_status": p.camera_status, "decoders": p.decoders,
         "offsets": {c: o.tolist() for c, o in p.offsets.items()},
         "frame_index": p.frame_index.tolist(), "timestamp": p.timestamp.tolist(),
         "task_index": p.task_index.tolist(), "state": p.state.tolist(), "action": p.action.tolist(),
@@ -139,15 +138,15 @@ def _placed(d: Any, shard: int, nbytes: int, cameras: list[str], sd: int, ad: in
     n = _get(d, "length", int)
     base = _get(d, "base", int)
     _need(n > 0 and 0 <= base < nbytes, "length/base out of range")
-    slots = _str_map(d, "slots", cameras)
-    _need(all(s in SLOTS for s in slots.values()), "unknown slot")
+    camera_status = _str_map(d, "camera_status", cameras)
+    _need(all(s in CAMERA_STATUSES for s in camera_status.values()), "unknown camera status")
     offs_d = _get(d, "offsets", dict)
     _need(sorted(offs_d) == sorted(cameras), "offsets: wrong cameras")
     offsets = {c: _vector(offs_d[c], n, np.int64, f"offsets/{c}") for c in cameras}
     _need(all(((o == -1) | ((o >= 0) & (o + base < nbytes))).all() for o in offsets.values()), "offset out of range")
     return PlacedEpisode(
         episode_index=_get(d, "episode_index", int), shard=shard, base=base, length=n, task=_get(d, "task", str),
-        slots=slots, decoders=_str_map(d, "decoders"), offsets=offsets,
+        camera_status=camera_status, decoders=_str_map(d, "decoders"), offsets=offsets,
         frame_index=_vector(_get(d, "frame_index", list), n, np.int64, "frame_index"),
         timestamp=_vector(_get(d, "timestamp", list), n, np.float64, "timestamp"),
         task_index=_vector(_get(d, "task_index", list), n, np.int64, "task_index"),

@@ -74,7 +74,7 @@ class OutputShard(ShardFile):
 
 def _placed(res: EpisodeResult, shard: int) -> PlacedEpisode:
     return PlacedEpisode(episode_index=res.episode_index, shard=shard, base=res.base, length=res.length,
-                         task=res.task, slots=res.slots, decoders=res.decoders, offsets=res.offsets,
+                         task=res.task, camera_status=res.camera_status, decoders=res.decoders, offsets=res.offsets,
                          frame_index=res.frame_index, timestamp=res.timestamp, task_index=res.task_index,
                          state=res.state, action=res.action)
 

@@ -2,7 +2,7 @@
 how many there are, whether the camera is blank, and where it is frozen.
 
 - `blank_camera` (warning): every frame is one constant colour, by the same rule conversion uses
-  to mark a padding slot (`datakit.stages.slots.SlotDetector`); reported at frame 0.
+  to mark a padding slot (`datakit.stages.camera_status.StatusDetector`); reported at frame 0.
 - `frozen_camera` (warning): at least `frozen_frames` consecutive identical frames, reported at the
   run's first frame. "Identical" allows for codec noise: a mean absolute difference of at most
   FROZEN_MEAN_DIFF levels. A blank camera is not reported as frozen as well.
@@ -14,10 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from datakit.shards.index import SLOT_BLANK
+from datakit.shards.index import STATUS_BLANK
 from datakit.sources.checks import ERROR, WARNING, Finding
 from datakit.sources.episode import EpisodeRef
-from datakit.stages.slots import SlotDetector
+from datakit.stages.camera_status import StatusDetector
 
 # Mean absolute difference (uint8 levels, every 2nd pixel of the luma plane) at or below which two
 # consecutive frames count as identical. A frozen source through H.264 decodes with differences of
@@ -39,7 +39,7 @@ class CameraTracker:
         self.cam, self.path, self.episode, self.opts = cam, path, ref.episode_index, opts
         self.findings: list[Finding] = []
         self.decoded: set[int] = set()  # episode frame numbers seen
-        self.slot = SlotDetector()
+        self.status = StatusDetector()
         self._prev: np.ndarray | None = None  # the previous frame (subsampled), if it was frame index - 1
         self._last = -2
         self._run_start = 0
@@ -60,8 +60,8 @@ class CameraTracker:
         (H, W, 3) uint8 RGB frame, asked for only while the camera may still be blank (for a real
         camera: the first frame), because converting every frame would cost more than decoding."""
         self.decoded.add(index)
-        if self.slot.constant:  # once a frame is not constant the detector looks at no more
-            self.slot.update(rgb()[None])
+        if self.status.constant:  # once a frame is not constant the detector looks at no more
+            self.status.update(rgb()[None])
         sub = plane[::2, ::2].astype(np.int16)
         follows = index == self._last + 1  # a frame that did not decode ends a run
         self._last = index
@@ -79,7 +79,7 @@ class CameraTracker:
 
     def finish(self) -> None:
         """Call after the last frame: reports a blank camera or a frozen run that reaches the end."""
-        if self.count and self.slot.slot == SLOT_BLANK:
+        if self.count and self.status.status == STATUS_BLANK:
             self.add("blank_camera", 0, f"all {self.count} frames are one constant colour (a blank camera)",
                      WARNING)
         elif self.count:

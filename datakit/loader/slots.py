@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datakit.shards.index import SLOT_REAL, ShardIndex
+from datakit.shards.index import STATUS_REAL, ShardIndex
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def slot_map(index: ShardIndex, slots: tuple[str | None, ...]) -> SlotMap:
     real = np.zeros((len(index.episodes), len(cams)), bool)
     for e, ep in enumerate(index.episodes):
         for s, cam in enumerate(cams):
-            real[e, s] = cam is not None and ep.slots.get(cam) == SLOT_REAL
+            real[e, s] = cam is not None and ep.camera_status.get(cam) == STATUS_REAL
     names = tuple(c if c is not None else f"empty_{i}" for i, c in enumerate(cams))
     return SlotMap(names=names, cameras=cams, real=real)
 

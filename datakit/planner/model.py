@@ -26,7 +26,7 @@ import pyarrow as pa
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import block_ids, epoch_order
-from datakit.shards.index import OFFSET_PREFIX, SLOT_REAL, ShardIndex, column
+from datakit.shards.index import OFFSET_PREFIX, STATUS_REAL, ShardIndex, column
 
 FLOAT32 = 4
 INT64 = 8
@@ -158,7 +158,7 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
         downloaded = max(_lru_download_bytes([np.unique(row) for row in a], sizes, cache_bytes) for a in node_reads)
 
     slots = slot_cameras(index, cfg)
-    kept = [c for c in slots if c is not None and index.cameras[c].slot == SLOT_REAL] if cfg.prune_slots else list(slots)
+    kept = [c for c in slots if c is not None and index.cameras[c].status == STATUS_REAL] if cfg.prune_slots else list(slots)
     t = len(cfg.offsets_for(used[0])) if used else len(cfg.frame_offsets)
     fb = index.cameras[used[0]].frame_bytes if used else 0
     k = len(kept)

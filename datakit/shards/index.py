@@ -2,9 +2,9 @@
 
 Two files, written only after every shard is closed (frames table first, manifest last,
 each to a temporary name and renamed):
-- `index.json`: the manifest (format version, schema, fps, layout, cameras and their slot
+- `index.json`: the manifest (format version, schema, fps, layout, cameras and their
   status, tasks, normalisation statistics, per-shard name/bytes/sha256/episode and row
-  ranges, per-episode rows and slots, skipped episodes, conversion options).
+  ranges, per-episode rows and camera status, skipped episodes, conversion options).
 - `frames.arrow`: an uncompressed Arrow IPC file of ONE record batch (so every column is one
   buffer, viewed without a copy at any row count), one row per frame in (episode, frame)
   order, memory-mappable: episode_index, frame_index, timestamp, task_index, state, action
@@ -32,29 +32,29 @@ import pyarrow.ipc as ipc
 
 from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
 from datakit.errors import IndexFileError
-from datakit.shards.manifest_check import check_manifest
+from datakit.shards.manifest_check import CAMERA_STATUSES, check_manifest
 
 FORMAT_NAME = "datakit-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: checksums.json, camera `status` (was `slot`), source fingerprint
 MANIFEST_NAME = "index.json"
 FRAMES_NAME = "frames.arrow"
 CHECKSUMS_NAME = "checksums.json"  # sha256 of index.json and frames.arrow; written last = finished
 SHARD_PATTERN = "shard-{index:06d}.tar"
 FRAME_KEY = "{episode:06d}/{frame:06d}"  # tar member key; members are <key>.<field>
 OFFSET_PREFIX = "offset/"
-SLOT_REAL, SLOT_BLANK, SLOT_MISSING = "real", "blank", "missing"
+STATUS_REAL, STATUS_BLANK, STATUS_MISSING = CAMERA_STATUSES  # a camera in an episode
 
 
 @dataclass
 class CameraEntry:
     height: int
     width: int
-    slot: str  # "real" if any episode has this camera real, else "blank", else "missing"
+    status: str  # "real" if any episode has this camera real, else "blank", else "missing"
     frame_shape: list[int]  # shape of one stored frame (rgb HxWx3, nv12 (H*3/2)xW)
     frame_bytes: int
     source_height: int
     source_width: int
-    episodes: dict[str, int] = field(default_factory=dict)  # slot -> number of episodes
+    episodes: dict[str, int] = field(default_factory=dict)  # status -> number of episodes
 
 
 @dataclass
@@ -74,7 +74,7 @@ class EpisodeEntry:
     shard: int
     row_start: int
     task: str
-    slots: dict[str, str]  # camera -> real | blank | missing
+    camera_status: dict[str, str]  # camera -> real | blank | missing
 
 
 @dataclass
@@ -145,7 +145,7 @@ class ShardIndex:
             "fps": self.fps,
             "layout": self.layout,
             "cameras": {
-                n: {"height": c.height, "width": c.width, "slot": c.slot, "episodes": c.episodes}
+                n: {"height": c.height, "width": c.width, "status": c.status, "episodes": c.episodes}
                 for n, c in self.cameras.items()
             },
             "state_dim": len(self.state_names),

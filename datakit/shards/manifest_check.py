@@ -22,10 +22,12 @@ from typing import Any
 
 from datakit.errors import IndexFileError
 
+# what each camera is in an episode (and, over all episodes, in the dataset); the index's vocabulary
+CAMERA_STATUSES = ("real", "blank", "missing")
+
 SHARD_NAME = re.compile(r"shard-[0-9]{6,}\.tar")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 LAYOUTS = ("rgb", "nv12")
-CAMERA_STATUSES = ("real", "blank", "missing")
 STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")  # the ones readers use; others are left alone
 Fields = tuple[set[str], set[str]]  # (required, optional) keys of one object
 
@@ -149,8 +151,8 @@ def _check_cameras(c: _Check, d: dict, fields: Fields) -> None:
         c.keys(cam, f, fields)
         for key in ("height", "width", "source_height", "source_width"):
             c.int_(cam[key], f"{f}.{key}", lo=1)
-        if cam["slot"] not in CAMERA_STATUSES:
-            c.fail(f"{f}.slot", f"{cam['slot']!r} is not one of {', '.join(CAMERA_STATUSES)}")
+        if cam["status"] not in CAMERA_STATUSES:
+            c.fail(f"{f}.status", f"{cam['status']!r} is not one of {', '.join(CAMERA_STATUSES)}")
         shape = [c.int_(v, f"{f}.frame_shape[{i}]", lo=1) for i, v in enumerate(c.lst(cam["frame_shape"], f"{f}.frame_shape"))]
         want = stored_frame_shape(d["layout"], cam["height"], cam["width"])
         if shape != want:
@@ -200,11 +202,11 @@ def _check_episodes(c: _Check, d: dict, num_frames: int, fields: Fields) -> None
         shard = c.int_(e["shard"], f"{f}.shard")
         start = c.int_(e["row_start"], f"{f}.row_start")
         c.str_(e["task"], f"{f}.task")
-        for cam, status in c.obj(e["slots"], f"{f}.slots").items():
+        for cam, status in c.obj(e["camera_status"], f"{f}.camera_status").items():
             if cam not in d["cameras"]:
-                c.fail(f"{f}.slots", f"unknown camera {cam!r}")
+                c.fail(f"{f}.camera_status", f"unknown camera {cam!r}")
             if status not in CAMERA_STATUSES:
-                c.fail(f"{f}.slots[{cam!r}]", f"{status!r} is not one of {', '.join(CAMERA_STATUSES)}")
+                c.fail(f"{f}.camera_status[{cam!r}]", f"{status!r} is not one of {', '.join(CAMERA_STATUSES)}")
         if ep in seen:
             c.bad(f"{f}.episode_index", f"episode {ep} is listed twice")
         seen.add(ep)

@@ -1,11 +1,11 @@
-"""Camera-slot detection: is a camera's video real content or constant padding (e.g. black)?"""
+"""Camera status detection: is a camera's video real content or constant padding (e.g. black)?"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from datakit.shards.index import SLOT_BLANK, SLOT_MISSING, SLOT_REAL
+from datakit.shards.index import STATUS_BLANK, STATUS_MISSING, STATUS_REAL
 
 # Largest deviation from a frame's own mean (in uint8 levels) that still counts as constant:
 # covers codec noise on flat frames, far below any real scene's contrast.
@@ -13,8 +13,8 @@ BLANK_TOLERANCE = 10
 
 
 @dataclass
-class SlotDetector:
-    """Fed every frame of one camera of one episode; `slot` says real or blank."""
+class StatusDetector:
+    """Fed every frame of one camera of one episode; `status` says real or blank."""
 
     tolerance: int = BLANK_TOLERANCE
     constant: bool = True
@@ -31,16 +31,16 @@ class SlotDetector:
             self.constant = False
 
     @property
-    def slot(self) -> str:
+    def status(self) -> str:
         if self.frames == 0:
-            return SLOT_MISSING
-        return SLOT_BLANK if self.constant else SLOT_REAL
+            return STATUS_MISSING
+        return STATUS_BLANK if self.constant else STATUS_REAL
 
 
-def dataset_slot(episode_slots: list[str]) -> str:
-    """A camera's top-level slot: real if any episode has it real, else blank if any blank."""
-    if SLOT_REAL in episode_slots:
-        return SLOT_REAL
-    if SLOT_BLANK in episode_slots:
-        return SLOT_BLANK
-    return SLOT_MISSING
+def dataset_status(episode_statuses: list[str]) -> str:
+    """A camera's top-level status: real if any episode has it real, else blank if any blank."""
+    if STATUS_REAL in episode_statuses:
+        return STATUS_REAL
+    if STATUS_BLANK in episode_statuses:
+        return STATUS_BLANK
+    return STATUS_MISSING
