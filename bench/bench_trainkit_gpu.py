@@ -53,6 +53,7 @@ ABLATION = {  # optimised with one switch turned off
 def make_shards(root: Path, size: int, episodes: int, length: int) -> Path:
     """Generated dataset (PNG frames, no codec) -> datakit convert -> shard folder."""
     from datakit.config import ConvertConfig
+    from datakit.machine import available_cpus
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 
@@ -64,7 +65,7 @@ def make_shards(root: Path, size: int, episodes: int, length: int) -> Path:
                                width=size, cameras=(), image_cameras=CAMS, blank_cameras=(), state_dim=8,
                                action_dim=7, tasks=("pick up the red cube and put it in the bowl",
                                                     "open the top drawer"))
-    convert(src, out, ConvertConfig(workers=min(8, os.cpu_count() or 1), progress=False))
+    convert(src, out, ConvertConfig(workers=min(8, available_cpus()), progress=False))
     shutil.rmtree(root / "src")
     return out
 

@@ -135,4 +135,4 @@ def _load_one(path: Path, key: str) -> io.BytesIO:
 
 def _unblob(buf: io.BytesIO) -> Any:
     buf.seek(0)
-    return torch.load(buf, weights_only=False)
+    return torch.load(buf, weights_only=True)  # plain tensors, numbers, dicts: no code from a checkpoint folder
