@@ -9,16 +9,24 @@ class DatakitError(Exception):
     """Base error: `str(err)` is a one-line message meant for the user."""
 
 
-class SourceError(DatakitError):
+class PlaceError(DatakitError):
+    """An error about one place (a file, a shard, a URL): `<where>: <problem>`, both kept as fields."""
+
+    def __init__(self, where: str | Path, problem: str):
+        self.where = str(where)
+        self.problem = problem
+        super().__init__(f"{self.where}: {problem}")
+
+    def __reduce__(self):  # pickle by the two fields (worker processes send errors to the parent)
+        return (type(self), (self.where, self.problem))
+
+
+class SourceError(PlaceError):
     """A source file (table, video, metadata) is missing, unreadable or inconsistent."""
 
-    def __init__(self, path: str | Path, problem: str):
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
-
-    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
-        return (type(self), (self.path, self.problem))
+    @property
+    def path(self) -> str:
+        return self.where
 
 
 class OutputError(DatakitError):
@@ -33,29 +41,21 @@ def output_error(path: str | Path, e: OSError) -> OutputError:
     return OutputError(f"{path}: cannot write output ({code}: {e.strerror or e})")
 
 
-class ShardError(DatakitError):
+class ShardError(PlaceError):
     """A shard is missing or damaged (hash, size or offset mismatch)."""
 
-    def __init__(self, shard: str | Path, problem: str):
-        self.shard = str(shard)
-        self.problem = problem
-        super().__init__(f"{self.shard}: {problem}")
-
-    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
-        return (type(self), (self.shard, self.problem))
+    @property
+    def shard(self) -> str:
+        return self.where
 
 
-class IndexFileError(DatakitError):
+class IndexFileError(PlaceError):
     """`index.json`, `frames.arrow` or `checksums.json` of an output folder is malformed,
     inconsistent or not strict JSON; the message names the file and the field."""
 
-    def __init__(self, path: str | Path, problem: str):
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
-
-    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
-        return (type(self), (self.path, self.problem))
+    @property
+    def path(self) -> str:
+        return self.where
 
 
 class ResourceLimitError(DatakitError):
@@ -63,14 +63,10 @@ class ResourceLimitError(DatakitError):
     message says how much is needed and what to raise."""
 
 
-class StorageError(DatakitError):
+class StorageError(PlaceError):
     """Object storage (s3://, gs://, hf://, ...) cannot be read or written: offline, refused, or
     still failing after the retries. Names the URL (or Hub repo id) and the problem."""
 
-    def __init__(self, url: str, problem: str):
-        self.url = str(url)
-        self.problem = problem
-        super().__init__(f"{self.url}: {problem}")
-
-    def __reduce__(self):
-        return (type(self), (self.url, self.problem))
+    @property
+    def url(self) -> str:
+        return self.where
