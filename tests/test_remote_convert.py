@@ -179,3 +179,40 @@ def test_hub_source_offline_names_the_repo(src_arg, tmp_path, capsys, monkeypatc
 def test_mangled_url_is_refused(src, tmp_path, capsys):
     assert main(["convert", str(src), "s3:/bucket/out", *FLAGS]) == 2
     assert "pass URLs as str" in capsys.readouterr().err
+
+
+def test_convert_to_s3_with_two_workers_equals_local(src, reference, bucket):
+    """Worker processes forked while the storage client and the upload thread exist."""
+    url = f"{bucket}/out"
+    assert main(["convert", str(src), url, "--workers", "2", "--shard-size", str(SHARD), "--no-progress"]) == 0
+    assert _remote_files(url) == _local_files(reference)
+
+
+@pytest.mark.timeout(60)
+def test_streamer_uploads_shards_journaled_by_this_run(bucket, tmp_path):
+    """Each shard goes up once its journal is written; an earlier run's journal and a shard of
+    skipped episodes only are left to publish."""
+    from datakit.convert.remote_publish import ShardStreamer
+
+    out, url, record = tmp_path / "out", f"{bucket}/out", tmp_path / "uploaded.json"
+    staging = out / ".datakit-staging"
+    staging.mkdir(parents=True)
+
+    def commit(i: int, placed: list) -> None:
+        data = bytes([i]) * (1000 + i)
+        (out / f"shard-{i:06d}.tar").write_bytes(data)
+        (staging / f"shard-{i:06d}.journal").write_text(json.dumps(
+            {"name": f"shard-{i:06d}.tar", "bytes": len(data), "sha256": f"{i:064x}", "placed": placed}))
+
+    commit(0, [{"episode_index": 0}])  # an earlier run's
+    os.utime(staging / "shard-000000.journal", (time.time() - 60, time.time() - 60))
+    with ShardStreamer(out, url, record, interval=0.02) as streamer:
+        commit(1, [{"episode_index": 1}])
+        commit(2, [])  # every episode skipped: deleted before the index, never uploaded
+        deadline = time.time() + 20
+        while "shard-000001.tar" not in _remote_files(url) and time.time() < deadline:
+            time.sleep(0.05)
+        remote = _remote_files(url)
+    assert streamer.error is None
+    assert sorted(remote) == ["shard-000001.tar"] and remote["shard-000001.tar"] == bytes([1]) * 1001
+    assert json.loads(record.read_text()) == {"url": url, "shards": {"shard-000001.tar": f"{1:064x}"}}

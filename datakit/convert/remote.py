@@ -5,7 +5,8 @@ Hugging Face Hub repo id): a local conversion between two local scratch folders.
   (`remote_source.fetch_source`), converted from there, and the scratch copy is deleted once
   the conversion is complete (Hub files stay in huggingface_hub's own cache).
 - Remote OUT: the conversion runs into `<cache>/out-<hash of the URL>/out/`, a stable path, so
-  a rerun of the same command resumes it like any local OUT (journaled shards kept); then it is
+  a rerun of the same command resumes it like any local OUT (journaled shards kept). Each shard
+  is uploaded as soon as it is committed (`remote_publish.ShardStreamer`); at the end the rest is
   published in commit order (`remote_publish.publish`: shards, frames.arrow, index.json,
   checksums.json last) and the local copy is deleted. A remote OUT that holds checksums.json is
   already complete: its index is downloaded and checked against this source's fingerprint and
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from datakit.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
-from datakit.convert.remote_publish import INDEX_ORDER, publish, remote_names, remove_remote
+from datakit.convert.remote_publish import INDEX_ORDER, ShardStreamer, publish, remote_names, remove_remote
 from datakit.convert.remote_source import fetch_source
 from datakit.errors import OutputError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
@@ -142,7 +143,8 @@ def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, forc
                 _cleanup(src_scratch)
                 return ConvertSummary(index, time.perf_counter() - t0, already_complete=True)
             try:
-                summary = convert(local_src, local_out, cfg, command=command)
+                with ShardStreamer(local_out, out_url, record):  # each committed shard goes up at once
+                    summary = convert(local_src, local_out, cfg, command=command)
             except OutputError as e:
                 raise _named(e, local_out, out_url) from None
             publish(local_out, out_url, record)

@@ -6,6 +6,10 @@ present remotely with its size, frames.arrow, index.json and checksums.json (the
 marker) last; then remote shard files the index does not name (an all-skipped shard, or a
 longer earlier conversion's) are removed. A reader never sees an index naming a shard not there.
 
+While the conversion runs, `ShardStreamer` uploads each shard as soon as it is committed (its
+journal, written after the fsync and rename, is the signal), overlapping the network with
+decoding; `publish` then finds those shards in the record and uploads only the rest.
+
 A rerun skips a shard only when this machine's upload record (a JSON file next to the local
 staging folder, written after each upload's size check) says the object at that URL was
 uploaded from a file with the sha256 the index names, and the object still has its size. A
@@ -15,9 +19,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from datakit.convert.journal import STAGING
 from datakit.durable import write_atomic
 from datakit.errors import ShardError, StorageError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
@@ -113,3 +120,72 @@ def publish(local_out: Path, url: str, record: Path, *, storage_options: dict[st
     named = {s["name"] for s in shards}
     remove_remote(url, [n for n in remote_names(url, **opts) if _SHARD.match(n) and n not in named], **opts)
     return uploaded
+
+
+class ShardStreamer:
+    """Upload the shards a running conversion into `local_out` commits, on a background thread.
+
+    It polls `local_out/.datakit-staging/*.journal` every `interval` seconds; a journal written
+    since the streamer started (older ones are an earlier run's, checked and uploaded by
+    `publish`) whose shard holds episodes and has the journaled size is uploaded and recorded.
+    It touches no engine: any engine that journals its commits is streamed. The first failed
+    upload stops the thread quietly; `publish` afterwards uploads whatever is not recorded (and
+    raises if the storage still fails)."""
+
+    def __init__(self, local_out: Path, url: str, record: Path, *, interval: float = 0.1,
+                 storage_options: dict[str, Any] | None = None, policy: RetryPolicy = DEFAULT_RETRY):
+        self.local_out, self.url, self.record, self.interval = Path(local_out), url, record, interval
+        self.opts = dict(storage_options=storage_options, policy=policy)
+        self.uploaded: list[str] = []
+        self.error: BaseException | None = None
+        self._seen: set[str] = set()
+        self._stop = threading.Event()
+        self._since = 0.0
+        self._thread = threading.Thread(target=self._run, name="shard-stream", daemon=True)
+
+    def __enter__(self) -> ShardStreamer:
+        self._since = time.time() - 1e-3
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _committed(self) -> list[tuple[str, str]]:
+        """(shard name, sha256) of shards journaled by this run and not handled yet."""
+        found = []
+        for journal in sorted((self.local_out / STAGING).glob("shard-*.journal")):
+            try:
+                if journal.name in self._seen or journal.stat().st_mtime < self._since:
+                    continue
+                d = json.loads(journal.read_text())
+                name, sha, size, placed = d["name"], d["sha256"], d["bytes"], d["placed"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            self._seen.add(journal.name)
+            path = self.local_out / str(name)
+            if isinstance(name, str) and _SHARD.match(name) and placed and path.is_file() and \
+                    path.stat().st_size == size:
+                found.append((name, sha))
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):  # what is left at the stop, publish uploads
+            if not self._step():
+                return
+
+    def _step(self) -> bool:
+        try:
+            for name, sha in self._committed():
+                done = _load_record(self.record, self.url)
+                done.pop(name, None)
+                _save_record(self.record, self.url, done)
+                upload(self.local_out / name, join(self.url, name), **self.opts)
+                done[name] = sha
+                _save_record(self.record, self.url, done)
+                self.uploaded.append(name)
+        except Exception as e:  # noqa: BLE001 - publish uploads what is not recorded, or raises
+            self.error = e
+            return False
+        return True
