@@ -216,3 +216,10 @@ def test_streamer_uploads_shards_journaled_by_this_run(bucket, tmp_path):
     assert streamer.error is None
     assert sorted(remote) == ["shard-000001.tar"] and remote["shard-000001.tar"] == bytes([1]) * 1001
     assert json.loads(record.read_text()) == {"url": url, "shards": {"shard-000001.tar": f"{1:064x}"}}
+
+
+def test_missing_bucket_is_refused_before_converting(src, s3_server, cache, capsys):
+    url = "s3://no-such-bucket-datakit/out"
+    assert main(["convert", str(src), url, *FLAGS]) == 2
+    assert f"{url}: bucket no-such-bucket-datakit does not exist" in capsys.readouterr().err
+    assert not list(cache.glob("convert/out-*/out")), "nothing was converted"

@@ -36,7 +36,8 @@ from datakit.errors import OutputError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
 from datakit.storage.roots import CACHE_ENV, remote_url
 from datakit.storage.transfer import download
-from datakit.storage.urls import is_remote, join, resolve, scheme
+from datakit.storage.retry import DEFAULT_RETRY, with_retries
+from datakit.storage.urls import filesystem, is_remote, join, resolve, scheme
 
 
 def remote_out(out: str | Path) -> str | None:
@@ -84,9 +85,19 @@ def _locked(staging: Path, url: str, command: str | None) -> Iterator[None]:
         yield
 
 
+BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")  # the first path part is a bucket
+
+
 def _claim_remote(url: str) -> list[str]:
-    """The names under the remote OUT; refuse one holding files a conversion does not write."""
+    """The names under the remote OUT; refuse one holding files a conversion does not write, or
+    in a bucket that does not exist (before anything is converted, not at the first upload)."""
     names = remote_names(url)
+    if not names and scheme(url) in BUCKET_SCHEMES:
+        fs, path = filesystem(url)
+        bucket = path.strip("/").split("/", 1)[0]
+        if not with_retries(lambda: fs.exists(bucket), url, "bucket check", DEFAULT_RETRY):
+            raise OutputError(f"{url}: bucket {bucket} does not exist (or these credentials cannot see it); "
+                              "create it first")
     others = [n for n in names if not is_ours(n)]
     if others:
         raise OutputError(f"{url}: holds other files ({', '.join(others[:3])}); use an empty or new prefix")

@@ -83,6 +83,14 @@ def remove_remote(url: str, names: list[str], *, storage_options: dict[str, Any]
         with_retries(rm, join(url, name), "delete", policy)
 
 
+def _put(local: Path, url: str, opts: dict[str, Any]) -> None:
+    """`upload`, with a refusal by the store (no such bucket, no permission) named after `url`."""
+    try:
+        upload(local, url, **opts)
+    except (FileNotFoundError, PermissionError) as e:
+        raise StorageError(url, f"upload refused: {e}") from None
+
+
 def publish(local_out: Path, url: str, record: Path, *, storage_options: dict[str, Any] | None = None,
             policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
     """Upload the finished conversion in `local_out` to `url` (see the module docstring);
@@ -106,7 +114,7 @@ def publish(local_out: Path, url: str, record: Path, *, storage_options: dict[st
             continue
         done.pop(name, None)
         _save_record(record, url, done)  # before the upload: a killed upload is not taken for done
-        upload(path, target, **opts)  # checks the remote size afterwards
+        _put(path, target, opts)  # checks the remote size afterwards
         done[name] = shard["sha256"]
         _save_record(record, url, done)
         uploaded.append(name)
@@ -115,7 +123,7 @@ def publish(local_out: Path, url: str, record: Path, *, storage_options: dict[st
         if remote_size(target, **opts) != shard["bytes"]:
             raise StorageError(target, "shard missing or of the wrong size after upload; index not uploaded")
     for name in INDEX_ORDER:
-        upload(local_out / name, join(url, name), **opts)
+        _put(local_out / name, join(url, name), opts)
         uploaded.append(name)
     named = {s["name"] for s in shards}
     remove_remote(url, [n for n in remote_names(url, **opts) if _SHARD.match(n) and n not in named], **opts)
