@@ -223,3 +223,26 @@ def test_missing_bucket_is_refused_before_converting(src, s3_server, cache, caps
     assert main(["convert", str(src), url, *FLAGS]) == 2
     assert f"{url}: bucket no-such-bucket-datakit does not exist" in capsys.readouterr().err
     assert not list(cache.glob("convert/out-*/out")), "nothing was converted"
+
+
+def test_bad_remote_source_names_the_object(src, bucket, tmp_path, capsys):
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    fs.put(str(src), f"{bucket[5:]}/sources/ds", recursive=True)
+    video = next(p for p in fs.find(f"{bucket[5:]}/sources/ds/videos") if p.endswith(".mp4"))
+    fs.rm_file(video)
+    assert main(["convert", f"{bucket}/sources/ds", str(tmp_path / "out"), *FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert f"s3://{video.rsplit('/', 1)[0]}" in err and "convert/src-" not in err, err
+
+
+def test_publish_again_uploads_only_the_index(reference, bucket, tmp_path):
+    """After an interrupted publish the shards this machine uploaded (per its record) are skipped."""
+    from datakit.convert.remote_publish import publish
+
+    url, record = f"{bucket}/out", tmp_path / "uploaded.json"
+    shards = sorted(p.name for p in reference.glob("shard-*.tar"))
+    assert publish(reference, url, record) == [*shards, "frames.arrow", "index.json", "checksums.json"]
+    assert publish(reference, url, record) == ["frames.arrow", "index.json", "checksums.json"]
+    assert _remote_files(url) == _local_files(reference)

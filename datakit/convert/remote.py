@@ -32,7 +32,7 @@ from datakit.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
 from datakit.convert.remote_publish import INDEX_ORDER, ShardStreamer, publish, remote_names, remove_remote
 from datakit.convert.remote_source import fetch_source
-from datakit.errors import OutputError
+from datakit.errors import OutputError, SourceError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
 from datakit.storage.roots import CACHE_ENV, remote_url
 from datakit.storage.transfer import download
@@ -71,6 +71,11 @@ def _key(url: str) -> str:
 def _named(e: OutputError, local: str | Path, url: str) -> OutputError:
     """The same error with the local staging path replaced by the URL it stands for."""
     return OutputError(str(e).replace(str(local), url))
+
+
+def _source_named(e: SourceError, local: Path, url: str) -> SourceError:
+    """A source error about the fetched copy, naming the remote file instead."""
+    return SourceError(e.path.replace(str(local), url), e.problem.replace(str(local), url))
 
 
 @contextmanager
@@ -128,42 +133,50 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
 def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
                    command: str | None = None):
     """`convert` for a remote SRC and/or OUT (see the module docstring); a ConvertSummary."""
-    from datakit.convert import ConvertSummary, convert
-
     t0 = time.perf_counter()
     src_url = resolve(str(src)).rstrip("/") if is_remote(src) else None
     out_url = remote_out(out)
     cache = convert_cache_dir()
-    present = _claim_remote(out_url) if out_url else []  # refuse a foreign prefix before any download
+    present = _claim_remote(out_url) if out_url else []  # a foreign prefix, a missing bucket: before any download
     src_scratch = cache / f"src-{_key(src_url)}" if src_url else None
     local_src = fetch_source(src_url, src_scratch) if src_url else Path(resolve(str(src)))
-    if out_url is None:
-        summary = convert(local_src, Path(resolve(str(out))), cfg, force=force, command=command)
-    else:
-        staging = cache / f"out-{_key(out_url)}"
-        with _locked(staging, out_url, command):
-            local_out, record = staging / "out", staging / "uploaded.json"
-            if force:
-                remove_remote(out_url, [n for n in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME) if n in present] +
-                              [n for n in present if n.startswith("shard-") and is_ours(n)])
-                record.unlink(missing_ok=True)
-                if local_out.exists():
-                    remove_ours(local_out)
-            elif CHECKSUMS_NAME in present:
-                index = _finished(out_url, local_src, cfg)
-                _cleanup(src_scratch)
-                return ConvertSummary(index, time.perf_counter() - t0, already_complete=True)
-            try:
-                with ShardStreamer(local_out, out_url, record):  # each committed shard goes up at once
-                    summary = convert(local_src, local_out, cfg, command=command)
-            except OutputError as e:
-                raise _named(e, local_out, out_url) from None
-            publish(local_out, out_url, record)
-            shutil.rmtree(local_out)
-            record.unlink(missing_ok=True)
-        summary.already_complete = False  # the local copy may have been complete; the remote was not
+    staging = cache / f"out-{_key(out_url)}" if out_url else None
+    try:
+        summary = _convert_staged(local_src, out, out_url, staging, present, cfg, force, command)
+    except SourceError as e:
+        raise (_source_named(e, local_src, src_url) if src_url else e) from None
     _cleanup(src_scratch)
     summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _convert_staged(local_src: Path, out: str | Path, out_url: str | None, staging: Path | None, present: list[str],
+                    cfg: ConvertConfig, force: bool, command: str | None):
+    """Convert the local (or fetched) source into OUT; a remote OUT through the local `staging`
+    folder, `present` being the names its prefix held at the start."""
+    from datakit.convert import ConvertSummary, convert
+
+    if out_url is None or staging is None:
+        return convert(local_src, Path(resolve(str(out))), cfg, force=force, command=command)
+    with _locked(staging, out_url, command):
+        local_out, record = staging / "out", staging / "uploaded.json"
+        if force:
+            remove_remote(out_url, [n for n in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME) if n in present] +
+                          [n for n in present if n.startswith("shard-") and is_ours(n)])
+            record.unlink(missing_ok=True)
+            if local_out.exists():
+                remove_ours(local_out)
+        elif CHECKSUMS_NAME in present:
+            return ConvertSummary(_finished(out_url, local_src, cfg), 0.0, already_complete=True)
+        try:
+            with ShardStreamer(local_out, out_url, record):  # each committed shard goes up at once
+                summary = convert(local_src, local_out, cfg, command=command)
+        except OutputError as e:
+            raise _named(e, local_out, out_url) from None
+        publish(local_out, out_url, record)
+        shutil.rmtree(local_out)
+        record.unlink(missing_ok=True)
+    summary.already_complete = False  # the local copy may have been complete; the remote was not
     return summary
 
 
