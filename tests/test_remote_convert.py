@@ -75,7 +75,7 @@ def test_convert_to_s3_equals_local_and_verifies(src, reference, bucket, cache, 
     for name in (n for n in local if n.startswith("shard-")):  # stock tarfile reads the remote shard
         with tarfile.open(fileobj=io.BytesIO(remote[name])) as t:
             assert t.getnames() == tarfile.open(reference / name).getnames()
-    assert not list((cache / "convert").glob("out-*/out")), "the local staging copy is deleted after upload"
+    assert not list((cache / "convert").glob("out-*")), "the local staging folder is deleted after upload"
     assert main(["verify", url]) == 0
 
     capsys.readouterr()

@@ -19,6 +19,7 @@ local staging folder); two machines writing the same URL are not detected.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -146,6 +147,9 @@ def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, forc
     except SourceError as e:
         raise (_source_named(e, local_src, src_url) if src_url else e) from None
     _cleanup(src_scratch)
+    if staging is not None:
+        with contextlib.suppress(OSError):  # empty once published (the lock file goes with the lock)
+            staging.rmdir()
     summary.seconds = time.perf_counter() - t0
     return summary
 
