@@ -246,3 +246,21 @@ def test_publish_again_uploads_only_the_index(reference, bucket, tmp_path):
     assert publish(reference, url, record) == [*shards, "frames.arrow", "index.json", "checksums.json"]
     assert publish(reference, url, record) == ["frames.arrow", "index.json", "checksums.json"]
     assert _remote_files(url) == _local_files(reference)
+
+
+def test_fetch_source_keeps_complete_files(src, bucket, tmp_path):
+    """A rerun after a kill fetches only what is missing or changed (same size and mtime: kept)."""
+    import s3fs
+
+    from datakit.convert.remote_source import fetch_source
+
+    fs = s3fs.S3FileSystem()
+    fs.put(str(src), f"{bucket[5:]}/sources/ds", recursive=True)
+    folder = fetch_source(f"{bucket}/sources/ds", tmp_path / "scratch")
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    assert [p.relative_to(folder) for p in files] == sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    assert all(p.read_bytes() == (src / p.relative_to(folder)).read_bytes() for p in files)
+    inodes = {p: p.stat().st_ino for p in files}
+    files[0].unlink()
+    fetch_source(f"{bucket}/sources/ds", tmp_path / "scratch")
+    assert files[0].exists() and all(p.stat().st_ino == inodes[p] for p in files[1:])
