@@ -264,3 +264,14 @@ def test_fetch_source_keeps_complete_files(src, bucket, tmp_path):
     files[0].unlink()
     fetch_source(f"{bucket}/sources/ds", tmp_path / "scratch")
     assert files[0].exists() and all(p.stat().st_ino == inodes[p] for p in files[1:])
+
+
+def test_finished_remote_out_with_bad_index_names_the_url(src, bucket, capsys):
+    import s3fs
+
+    url = f"{bucket}/out"
+    s3fs.S3FileSystem().pipe_file(f"{url[5:]}/checksums.json", b"{}")
+    s3fs.S3FileSystem().pipe_file(f"{url[5:]}/index.json", b"not json")
+    assert main(["convert", str(src), url, *FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert f"{url}/index.json" in err and "datakit-index-" not in err, err

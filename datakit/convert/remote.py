@@ -33,11 +33,11 @@ from datakit.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
 from datakit.convert.remote_publish import INDEX_ORDER, ShardStreamer, publish, remote_names, remove_remote
 from datakit.convert.remote_source import fetch_source
-from datakit.errors import OutputError, SourceError
+from datakit.errors import IndexFileError, OutputError, SourceError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
+from datakit.storage.retry import DEFAULT_RETRY, with_retries
 from datakit.storage.roots import CACHE_ENV, remote_url
 from datakit.storage.transfer import download
-from datakit.storage.retry import DEFAULT_RETRY, with_retries
 from datakit.storage.urls import filesystem, is_remote, join, resolve, scheme
 
 
@@ -129,6 +129,8 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
             return load_index(Path(tmp))
         except OutputError as e:
             raise _named(e, tmp, url) from None
+        except IndexFileError as e:
+            raise IndexFileError(e.path.replace(tmp, url), e.problem.replace(tmp, url)) from None
 
 
 def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
