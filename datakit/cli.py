@@ -26,8 +26,10 @@ def add_convert(sub) -> None:
     p = sub.add_parser("convert", help="convert LeRobot / DROID episodes into uint8 frame shards",
                        description="Decode every camera of every episode once, into uncompressed uint8 tar "
                                    "shards plus a global index. Rerunning the same command resumes.")
-    p.add_argument("src", type=Path, help="source dataset folder (LeRobot v2.0/v2.1/v3.0 or raw DROID)")
-    p.add_argument("out", type=Path, help="output folder (created; must be empty or a previous run's)")
+    p.add_argument("src", type=str, help="source dataset folder (LeRobot v2.0/v2.1/v3.0 or raw DROID), fsspec URL "
+                                         "(s3://..., hf://datasets/...) or Hugging Face Hub repo id (owner/name)")
+    p.add_argument("out", type=str, help="output folder (created; must be empty or a previous run's) or fsspec URL "
+                                         "(s3://bucket/prefix)")
     p.add_argument("--config", type=Path, help="TOML file with [convert] options; flags override it")
     p.add_argument("--format", choices=["auto", "lerobot", "droid"], help="source format (default auto)")
     p.add_argument("--decoder", choices=["auto", "pyav", "decord", "torchcodec"],

@@ -73,7 +73,12 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool
             command: str | None = None) -> ConvertSummary:
     """Convert SRC into shards in OUT, resuming an interrupted run of the same source with the
     same options; `force` starts over (our own files in OUT are removed first). `command` is
-    recorded in OUT's lock, to name this run to a second one."""
+    recorded in OUT's lock, to name this run to a second one. SRC may be an fsspec URL or a Hub
+    repo id, OUT an fsspec URL (pass URLs as str): see convert/remote.py."""
+    from datakit.convert.remote import convert_remote, is_remote_job
+
+    if is_remote_job(src, out):  # fsspec URL or Hub repo id: staged through local folders
+        return convert_remote(src, out, cfg, force=force, command=command)
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
     spec = scan(src, cfg.format)
