@@ -1,0 +1,114 @@
+"""The local engine below the shard: when the plan has fewer shards than --workers, a process
+pool converts episodes into part files (split.py) while this process joins them into their
+shards in plan order, hashing as it copies, and commits each shard on a background thread.
+
+Same stopping rules as the shard pool in local.py: the first error (a bad episode under
+--on-error fail, an output error, a dead worker) stops the run, the busy workers get SIGTERM,
+the shards committed before it stay for a rerun, the unfinished files are removed.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from tqdm import tqdm
+
+from datakit.config import ConvertConfig
+from datakit.convert.journal import Journal
+from datakit.convert.local import Job, _die_with_parent, _start_method
+from datakit.convert.shard import check_committed, commit_shard
+from datakit.convert.split import EpisodePart, join_parts, new_scratch, split_below_shard, write_part
+from datakit.errors import DatakitError
+from datakit.sources.episode import DatasetSpec, EpisodeRef
+
+__all__ = ["run_split", "split_below_shard"]
+
+_WORKER: dict = {}
+
+
+def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, parent: int) -> None:
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)  # parallelism is across episodes; one core per worker
+    _WORKER.update(spec=spec, cfg=cfg, scratch=scratch)
+
+
+def _part_task(shard: int, ref: EpisodeRef) -> EpisodePart:
+    return write_part(_WORKER["spec"], _WORKER["cfg"], _WORKER["scratch"], shard, ref)
+
+
+def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+    """Convert and commit the shards of `jobs`, their episodes spread over a process pool."""
+    scratch = new_scratch(out, "local")
+    episodes = [(i, ref) for i, refs in jobs for ref in refs]
+    ctx = mp.get_context(_start_method())
+    before = {p.pid for p in mp.active_children()}
+    pool = ProcessPoolExecutor(min(cfg.workers, len(episodes)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(spec, cfg, scratch, os.getpid()))
+    finished: deque[int] = deque()  # frames of episodes done, appended by the pool's callback thread
+    done: list[Journal] = []
+    workers: set[int] = set()  # our pool's worker pids, the only processes we ever signal
+    try:
+        futures: dict[tuple[int, int], Future] = {}
+        for i, ref in episodes:  # submitted in plan order: the pool runs them first come, first served
+            f = futures[i, ref.episode_index] = pool.submit(_part_task, i, ref)
+            f.add_done_callback(lambda _, n=ref.length: finished.append(n))
+        workers |= {p.pid for p in mp.active_children()} - before
+
+        def parts(i: int, refs: list[EpisodeRef]) -> Iterator[EpisodePart]:
+            for ref in refs:
+                f = futures[i, ref.episode_index]
+                while not wait([f], timeout=0.2).done:
+                    _drain(finished, bar)
+                _drain(finished, bar)
+                try:
+                    yield f.result()
+                except BrokenProcessPool:
+                    raise DatakitError(f"{out}: a worker process died (killed, or out of memory?) while converting "
+                                       f"episode {ref.episode_index} of shard {i}; rerun the same command to resume"
+                                       ) from None
+
+        with ThreadPoolExecutor(1, thread_name_prefix="shard-close") as closer:  # fsync overlaps joining
+            commits = []
+            for i, refs in jobs:
+                if any(c.done() and c.exception() for c in commits):
+                    break
+                j, shard = join_parts(cfg, out, i, refs, parts(i, refs))
+                commits.append(closer.submit(commit_shard, out, shard, j))
+                done.append(j)
+        for c in commits:
+            if c.exception() is not None:
+                raise c.exception()
+        pool.shutdown(wait=True)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        pool.shutdown(wait=True)
+        for tmp in Path(out).glob("shard-*.tar.tmp"):
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    check_committed(out, done)
+    return done
+
+
+def _drain(finished: deque[int], bar: tqdm) -> None:
+    n = 0
+    while finished:
+        n += finished.popleft()
+    if n:
+        bar.update(n)
