@@ -132,6 +132,18 @@ def connect(ray: Any, cfg: ConvertConfig) -> bool:
     return True
 
 
+def check_fits(ray: Any, cfg: ConvertConfig) -> None:
+    """A task asking more CPUs or memory than any node has would wait forever: say so now."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
+    memory = max((n.get("memory", 0.0) for n in nodes), default=0.0)
+    if cfg.ray_cpus_per_task > cpus:
+        raise DatakitError(f"ray_cpus_per_task = {cfg.ray_cpus_per_task:g}, but no Ray node has more than {cpus:g} CPUs")
+    if cfg.ray_memory_per_task and cfg.ray_memory_per_task > memory:
+        raise DatakitError(f"ray_memory_per_task = {cfg.ray_memory_per_task} bytes, but no Ray node has more than "
+                           f"{int(memory)} bytes for tasks")
+
+
 def _task_slots(ray: Any, cfg: ConvertConfig) -> int:
     """How many tasks the cluster runs at once."""
     cpus = ray.cluster_resources().get("CPU", 1.0)
@@ -168,6 +180,7 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
     if cfg.ray_memory_per_task:
         opts["memory"] = cfg.ray_memory_per_task
     kill_marker = os.environ.get(KILL_ONCE_ENV) or None
+    check_fits(ray, cfg)
     spec_ref = ray.put(spec)  # once in the object store, not once per task
     split = split_below_shard(_task_slots(ray, cfg), jobs)
     # ObjectRef -> (what, shard index, frames it completes)
@@ -200,7 +213,8 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
                     done.append(value)
                     for folder in parts.pop(i, []):
                         shutil.rmtree(folder, ignore_errors=True)
-                bar.update(frames)
+                if frames:
+                    bar.update(frames)
     except BaseException:
         _cancel(ray, list(pending))
         shutil.rmtree(scratch_root(out), ignore_errors=True)
