@@ -159,3 +159,27 @@ def test_auto_decoder_falls_back(ds, tmp_path, monkeypatch):
 
     s = convert(ds, tmp_path / "out", ConvertConfig(workers=1, progress=False))
     assert s.decoders == {"torchcodec": 9}  # 3 episodes x 3 video cameras (one of them black)
+
+
+def test_debug_shows_the_failed_episodes_traceback(ds, tmp_path, capsys):
+    """Errors travel as exceptions: with --debug the episode's own traceback is shown (fail:
+    raised with its frames; skip: printed per skipped episode)."""
+    _video(ds).unlink()
+    with pytest.raises(Exception) as info:
+        main(["--debug", "convert", str(ds), str(tmp_path / "a"), "--workers", "1", "--no-progress"])
+    assert "episode_000001.mp4" in str(info.value)
+    frames = [f.name for f in info.traceback]
+    assert "load_lerobot_episode" in frames, frames  # where the bad input was found
+    capsys.readouterr()
+    assert main(["--debug", "convert", str(ds), str(tmp_path / "b"), "--workers", "1", "--no-progress",
+                 "--on-error", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped episode 1:" in err and "Traceback" in err and "load_lerobot_episode" in err, err
+
+
+def test_episode_error_crosses_process_boundaries(ds, tmp_path, capsys):
+    """With a process pool the bad episode's error (an exception, pickled) still names the file."""
+    _video(ds).unlink()
+    rc = main(["convert", str(ds), str(tmp_path / "a"), "--workers", "2", "--shard-size", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    _assert_clean_failure(rc, err, tmp_path / "a", "episode_000001.mp4", "missing video file")

@@ -30,7 +30,7 @@ from datakit.convert.outdir import claim_output, open_output, output_lock, remov
 from datakit.convert.plan import plan_shards, predicted_bytes
 from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
 from datakit.errors import output_error
-from datakit.shards.index import ShardIndex, load_index, write_index
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
 from datakit.sources import scan
 
 __all__ = ["ConvertSummary", "Journal", "convert", "plan_shards", "predicted_bytes"]
@@ -46,11 +46,28 @@ class ConvertSummary:
     traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
 
 
+INDEX_FILES = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # in the order write_index writes them
+
+
 def _remove_unfinished(out: Path) -> None:
-    """Temporary files a stopped run left in OUT (their final names are written atomically)."""
+    """What a stopped run left in OUT: temporary files, and index files without the checksums
+    file that would make them a finished conversion."""
     for pattern in ("shard-*.tar.tmp", "frames.arrow.tmp", "index.json.*.tmp", "checksums.json.*.tmp"):
         for tmp in out.glob(pattern):
             tmp.unlink(missing_ok=True)
+    for name in INDEX_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
+def _write_index(out: Path, index: ShardIndex, table) -> None:
+    """write_index, with an OSError named after the index file it was writing (pyarrow's and
+    file.write's errors carry no file name): the first one not in place yet."""
+    try:
+        write_index(out, index, table)
+    except OSError as e:
+        failed = next((out / n for n in INDEX_FILES if not (out / n).exists()), out)
+        _remove_unfinished(out)
+        raise output_error(failed, e) from e
 
 
 def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
@@ -81,11 +98,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool
 
         journals = sorted([*kept.values(), *new], key=lambda j: j.index)
         index, table = build_index(spec, cfg, journals, fingerprint)
-        try:
-            write_index(out, index, table)  # last: the checksums file it ends with means finished
-        except OSError as e:
-            _remove_unfinished(out)
-            raise output_error(e.filename or out, e) from e
+        _write_index(out, index, table)  # last: the checksums file it ends with means finished
         shutil.rmtree(out / STAGING, ignore_errors=True)
     decoders: dict[str, int] = {}
     for j in new:
