@@ -119,3 +119,30 @@ def test_bad_episode_below_the_shard(src, tmp_path):
     names = [p.name for p in failed.rglob("*")]
     assert "index.json" not in names and not any(n.endswith(".tar") or n.endswith(".tmp") or n.endswith(".part")
                                                  for n in names), names
+
+
+@pytest.mark.timeout(120)
+def test_dead_worker_below_the_shard_stops_and_rerun_resumes(src, one_writer, tmp_path, monkeypatch):
+    """A worker SIGKILLed while converting an episode below the shard: the run stops with one
+    error naming the shard, leaves no shard, part or .tmp file; the rerun gives the one-writer bytes."""
+    import signal
+
+    from datakit.errors import DatakitError
+
+    real = local_split.write_part
+
+    def dying(spec, cfg, scratch, shard, ref):
+        if ref.episode_index == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(spec, cfg, scratch, shard, ref)
+
+    monkeypatch.setattr(local_split, "write_part", dying)
+    monkeypatch.setenv("DATAKIT_MP_START", "fork")
+    out = tmp_path / "out"
+    with pytest.raises(DatakitError, match="worker process died.*shard 0 \\(episodes 0-3\\)"):
+        convert(src, out, ConvertConfig(workers=2, progress=False))
+    names = [p.name for p in out.rglob("*")]
+    assert not any(n.endswith(".tar") or n.endswith(".tmp") or n.endswith(".part") for n in names), names
+    monkeypatch.setattr(local_split, "write_part", real)
+    convert(src, out, ConvertConfig(workers=2, progress=False))
+    assert tree_bytes(out) == tree_bytes(one_writer)

@@ -74,8 +74,8 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
                     yield f.result()
                 except BrokenProcessPool:
                     raise DatakitError(f"{out}: a worker process died (killed, or out of memory?) while converting "
-                                       f"episode {ref.episode_index} of shard {i}; rerun the same command to resume"
-                                       ) from None
+                                       f"the episodes of shard {i} (episodes {refs[0].episode_index}-"
+                                       f"{refs[-1].episode_index}); rerun the same command to resume") from None
 
         with ThreadPoolExecutor(1, thread_name_prefix="shard-close") as closer:  # fsync overlaps joining
             commits = []

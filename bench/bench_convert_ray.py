@@ -1,0 +1,153 @@
+"""Ray engine against the local engine, and the one-shard plan before/after the below-shard split.
+
+    python bench/bench_convert_ray.py [--episodes 10] [--frames 60] [--repeats 3] [--out bench/results]
+
+Same input (a LeRobot v2.1 dataset, 3 cameras 480x640 AV1, as bench_convert.py makes), same
+options, same number of worker processes (--workers, default 2) for both engines:
+- A, many shards (one episode per shard): `--engine local` (process pool) vs `--engine ray`
+  (one task per shard) in one Ray session started once (its start-up is reported on its own).
+  Ray's overhead per shard = (ray seconds - local seconds) / shards.
+- B, a one-shard plan: --workers 1 vs --workers N with the below-shard split (episodes into
+  part files in parallel, joined in order) and without it ("before": the split switched off in
+  this process), and `--engine ray` on the same plan (one task per episode + a join task).
+Each figure is the median of --repeats runs after one warm-up run. Outputs are checked
+byte-identical across every run of a section.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import datakit.convert.local_split as local_split  # noqa: E402
+from datakit.config import ConvertConfig  # noqa: E402
+from datakit.convert import convert  # noqa: E402
+from datakit.machine import available_cpus  # noqa: E402
+from datakit.synth import make_lerobot_dataset  # noqa: E402
+
+
+def digest(out: Path) -> dict[str, int]:
+    """Every output file's name and size plus the index checksums (which hash the shard hashes)."""
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    files["checksums.json"] = hash((out / "checksums.json").read_bytes())
+    return files
+
+
+def timed(src: Path, work: Path, cfg: ConvertConfig, split: bool = True) -> tuple[float, dict, int]:
+    out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    real = local_split.split_below_shard
+    if not split:
+        local_split.split_below_shard = lambda workers, jobs: False  # the local engine as it was before
+    try:
+        t0 = time.perf_counter()
+        s = convert(src, out, cfg)
+        dt = time.perf_counter() - t0
+    finally:
+        local_split.split_below_shard = real
+    d = digest(out)
+    shutil.rmtree(out)
+    return dt, d, s.index.num_shards
+
+
+def measure(label: str, fn, repeats: int, rows: list[dict], check: dict) -> float:
+    fn()  # warm-up: imports, decoder libraries, Ray workers, page cache of the sources
+    runs = []
+    for _ in range(repeats):
+        dt, d, shards = fn()
+        runs.append(dt)
+        ref = check.setdefault("digest", d)
+        assert d == ref, f"{label}: output differs from the section's first run"
+    med = statistics.median(runs)
+    rows.append({"what": label, "seconds": med, "runs": runs, "shards": shards})
+    print(f"{label}: median {med:.2f} s  runs {[round(r, 2) for r in runs]}", flush=True)
+    return med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=10)
+    ap.add_argument("--frames", type=int, default=60, help="frames per episode")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    import ray
+
+    work = Path(tempfile.mkdtemp(prefix="bench-convert-ray-"))
+    load0 = os.getloadavg()[0]
+    try:
+        src = work / "src"
+        make_lerobot_dataset(src, version="v2.1", codec="av1", height=480, width=640, fps=15,
+                             episode_lengths=[args.frames] * args.episodes, detail=1.0)
+        frames = args.episodes * args.frames
+        rows: list[dict] = []
+        w = args.workers
+        many = dict(progress=False, shard_size=1)  # one episode per shard
+        one = dict(progress=False, shard_size=1 << 40)  # every episode in one shard
+        a, b = {}, {}
+        loc = measure(f"A: {args.episodes} shards, --engine local --workers {w}",
+                      lambda: timed(src, work, ConvertConfig(workers=w, **many)), args.repeats, rows, a)
+        w1 = measure("B: 1 shard, --engine local --workers 1",
+                     lambda: timed(src, work, ConvertConfig(workers=1, **one)), args.repeats, rows, b)
+        before = measure(f"B: 1 shard, --engine local --workers {w}, before the split (one writer)",
+                         lambda: timed(src, work, ConvertConfig(workers=w, **one), split=False), args.repeats, rows, b)
+        after = measure(f"B: 1 shard, --engine local --workers {w}, below-shard split",
+                        lambda: timed(src, work, ConvertConfig(workers=w, **one)), args.repeats, rows, b)
+        # Ray last: the local pool forks, and a process that runs a Ray driver should not fork
+        t0 = time.perf_counter()
+        ray.init(num_cpus=args.workers, include_dashboard=False, logging_level="WARNING")
+        ray_start = time.perf_counter() - t0
+        ray_s = measure(f"A: {args.episodes} shards, --engine ray --workers {w}",
+                        lambda: timed(src, work, ConvertConfig(workers=w, engine="ray", **many)), args.repeats, rows, a)
+        ray_one = measure(f"B: 1 shard, --engine ray --workers {w} (episode tasks + join)",
+                          lambda: timed(src, work, ConvertConfig(workers=w, engine="ray", **one)), args.repeats, rows, b)
+        ray.shutdown()
+        rows.sort(key=lambda r: r["what"][0])  # section A first, then B
+        ratios = {
+            "A ray / local (seconds)": ray_s / loc,
+            "A ray overhead per shard (s)": (ray_s - loc) / args.episodes,
+            f"B workers {w} / workers 1 before the split (seconds)": before / w1,
+            f"B workers {w} / workers 1 with the split (seconds)": after / w1,
+            "B ray / local, with the split (seconds)": ray_one / after,
+        }
+        result = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "python " + " ".join(sys.argv),
+            "machine": f"{platform.node()} {platform.machine()} {available_cpus()} cores, "
+                       f"{platform.python_version()}, ray {ray.__version__}",
+            "dataset": f"LeRobot v2.1, {args.episodes} episodes x {args.frames} frames ({frames} frames), "
+                       "3 cameras 480x640 AV1, native size output",
+            "ray_init_seconds": ray_start, "load_average_start": load0, "load_average_end": os.getloadavg()[0],
+            "repeats": args.repeats, "rows": rows, "ratios": ratios,
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "convert_ray.json").write_text(json.dumps(result, indent=1))
+        md = ["# Conversion: Ray engine vs local engine; one-shard plan below the shard\n",
+              f"- date: {result['date']}", f"- command: `{result['command']}`", f"- machine: {result['machine']}",
+              f"- dataset: {result['dataset']}",
+              f"- median of {args.repeats} runs after a warm-up run; outputs checked identical within each section; "
+              f"load average {load0:.1f} at start, {result['load_average_end']:.1f} at end (other jobs share the 2 cores: noisy)",
+              f"- Ray session start (ray.init, local, {w} CPUs), once, not in the figures: {ray_start:.1f} s\n",
+              "| run | median s | runs (s) | frames/s |", "|---|---:|---|---:|"]
+        md += [f"| {r['what']} | {r['seconds']:.2f} | {', '.join(f'{x:.2f}' for x in r['runs'])} | "
+               f"{frames / r['seconds']:.0f} |" for r in rows]
+        md += ["", "| ratio | value |", "|---|---:|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()] + [""]
+        (args.out / "convert_ray.md").write_text("\n".join(md))
+        print("\n".join(md))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
