@@ -1,6 +1,8 @@
 """The local engine below the shard: when the plan has fewer shards than --workers, a process
 pool converts episodes into part files (split.py) while this process joins them into their
 shards in plan order, hashing as it copies, and commits each shard on a background thread.
+Part files go to tmpfs (/dev/shm) when it has room: they are read once and deleted, and need
+never reach a disk (in OUT they doubled the bytes written at native size).
 
 Same stopping rules as the shard pool in local.py: the first error (a bad episode under
 --on-error fail, an output error, a dead worker) stops the run, the busy workers get SIGTERM,
@@ -25,7 +27,8 @@ from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
 from datakit.convert.local import Job, _die_with_parent, _start_method
 from datakit.convert.shard import check_committed, commit_shard
-from datakit.convert.split import EpisodePart, join_parts, new_scratch, split_below_shard, write_part
+from datakit.convert.plan import predicted_bytes
+from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, split_below_shard, write_part
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
@@ -47,36 +50,51 @@ def _part_task(shard: int, ref: EpisodeRef) -> EpisodePart:
 
 
 def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
-    """Convert and commit the shards of `jobs`, their episodes spread over a process pool."""
-    scratch = new_scratch(out, "local")
+    """Convert and commit the shards of `jobs`, their episodes spread over a process pool. At
+    most `workers + 2` episodes are ahead of the joiner, which bounds the part files in flight."""
     episodes = [(i, ref) for i, refs in jobs for ref in refs]
+    nworkers = min(cfg.workers, len(episodes))
+    window = nworkers + 2
+    need = window * max(predicted_bytes(spec, cfg, ref) for _, ref in episodes)
+    scratch = shm_scratch(out, need) or new_scratch(out, "local")
     ctx = mp.get_context(_start_method())
     before = {p.pid for p in mp.active_children()}
-    pool = ProcessPoolExecutor(min(cfg.workers, len(episodes)), mp_context=ctx, initializer=_init_worker,
+    pool = ProcessPoolExecutor(nworkers, mp_context=ctx, initializer=_init_worker,
                                initargs=(spec, cfg, scratch, os.getpid()))
     finished: deque[int] = deque()  # frames of episodes done, appended by the pool's callback thread
+    futures: dict[tuple[int, int], Future] = {}
     done: list[Journal] = []
     workers: set[int] = set()  # our pool's worker pids, the only processes we ever signal
-    try:
-        futures: dict[tuple[int, int], Future] = {}
-        for i, ref in episodes:  # submitted in plan order: the pool runs them first come, first served
+
+    def top_up(joined: int) -> None:
+        """Submit, in plan order, until `window` episodes are ahead of the joiner (the pool runs
+        them first come, first served)."""
+        while len(futures) < min(joined + window, len(episodes)):
+            i, ref = episodes[len(futures)]
             f = futures[i, ref.episode_index] = pool.submit(_part_task, i, ref)
             f.add_done_callback(lambda _, n=ref.length: finished.append(n))
-        workers |= {p.pid for p in mp.active_children()} - before
+        workers.update({p.pid for p in mp.active_children()} - before)
 
-        def parts(i: int, refs: list[EpisodeRef]) -> Iterator[EpisodePart]:
-            for ref in refs:
-                f = futures[i, ref.episode_index]
-                while not wait([f], timeout=0.2).done:
-                    _drain(finished, bar)
+    joined = 0
+
+    def parts(i: int, refs: list[EpisodeRef]) -> Iterator[EpisodePart]:
+        nonlocal joined
+        for ref in refs:
+            top_up(joined)
+            f = futures[i, ref.episode_index]
+            while not wait([f], timeout=0.2).done:
                 _drain(finished, bar)
-                try:
-                    yield f.result()
-                except BrokenProcessPool:
-                    raise DatakitError(f"{out}: a worker process died (killed, or out of memory?) while converting "
-                                       f"the episodes of shard {i} (episodes {refs[0].episode_index}-"
-                                       f"{refs[-1].episode_index}); rerun the same command to resume") from None
+            _drain(finished, bar)
+            try:
+                part = f.result()
+            except BrokenProcessPool:
+                raise DatakitError(f"{out}: a worker process died (killed, or out of memory?) while converting "
+                                   f"the episodes of shard {i} (episodes {refs[0].episode_index}-"
+                                   f"{refs[-1].episode_index}); rerun the same command to resume") from None
+            joined += 1
+            yield part
 
+    try:
         with ThreadPoolExecutor(1, thread_name_prefix="shard-close") as closer:  # fsync overlaps joining
             commits = []
             for i, refs in jobs:

@@ -16,7 +16,9 @@ Engines: local_split.py (a process pool on this machine) and ray_engine.py (Ray 
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,24 @@ def new_scratch(out: Path, what: str) -> Path:
     except OSError as e:
         raise output_error(d, e) from e
     return d
+
+
+def shm_scratch(out: Path, need: int) -> Path | None:
+    """A folder on tmpfs for this machine's part files, if /dev/shm has room for `need` bytes
+    twice over; else None (use OUT). Named after OUT, so a killed run's leftovers are removed
+    by the next run on the same OUT (OUT's lock: no other run is using them)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return None
+    folder = shm / f"datakit-parts-{hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:12]}"
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        if shutil.disk_usage(shm).free < 2 * need:
+            return None
+        folder.mkdir()
+    except OSError:
+        return None
+    return folder
 
 
 def split_below_shard(workers: int, jobs: list[tuple[int, list[EpisodeRef]]]) -> bool:
