@@ -3,13 +3,15 @@
     python bench/bench_convert_ray.py [--episodes 10] [--frames 60] [--repeats 3] [--out bench/results]
 
 Same input (a LeRobot v2.1 dataset, 3 cameras 480x640 AV1, as bench_convert.py makes), same
-options, same number of worker processes (--workers, default 2) for both engines:
+options, same number of worker processes (--workers, default 2) for both engines. Sections
+(the configs of a section run interleaved, so load from other jobs hits them alike):
 - A, many shards (one episode per shard): `--engine local` (process pool) vs `--engine ray`
   (one task per shard) in one Ray session started once (its start-up is reported on its own).
   Ray's overhead per shard = (ray seconds - local seconds) / shards.
-- B, a one-shard plan: --workers 1 vs --workers N with the below-shard split (episodes into
-  part files in parallel, joined in order) and without it ("before": the split switched off in
-  this process), and `--engine ray` on the same plan (one task per episode + a join task).
+- B, a one-shard plan (before Ray starts): --workers 1 vs --workers N with the below-shard
+  split (episodes into part files in parallel, joined in order) and without it ("before": the
+  split switched off in this process), at native size and at 224x224.
+- C, the one-shard plan: the local split vs `--engine ray` (one task per episode + a join task).
 Each figure is the median of --repeats runs after one warm-up run. Outputs are checked
 byte-identical across every run of a section.
 """
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -60,17 +63,35 @@ def timed(src: Path, work: Path, cfg: ConvertConfig, split: bool = True) -> tupl
     return dt, d, s.index.num_shards
 
 
-def measure(label: str, fn, repeats: int, rows: list[dict], check: dict) -> float:
-    fn()  # warm-up: imports, decoder libraries, Ray workers, page cache of the sources
-    runs = []
+def cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (the local pool's workers); Ray's
+    workers are the raylet's children, so Ray rows report n/a."""
+    r, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+
+
+def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats: int, rows: list[dict]) -> dict:
+    """Each config once to warm up (imports, decoders, Ray workers, page cache), then `repeats`
+    rounds of all configs interleaved, so load from other jobs hits them alike; the outputs of
+    every run of the section must be identical. Returns label -> median seconds."""
+    for cfg, split in configs.values():
+        timed(src, work, cfg, split)
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in configs}
+    ref = None
     for _ in range(repeats):
-        dt, d, shards = fn()
-        runs.append(dt)
-        ref = check.setdefault("digest", d)
-        assert d == ref, f"{label}: output differs from the section's first run"
-    med = statistics.median(runs)
-    rows.append({"what": label, "seconds": med, "runs": runs, "shards": shards})
-    print(f"{label}: median {med:.2f} s  runs {[round(r, 2) for r in runs]}", flush=True)
+        for label, (cfg, split) in configs.items():
+            c0 = cpu_seconds()
+            dt, d, shards = timed(src, work, cfg, split)
+            runs[label].append((dt, (cpu_seconds() - c0) / dt))
+            ref = ref or d
+            assert d == ref, f"{name} {label}: output differs from the section's first run"
+    med = {}
+    for label, rs in runs.items():
+        med[label] = statistics.median(r[0] for r in rs)
+        cpu = None if configs[label][0].engine == "ray" else statistics.median(r[1] for r in rs)
+        rows.append({"what": f"{name}: {label}", "seconds": med[label], "runs": [r[0] for r in rs],
+                     "cpu_per_wall": cpu, "shards": shards})
+        print(f"{name}: {label}: median {med[label]:.2f} s  runs {[round(r[0], 2) for r in rs]}", flush=True)
     return med
 
 
@@ -92,35 +113,41 @@ def main() -> None:
                              episode_lengths=[args.frames] * args.episodes, detail=1.0)
         frames = args.episodes * args.frames
         rows: list[dict] = []
-        w = args.workers
+        w, n = args.workers, args.repeats
         many = dict(progress=False, shard_size=1)  # one episode per shard
         one = dict(progress=False, shard_size=1 << 40)  # every episode in one shard
-        a, b = {}, {}
-        loc = measure(f"A: {args.episodes} shards, --engine local --workers {w}",
-                      lambda: timed(src, work, ConvertConfig(workers=w, **many)), args.repeats, rows, a)
-        w1 = measure("B: 1 shard, --engine local --workers 1",
-                     lambda: timed(src, work, ConvertConfig(workers=1, **one)), args.repeats, rows, b)
-        before = measure(f"B: 1 shard, --engine local --workers {w}, before the split (one writer)",
-                         lambda: timed(src, work, ConvertConfig(workers=w, **one), split=False), args.repeats, rows, b)
-        after = measure(f"B: 1 shard, --engine local --workers {w}, below-shard split",
-                        lambda: timed(src, work, ConvertConfig(workers=w, **one)), args.repeats, rows, b)
-        # Ray last: the local pool forks, and a process that runs a Ray driver should not fork
+        b = {}
+        for size in (None, "224x224"):  # B before Ray starts: the local pool forks this process
+            b[size] = section(f"B 1 shard, {size or 'native'}", {
+                "local --workers 1": (ConvertConfig(workers=1, resize=size, **one), True),
+                f"local --workers {w}, before the split (one writer)": (ConvertConfig(workers=w, resize=size, **one), False),
+                f"local --workers {w}, below-shard split": (ConvertConfig(workers=w, resize=size, **one), True),
+            }, src, work, n, rows)
         t0 = time.perf_counter()
-        ray.init(num_cpus=args.workers, include_dashboard=False, logging_level="WARNING")
+        ray.init(num_cpus=w, include_dashboard=False, logging_level="WARNING")
         ray_start = time.perf_counter() - t0
-        ray_s = measure(f"A: {args.episodes} shards, --engine ray --workers {w}",
-                        lambda: timed(src, work, ConvertConfig(workers=w, engine="ray", **many)), args.repeats, rows, a)
-        ray_one = measure(f"B: 1 shard, --engine ray --workers {w} (episode tasks + join)",
-                          lambda: timed(src, work, ConvertConfig(workers=w, engine="ray", **one)), args.repeats, rows, b)
+        a = section(f"A {args.episodes} shards, native", {
+            f"local --workers {w}": (ConvertConfig(workers=w, **many), True),
+            f"ray --workers {w}": (ConvertConfig(workers=w, engine="ray", **many), True),
+        }, src, work, n, rows)
+        c = section("C 1 shard, native", {
+            f"local --workers {w}, below-shard split": (ConvertConfig(workers=w, **one), True),
+            f"ray --workers {w}, episode tasks + join": (ConvertConfig(workers=w, engine="ray", **one), True),
+        }, src, work, n, rows)
         ray.shutdown()
-        rows.sort(key=lambda r: r["what"][0])  # section A first, then B
+        loc, ray_s = a[f"local --workers {w}"], a[f"ray --workers {w}"]
         ratios = {
             "A ray / local (seconds)": ray_s / loc,
             "A ray overhead per shard (s)": (ray_s - loc) / args.episodes,
-            f"B workers {w} / workers 1 before the split (seconds)": before / w1,
-            f"B workers {w} / workers 1 with the split (seconds)": after / w1,
-            "B ray / local, with the split (seconds)": ray_one / after,
+            "C ray / local, one shard below the shard (seconds)":
+                c[f"ray --workers {w}, episode tasks + join"] / c[f"local --workers {w}, below-shard split"],
         }
+        for size, m in b.items():
+            w1 = m["local --workers 1"]
+            ratios[f"B {size or 'native'}: workers {w} / workers 1, before the split (seconds)"] = \
+                m[f"local --workers {w}, before the split (one writer)"] / w1
+            ratios[f"B {size or 'native'}: workers {w} / workers 1, with the split (seconds)"] = \
+                m[f"local --workers {w}, below-shard split"] / w1
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": "python " + " ".join(sys.argv),
@@ -139,9 +166,10 @@ def main() -> None:
               f"- median of {args.repeats} runs after a warm-up run; outputs checked identical within each section; "
               f"load average {load0:.1f} at start, {result['load_average_end']:.1f} at end (other jobs share the 2 cores: noisy)",
               f"- Ray session start (ray.init, local, {w} CPUs), once, not in the figures: {ray_start:.1f} s\n",
-              "| run | median s | runs (s) | frames/s |", "|---|---:|---|---:|"]
+              "| run | median s | runs (s) | frames/s | CPU s / wall s |", "|---|---:|---|---:|---:|"]
         md += [f"| {r['what']} | {r['seconds']:.2f} | {', '.join(f'{x:.2f}' for x in r['runs'])} | "
-               f"{frames / r['seconds']:.0f} |" for r in rows]
+               f"{frames / r['seconds']:.0f} | {'n/a' if r['cpu_per_wall'] is None else format(r['cpu_per_wall'], '.2f')} |"
+               for r in rows]
         md += ["", "| ratio | value |", "|---|---:|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()] + [""]
         (args.out / "convert_ray.md").write_text("\n".join(md))
         print("\n".join(md))
