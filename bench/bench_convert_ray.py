@@ -12,7 +12,8 @@ options, same number of worker processes (--workers, default 2) for both engines
   split (episodes into part files in parallel, joined in order) and without it ("before": the
   split switched off in this process), at native size and at 224x224.
 - C, the one-shard plan: the local split vs `--engine ray` (one task per episode + a join task).
-Each figure is the median of --repeats runs after one warm-up run. Outputs are checked
+Each figure is the median of --repeats runs after one warm-up run (its time is reported as
+"first run": for Ray it includes starting the session's worker processes). Outputs are checked
 byte-identical across every run of a section.
 """
 from __future__ import annotations
@@ -74,8 +75,7 @@ def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats
     """Each config once to warm up (imports, decoders, Ray workers, page cache), then `repeats`
     rounds of all configs interleaved, so load from other jobs hits them alike; the outputs of
     every run of the section must be identical. Returns label -> median seconds."""
-    for cfg, split in configs.values():
-        timed(src, work, cfg, split)
+    first = {label: timed(src, work, cfg, split)[0] for label, (cfg, split) in configs.items()}
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in configs}
     ref = None
     for _ in range(repeats):
@@ -90,6 +90,7 @@ def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats
         med[label] = statistics.median(r[0] for r in rs)
         cpu = None if configs[label][0].engine == "ray" else statistics.median(r[1] for r in rs)
         rows.append({"what": f"{name}: {label}", "seconds": med[label], "runs": [r[0] for r in rs],
+                     "first_run": first[label],
                      "cpu_per_wall": cpu, "shards": shards})
         print(f"{name}: {label}: median {med[label]:.2f} s  runs {[round(r[0], 2) for r in rs]}", flush=True)
     return med
@@ -166,8 +167,8 @@ def main() -> None:
               f"- median of {args.repeats} runs after a warm-up run; outputs checked identical within each section; "
               f"load average {load0:.1f} at start, {result['load_average_end']:.1f} at end (other jobs share the 2 cores: noisy)",
               f"- Ray session start (ray.init, local, {w} CPUs), once, not in the figures: {ray_start:.1f} s\n",
-              "| run | median s | runs (s) | frames/s | CPU s / wall s |", "|---|---:|---|---:|---:|"]
-        md += [f"| {r['what']} | {r['seconds']:.2f} | {', '.join(f'{x:.2f}' for x in r['runs'])} | "
+              "| run | median s | runs (s) | first run s | frames/s | CPU s / wall s |", "|---|---:|---|---:|---:|---:|"]
+        md += [f"| {r['what']} | {r['seconds']:.2f} | {', '.join(f'{x:.2f}' for x in r['runs'])} | {r['first_run']:.2f} | "
                f"{frames / r['seconds']:.0f} | {'n/a' if r['cpu_per_wall'] is None else format(r['cpu_per_wall'], '.2f')} |"
                for r in rows]
         md += ["", "| ratio | value |", "|---|---:|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()] + [""]
