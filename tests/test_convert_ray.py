@@ -131,9 +131,11 @@ def test_bad_episode_stops_the_run(ray_session, src, tmp_path):
 
 
 def test_task_larger_than_any_node_is_refused(ray_session, src, tmp_path):
-    """A task asking more CPUs than any node has would wait forever in Ray: one clear error."""
+    """A task asking more CPUs or memory than any node has would wait forever in Ray: one clear error."""
     with pytest.raises(DatakitError, match="ray_cpus_per_task = 3"):
         convert(src, tmp_path / "out", ConvertConfig(workers=2, engine="ray", ray_cpus_per_task=3, progress=False))
+    with pytest.raises(DatakitError, match="ray_memory_per_task = 1000000000000000 bytes"):
+        convert(src, tmp_path / "out", ConvertConfig(workers=2, engine="ray", ray_memory_per_task=10**15, progress=False))
 
 
 def test_without_ray_the_error_says_how_to_install(src, tmp_path, monkeypatch):

@@ -133,7 +133,8 @@ def connect(ray: Any, cfg: ConvertConfig) -> bool:
 
 
 def check_fits(ray: Any, cfg: ConvertConfig) -> None:
-    """A task asking more CPUs or memory than any node has would wait forever: say so now."""
+    """A task asking more CPUs or memory than any node has would wait forever: say so now.
+    (An autoscaling cluster that would add such a node later is refused too: start one first.)"""
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
     memory = max((n.get("memory", 0.0) for n in nodes), default=0.0)
