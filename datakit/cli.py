@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from datakit.errors import DatakitError
+from datakit.errors import DatakitError, output_error
 
 
 def _size(text: str) -> int:
@@ -38,6 +38,8 @@ def add_convert(sub) -> None:
     p.add_argument("--workers", type=int, help="parallel episode workers (default: all cores)")
     p.add_argument("--shard-size", type=_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
     p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
+    p.add_argument("--nonfinite", choices=["reject", "keep"],
+                   help="NaN/inf in state/action: a bad episode (default), or keep it, out of the statistics")
     p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
                    help="decode each camera on its own thread (default: on when --workers is below the core count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -56,8 +58,8 @@ def run_convert(args) -> int:
 
     over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
                 resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
-                on_error=args.on_error, prefetch=args.prefetch, progress=False if args.no_progress else None,
-                engine=args.engine, ray_address=args.ray_address)
+                on_error=args.on_error, nonfinite=args.nonfinite, prefetch=args.prefetch,
+                progress=False if args.no_progress else None, engine=args.engine, ray_address=args.ray_address)
     cfg = ConvertConfig.from_toml(args.config, **over) if args.config else \
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})
     s = convert(args.src, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))
@@ -70,7 +72,11 @@ def run_convert(args) -> int:
         for ep, trace in sorted(s.traces.items()):
             print(f"skipped episode {ep}:\n{trace}", file=sys.stderr)
     if args.json:
-        args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders}, indent=1))
+        try:
+            args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders},
+                                            indent=1))
+        except OSError as e:
+            raise output_error(args.json, e) from e
     return 0
 
 

@@ -11,6 +11,7 @@ from datakit.stages.resize import parse_size
 
 LAYOUTS = ("rgb", "nv12")
 ON_ERROR = ("fail", "skip")
+NONFINITE = ("reject", "keep")
 FORMATS = ("auto", "lerobot", "droid")
 ENGINES = ("local", "ray")
 
@@ -25,6 +26,9 @@ class ConvertConfig:
     workers: int = field(default_factory=available_cpus)  # processes converting episodes in parallel
     shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
     on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
+    # NaN/inf (or float64 beyond float32) in state/action: reject the episode as bad input, or
+    # keep the values, leave them out of the statistics and count them there ("nonfinite")
+    nonfinite: str = "reject"
     prefetch: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
     progress: bool = True  # progress bar on stderr
     engine: str = "local"  # local: a process pool on this machine; ray: one Ray task per shard (pip install .[ray])
@@ -39,6 +43,8 @@ class ConvertConfig:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        if self.nonfinite not in NONFINITE:
+            raise ValueError(f"nonfinite must be one of {NONFINITE}, got {self.nonfinite!r}")
         if self.resize is not None:
             h, w = parse_size(self.resize)
             if self.layout == "nv12" and (h % 2 or w % 2):
@@ -61,10 +67,11 @@ class ConvertConfig:
 
     def output_options(self) -> dict[str, Any]:
         """The options that determine the shard bytes (a rerun must match them to resume).
-        on_error is not one: a run stopped by a bad episode may be resumed with --on-error skip."""
+        on_error and nonfinite are not: like --on-error skip, --nonfinite keep only admits
+        episodes that the stricter run refused, so a run stopped by one may be resumed with it."""
         d = asdict(self)
-        for k in ("workers", "progress", "decoder_threads", "on_error", "prefetch", "engine", "ray_address",
-                  "ray_cpus_per_task", "ray_memory_per_task"):
+        for k in ("workers", "progress", "decoder_threads", "on_error", "nonfinite", "prefetch", "engine",
+                  "ray_address", "ray_cpus_per_task", "ray_memory_per_task"):
             d.pop(k)
         return d
 

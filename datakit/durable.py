@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from datakit.errors import ShardError
@@ -27,23 +29,34 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write bytes to `path` via a temporary name beside it, fsync and rename: never half-written.
-    The temporary name carries the pid, so two processes never share one."""
+@contextmanager
+def atomic_path(path: Path, *, durable: bool = True) -> Iterator[Path]:
+    """A temporary name beside `path` to write to; on a clean exit it is fsynced and renamed
+    to `path`, on an exception removed: `path` is never half-written. The temporary name
+    carries the pid, so two processes never share one. For writers that stream (Arrow)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
+        yield tmp
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write bytes to `path` via `atomic_path`: never half-written."""
+    with atomic_path(path, durable=durable) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
 
 
 def file_sha256(path: Path) -> str:

@@ -18,7 +18,8 @@ from datakit.decoders import BackendUnavailable, open_decoder, probe_video
 from datakit.errors import DatakitError, OutputError, SourceError
 from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
-from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
+from datakit.sources.checks import check_episode_table, raise_first_error
+from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
 from datakit.stages.colour import rgb_to_nv12
 from datakit.stages.prefetch import prefetch
 from datakit.stages.resize import resize_frames
@@ -102,7 +103,8 @@ def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         raise SourceError(vs.path, str(e)) from None
     used[cam] = dec.backend
     try:
-        for frame in dec.iter_frames(start, stop):
+        for i, frame in enumerate(dec.iter_frames(start, stop)):
+            _check_frame_size(frame, declared.height, declared.width, vs.path, f"frame {i}")
             yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
     except DatakitError:
         raise
@@ -112,14 +114,23 @@ def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         dec.close()
 
 
-def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path) -> Iterator[np.ndarray]:
+def _check_frame_size(frame: np.ndarray, height: int, width: int, where: Path, what: str) -> None:
+    """A frame of another size than the declared one would be written under the declared shape
+    in the index (readers would slice wrong bytes): bad input."""
+    if frame.shape != (height, width, 3):
+        raise SourceError(where, f"{what} is {frame.shape[0]}x{frame.shape[1]}, the dataset declares {height}x{width}")
+
+
+def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Path,
+                  declared: tuple[int, int]) -> Iterator[np.ndarray]:
     from PIL import Image
 
-    for b in images:
+    for i, b in enumerate(images):
         try:
             frame = np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
         except Exception as e:
-            raise SourceError(source, f"unreadable image in column {cam} ({e})") from None
+            raise SourceError(source, f"unreadable image in column {cam} at frame {i} ({e})") from None
+        _check_frame_size(frame, *declared, source, f"image column {cam} frame {i}")
         yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
 
 
@@ -129,7 +140,8 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     streams: dict[str, FrameStream] = {}
     for cam in spec.cameras:
         if cam in table.images:
-            frames = _image_frames(cam, table.images[cam], cfg, ref.source)
+            declared = (spec.cameras[cam].height, spec.cameras[cam].width)
+            frames = _image_frames(cam, table.images[cam], cfg, ref.source, declared)
             streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, ref.source)
         elif ref.videos.get(cam) is not None:
             vs = ref.videos[cam]
@@ -138,16 +150,18 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     detectors = {cam: SlotDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)
+    state, action = table.state, table.action  # float32 since the checks
     for t in range(T):
         images: dict[str, np.ndarray] = {}
         for cam, s in streams.items():
             frame = s.next(T)
             detectors[cam].update(frame[None])
             images[cam] = rgb_to_nv12(torch.from_numpy(frame[None]))[0].numpy() if cfg.layout == "nv12" else frame
+        task_index = int(table.task_index[t])
         meta = {"episode_index": ref.episode_index, "frame_index": int(table.frame_index[t]),
-                "timestamp": float(table.timestamp[t]), "task_index": int(table.task_index[t]), "task": table.task}
-        offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images,
-                                  table.state[t], table.action[t], meta)
+                "timestamp": float(table.timestamp[t]), "task_index": task_index,
+                "task": task_text(spec.tasks, task_index)}
+        offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images, state[t], action[t], meta)
         for cam, o in offs.items():
             res.offsets[cam][t] = o
     for cam, s in streams.items():
@@ -165,10 +179,9 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
     res = EpisodeResult(ref.episode_index, str(ref.source), base=sink.bytes)
     try:
         table = load_episode(spec, ref)
-        if len(table) != ref.length:
-            raise SourceError(ref.source, f"table has {len(table)} rows, metadata says {ref.length}")
-        if not np.array_equal(table.frame_index, np.arange(len(table))):
-            raise SourceError(ref.source, "frame_index is not 0..length-1 in order")
+        raise_first_error(check_episode_table(spec, ref, table, nonfinite=getattr(cfg, "nonfinite", "reject")))
+        with np.errstate(over="ignore"):  # kept (nonfinite="keep") values beyond float32 become +-inf
+            table.state, table.action = table.state.astype(np.float32), table.action.astype(np.float32)
         try:
             _write_episode(spec, ref, table, cfg, sink, res)
         except BaseException:
@@ -176,7 +189,7 @@ def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink
             raise
         res.length, res.task = len(table), table.task
         res.frame_index, res.timestamp, res.task_index = table.frame_index, table.timestamp, table.task_index
-        res.state, res.action = table.state.astype(np.float32), table.action.astype(np.float32)
+        res.state, res.action = table.state, table.action
     except OutputError:
         raise
     except DatakitError as e:

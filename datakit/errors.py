@@ -17,8 +17,8 @@ class SourceError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
-    def __reduce__(self):  # crosses process boundaries (pool workers) with both fields
-        return type(self), (self.path, self.problem)
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
 
 
 class OutputError(DatakitError):
@@ -41,5 +41,36 @@ class ShardError(DatakitError):
         self.problem = problem
         super().__init__(f"{self.shard}: {problem}")
 
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.shard, self.problem))
+
+
+class IndexFileError(DatakitError):
+    """`index.json`, `frames.arrow` or `checksums.json` of an output folder is malformed,
+    inconsistent or not strict JSON; the message names the file and the field."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):  # pickle by the two fields (DataLoader workers send errors to the parent)
+        return (type(self), (self.path, self.problem))
+
+
+class ResourceLimitError(DatakitError):
+    """The machine lacks a resource a run needs (shared memory, file descriptors); the
+    message says how much is needed and what to raise."""
+
+
+class StorageError(DatakitError):
+    """Object storage (s3://, gs://, hf://, ...) cannot be read or written: offline, refused, or
+    still failing after the retries. Names the URL (or Hub repo id) and the problem."""
+
+    def __init__(self, url: str, problem: str):
+        self.url = str(url)
+        self.problem = problem
+        super().__init__(f"{self.url}: {problem}")
+
     def __reduce__(self):
-        return type(self), (self.shard, self.problem)
+        return (type(self), (self.url, self.problem))

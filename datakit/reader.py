@@ -2,6 +2,13 @@
 
 `open_shards(OUT)` memory-maps the per-frame table and, lazily, each shard; a frame is a
 slice at the byte offset the index holds. Needs only numpy, pyarrow and torch.
+
+The index is checked on open (`shards/manifest_check.py`, `shards/frames_check.py`): a
+malformed index.json or frames.arrow raises IndexFileError naming the file, a shard name that
+would leave the folder is refused. Shards are checked when first opened (`verify`):
+"size" (default, free) cannot see bytes changed in place without changing the size; "sha256"
+hashes each shard once per process before its first read. At most `max_open` shards are
+open at a time (`shards/open_shards.py`).
 """
 from __future__ import annotations
 
@@ -11,25 +18,27 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from datakit.durable import check_size, file_size
+from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
+from datakit.shards.open_shards import DEFAULT_MAX_OPEN, OpenShards
 from datakit.stages.colour import nv12_to_rgb
 
 
 class ShardReader:
     """Read-only view of a converted output folder."""
 
-    def __init__(self, out: str | Path):
+    def __init__(self, out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN):
         self.root = Path(out)
         self.index: ShardIndex = load_index(self.root)
-        self.frames: pa.Table = load_frames(self.root)
+        self.frames: pa.Table = load_frames(self.root, self.index)
         self.cameras = list(self.index.cameras)
         self.episode_index = column(self.frames, "episode_index")
         self.frame_index = column(self.frames, "frame_index")
         self.shard = column(self.frames, "shard")
         self.offsets = {c: column(self.frames, OFFSET_PREFIX + c) for c in self.cameras}
+        check_reads(self.index, self.shard, self.offsets, self.root)
         self._row_start = {e.episode_index: (e.row_start, e.length) for e in self.index.episodes}
-        self._maps: dict[int, np.memmap] = {}
+        self.files = OpenShards(self.root, self.index.shards, verify=verify, max_open=max_open)
 
     def __len__(self) -> int:
         return self.index.num_frames
@@ -43,15 +52,9 @@ class ShardReader:
             raise IndexError(f"frame {frame_index} outside episode {episode_index} (length {length})")
         return start + frame_index
 
-    def shard_map(self, shard: int) -> np.memmap:
-        """The shard as a read-only byte array (opened once, then reused)."""
-        m = self._maps.get(shard)
-        if m is None:
-            entry = self.index.shards[shard]
-            path = self.root / entry.name
-            check_size(path, file_size(path), entry.bytes)
-            m = self._maps[shard] = np.memmap(path, dtype=np.uint8, mode="r")
-        return m
+    def shard_map(self, shard: int) -> np.ndarray:
+        """The shard as a read-only byte array (a memory map, checked on open, kept in an LRU)."""
+        return self.files.bytes(shard)
 
     def read_raw(self, row: int, camera: str) -> np.ndarray:
         """The stored frame (rgb (H,W,3) or nv12 (H*3/2,W)) as a read-only view; zeros if missing."""
@@ -71,7 +74,12 @@ class ShardReader:
             return nv12_to_rgb(torch.from_numpy(np.array(raw))[None])[0].numpy()
         return np.array(raw)
 
+    def close(self) -> None:
+        """Close the open shard files now rather than at garbage collection."""
+        self.files.close()
 
-def open_shards(out: str | Path) -> ShardReader:
-    """Open a converted output folder for random access."""
-    return ShardReader(out)
+
+def open_shards(out: str | Path, *, verify: str = "size", max_open: int = DEFAULT_MAX_OPEN) -> ShardReader:
+    """Open a converted output folder for random access; `verify="sha256"` hashes each shard
+    once per process before its first read (see ShardReader)."""
+    return ShardReader(out, verify=verify, max_open=max_open)

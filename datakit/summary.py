@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from datakit.shards.index import ShardIndex
@@ -34,7 +35,7 @@ def camera_table(index: ShardIndex) -> Table:
         t.add_column(col)
     for name, c in index.cameras.items():
         style = {"real": "green", "blank": "yellow", "missing": "red"}.get(c.slot, "")
-        t.add_row(name, f"{c.height}x{c.width}", f"[{style}]{c.slot}[/{style}]",
+        t.add_row(escape(name), f"{c.height}x{c.width}", f"[{style}]{c.slot}[/{style}]",
                   *(str(c.episodes.get(k, 0)) for k in ("real", "blank", "missing")))
     return t
 
@@ -44,7 +45,7 @@ def skipped_table(index: ShardIndex) -> Table:
     t.add_column("episode")
     t.add_column("reason")
     for s in index.skipped:
-        t.add_row(str(s["episode_index"]), s["reason"])
+        t.add_row(str(s["episode_index"]), escape(str(s["reason"])))  # paths may hold [brackets]
     return t
 
 

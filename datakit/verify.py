@@ -1,15 +1,40 @@
-"""`datakit verify OUT`: re-hash every shard and check every indexed offset against the tar structure."""
+"""`datakit verify OUT`: prove the output folder is what the conversion wrote, or name what is not.
+
+In order:
+1. checksums.json (written last) holds the sha256 of index.json and frames.arrow: an edited
+   state value, offset or manifest field fails here first;
+2. index.json is checked field by field (`shards/manifest_check.py`): types, shard and camera
+   names, frame_shape against the layout and size, frame_bytes = prod(frame_shape), shard row
+   and episode ranges tiling the table, episode rows inside their shard, totals;
+3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
+   frame, shard and task, and every offset either -1 or inside its shard;
+4. each shard: size (`durable.check_size`), sha256, every indexed offset against the tar
+   headers (each camera member must start exactly there, with the .npy header of frame_shape),
+   and every state / action member against the frames table, bit for bit.
+Steps 2-4 run whatever step 1 found, so damage is named even when checksums.json was rewritten
+to match it; checksum problems are listed after the specific ones. A manifest that cannot be parsed at all (not JSON, wrong types, missing fields) or
+a frames table that cannot be read raises IndexFileError (the CLI prints it and exits 2).
+
+What it cannot prove: that the source was converted correctly (the tests do that against
+independent decoders), or anything about a folder whose checksums.json, index.json,
+frames.arrow and shards were all rewritten consistently.
+"""
 from __future__ import annotations
 
+import json
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from datakit.errors import ShardError
-from datakit.shards.index import FRAME_KEY, OFFSET_PREFIX, column, load_frames, load_index
-from datakit.durable import file_sha256
+from datakit.durable import check_size, file_sha256, file_size
+from datakit.errors import IndexFileError, ShardError
+from datakit.shards.frames_check import table_problems
+from datakit.shards.index import (
+    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, check_frames_schema, column, load_frames,
+    load_index,
+)
 from datakit.shards.writer import npy_header
 
 
@@ -26,66 +51,143 @@ class VerifyReport:
         return not self.problems
 
 
-def _check_shard(path: Path, expected: dict[str, int], header_len: dict[str, int]) -> list[str]:
-    """Walk the tar headers: every indexed member must sit exactly at its indexed offset."""
-    found: dict[str, int] = {}
+def checksum_problems(out: Path) -> list[str]:
+    """index.json and frames.arrow against the sha256 that checksums.json records."""
+    path = out / CHECKSUMS_NAME
     try:
-        with tarfile.open(path, "r:") as tf:
-            for m in tf:
-                found[m.name] = m.offset_data
-    except (tarfile.TarError, OSError) as e:
-        return [f"{path}: unreadable tar ({e})"]
+        sums = json.loads(path.read_text())["sha256"]
+        want = {name: sums[name] for name in (MANIFEST_NAME, FRAMES_NAME)}
+    except FileNotFoundError:
+        return [f"{path}: missing: the conversion did not finish (or the file was removed)"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{path}: unreadable ({type(e).__name__}: {e})"]
+    problems = []
+    for name, digest in want.items():
+        if not (out / name).exists():
+            continue  # named by the load that follows
+        if file_sha256(out / name) != digest:
+            problems.append(f"{out / name}: sha256 differs from {CHECKSUMS_NAME} (the file was modified)")
+    return problems
+
+
+def _tar_members(path: Path) -> dict[str, int]:
+    """member name -> offset of its data, from a walk of the tar headers (stock tarfile)."""
+    with tarfile.open(path, "r:") as tf:
+        return {m.name: m.offset_data for m in tf}
+
+
+def _camera_problems(path: Path, data: np.ndarray, found: dict[str, int], expected: dict[str, int],
+                     headers: dict[str, bytes]) -> list[str]:
+    """Every indexed camera member sits exactly at its indexed offset, and its .npy header
+    declares the index's frame_shape (a transposed shape fails here)."""
     problems = []
     for name, off in expected.items():
+        hdr = headers[name]
         if name not in found:
             problems.append(f"{path}: member {name} is missing")
-        elif found[name] + header_len[name] != off:
-            problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - header_len[name]}")
+        elif found[name] + len(hdr) != off:
+            problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - len(hdr)}")
+        elif data[found[name] : found[name] + len(hdr)].tobytes() != hdr:
+            problems.append(f"{path}: member {name} is not a uint8 array of the index's frame_shape")
         if len(problems) > 5:
             break
     return problems
 
 
+def _vector_problems(path: Path, data: np.ndarray, found: dict[str, int], keys: list[str], field: str,
+                     want: np.ndarray, rows: np.ndarray) -> list[str]:
+    """The `<key>.<field>.npy` members (state, action) hold, bit for bit, the frames table's
+    values: an edited value in frames.arrow is caught even with checksums.json rewritten."""
+    dim = want.shape[1]
+    hdr = np.frombuffer(npy_header((dim,), np.dtype(np.float32)), np.uint8)
+    names = [f"{k}.{field}.npy" for k in keys]
+    missing = [n for n in names if n not in found]
+    if missing:
+        return [f"{path}: member {missing[0]} is missing ({len(missing)} {field} members)"]
+    pos = np.array([found[n] for n in names], np.int64)
+    if not pos.size:
+        return []
+    if int(pos.max()) + hdr.size + 4 * dim > data.size:
+        return [f"{path}: a {field} member runs past the end of the shard"]
+    bad = np.flatnonzero((data[pos[:, None] + np.arange(hdr.size)] != hdr).any(axis=1))
+    if bad.size:
+        return [f"{path}: member {names[bad[0]]} is not a float32 array of {dim} values"]
+    got = data[pos[:, None] + hdr.size + np.arange(4 * dim)].view("<u4")  # (n, dim) bits
+    diff = np.flatnonzero((got != np.ascontiguousarray(want, "<f4").view("<u4")).any(axis=1))
+    if diff.size:
+        i = int(diff[0])
+        return [f"{path}: member {names[i]} differs from {FRAMES_NAME} column {field!r} row {int(rows[i])} "
+                f"({diff.size} frames)"]
+    return []
+
+
+def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[str, np.ndarray],
+                    offsets: dict[str, np.ndarray]) -> tuple[list[str], int]:
+    """Every member the frames table implies, against the tar: (problems, camera offsets checked)."""
+    try:
+        found = _tar_members(path)
+    except (tarfile.TarError, OSError) as e:
+        return [f"{path}: unreadable tar ({e})"], 0
+    keys = [FRAME_KEY.format(episode=int(e), frame=int(f)) for e, f in zip(cols["episode_index"][rows],
+                                                                         cols["frame_index"][rows])]
+    expected: dict[str, int] = {}
+    hdrs: dict[str, bytes] = {}
+    for cam, c in index.cameras.items():
+        offs = offsets[cam][rows]
+        h = npy_header(tuple(c.frame_shape), np.dtype(np.uint8))
+        for key, o in zip(keys, offs.tolist()):
+            if o < 0 or o + c.frame_bytes > size:
+                continue  # named by the frames table check
+            expected[f"{key}.{cam}.npy"] = o
+            hdrs[f"{key}.{cam}.npy"] = h
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    problems = _camera_problems(path, data, found, expected, hdrs)
+    for field in ("state", "action"):
+        problems += _vector_problems(path, data, found, keys, field, cols[field][rows], rows)
+    return problems, len(expected)
+
+
 def verify(out: str | Path, progress: bool = False) -> VerifyReport:
     out = Path(out)
-    index = load_index(out)
+    rep = VerifyReport()
+    sums = checksum_problems(out)  # listed last: the specific problems below say more
+    manifest_problems: list[str] = []
+    index = load_index(out, manifest_problems)
+    rep.frames = index.num_frames
+    rep.problems += manifest_problems
     frames = load_frames(out)
-    rep = VerifyReport(frames=index.num_frames)
-    if len(frames) != index.num_frames:
-        rep.problems.append(f"{out}: frames table has {len(frames)} rows, the manifest says {index.num_frames}")
-    shard_col, ep, fr = column(frames, "shard"), column(frames, "episode_index"), column(frames, "frame_index")
-    offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}  # once, not per shard
+    try:
+        check_frames_schema(frames, index, out / FRAMES_NAME)
+        rows_usable = True
+    except IndexFileError as e:
+        if not manifest_problems:
+            raise  # a frames table that does not fit a sound manifest: unreadable, exit 2
+        rep.problems.append(str(e))  # most likely the manifest's totals are what is wrong
+        rows_usable = False
+    if rows_usable and not manifest_problems:  # the row checks rely on the manifest's ranges
+        rep.problems += [f"{out / FRAMES_NAME}: {p}" for p in table_problems(index, frames)]
+    if rows_usable:  # each column once, not per shard
+        cols = {k: column(frames, k) for k in ("shard", "episode_index", "frame_index", "state", "action")}
+        offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}
     for si, entry in enumerate(index.shards):
         path = out / entry.name
         rep.shards += 1
-        if not path.exists():
-            rep.problems.append(f"{path}: missing shard file")
+        size = file_size(path)
+        try:
+            check_size(path, size, entry.bytes)
+        except ShardError as e:
+            rep.problems.append(str(e))
             continue
-        size = path.stat().st_size
         rep.bytes += size
-        if size != entry.bytes:
-            rep.problems.append(f"{path}: {size} bytes, the index says {entry.bytes}")
-            continue
         if file_sha256(path) != entry.sha256:
             rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
             continue
-        rows = np.flatnonzero(shard_col == si)
-        expected: dict[str, int] = {}
-        hlen: dict[str, int] = {}
-        for cam, c in index.cameras.items():
-            offs = offsets[cam]
-            h = len(npy_header(tuple(c.frame_shape), np.dtype(np.uint8)))
-            for r in rows:
-                o = int(offs[r])
-                if o < 0:
-                    continue
-                if o + c.frame_bytes > size:
-                    rep.problems.append(f"{path}: offset {o} of {cam} runs past the end of the shard")
-                    continue
-                name = f"{FRAME_KEY.format(episode=int(ep[r]), frame=int(fr[r]))}.{cam}.npy"
-                expected[name], hlen[name] = o, h
-        rep.offsets_checked += len(expected)
-        rep.problems += _check_shard(path, expected, hlen)
+        if not rows_usable:
+            continue
+        problems, checked = _shard_problems(path, size, np.flatnonzero(cols["shard"] == si), index, cols, offsets)
+        rep.problems += problems
+        rep.offsets_checked += checked
+    rep.problems += sums
     return rep
 
 

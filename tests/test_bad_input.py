@@ -183,3 +183,44 @@ def test_episode_error_crosses_process_boundaries(ds, tmp_path, capsys):
     rc = main(["convert", str(ds), str(tmp_path / "a"), "--workers", "2", "--shard-size", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     _assert_clean_failure(rc, err, tmp_path / "a", "episode_000001.mp4", "missing video file")
+
+
+def test_summary_prints_paths_with_brackets_verbatim(base, tmp_path, capsys):
+    """Reasons hold source paths (and come from OUT): printed as text, never as rich markup."""
+    import io
+
+    from rich.console import Console
+
+    from datakit.summary import print_summary
+
+    ds = tmp_path / "x[red]y"
+    shutil.copytree(base, ds)
+    _video(ds).unlink()
+    assert main(["convert", str(ds), str(tmp_path / "o"), "--workers", "1", "--no-progress", "--on-error", "skip"]) == 0
+    console = Console(width=1000, record=True, file=io.StringIO())
+    print_summary(load_index(tmp_path / "o"), console=console)
+    assert "x[red]y/videos" in console.export_text()
+
+
+def test_nonfinite_keep_flags_the_values_in_the_index(ds, tmp_path, capsys):
+    """--nonfinite keep: the episode is converted, its NaN/inf left out of the statistics and
+    counted per dimension under stats.state.nonfinite (oracle: numpy on the parquet)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from datakit.synth.damage import set_table_values
+
+    table = ds / "data/chunk-000/episode_000001.parquet"
+    rows = pq.read_table(table)["observation.state"].to_pylist()
+    rows[2][1], rows[5][1], rows[5][3] = float("nan"), float("inf"), float("nan")
+    set_table_values(table, "observation.state", {2: rows[2], 5: rows[5]})
+    rc, err = _run(capsys, ds, tmp_path / "a")
+    assert rc == 2 and "episode 1" in err, err  # rejected by default
+    rc, err = _run(capsys, ds, tmp_path / "b", "--nonfinite", "keep")
+    assert rc == 0, err
+    idx = load_index(tmp_path / "b")
+    state = np.concatenate([np.asarray(pq.read_table(ds / f"data/chunk-000/episode_{e:06d}.parquet")
+                                       ["observation.state"].to_pylist(), np.float64) for e in range(3)])
+    assert idx.stats["state"]["nonfinite"] == (~np.isfinite(state)).sum(0).tolist()
+    assert "nonfinite" not in idx.stats["action"]
+    assert idx.num_episodes == 3

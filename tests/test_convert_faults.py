@@ -211,6 +211,19 @@ def test_killed_worker_fails_fast_naming_the_shard(src, reference, tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_workers_die_with_a_killed_parent(src, reference, tmp_path):
+    """kill -9 of the parent: no orphan worker goes on writing into OUT beside a rerun."""
+    out = tmp_path / "out"
+    p = _start(src, out, 2)
+    _wait_for(p, lambda: any(out.glob("shard-*.tar.tmp")) and len(_children(p.pid)) >= 2)
+    kids = _children(p.pid)
+    p.kill()
+    p.communicate(timeout=30)
+    assert _gone(kids, timeout=5), "pool workers outlived their killed parent"
+    _resumes_to_reference(src, out, reference, 2)
+
+
+@pytest.mark.timeout(180)
 def test_sigterm_stops_cleanly_and_resumes(src, reference, tmp_path, workers=2):
     out = tmp_path / "out"
     p = _start(src, out, workers)
@@ -247,7 +260,7 @@ def test_prefetch_consumer_stops_while_producer_waits_to_end():
     result = []
 
     def run():
-        result.append(_consume_one_then_stop(iter([1, 2, 3]), depth=1))
+        result.append(_consume_one_then_stop(iter([1, 2]), depth=1))
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -280,3 +293,21 @@ def test_prefetch_still_delivers_everything_and_errors():
             got.append(x)
     assert got == [1]
 
+
+
+@pytest.mark.timeout(120)
+def test_read_only_output(src, tmp_path):
+    """EROFS: one line naming OUT and the errno, not a traceback."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (mnt / "out").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        r = _run(_args(src, mnt / "out"))
+        assert r.returncode == 2, r.stderr
+        line = _one_line(r)
+        assert str(mnt / "out") in line and "EROFS" in line, line
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])

@@ -281,14 +281,52 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path, capsys):
 # ---- §8: a shard whose episodes were all skipped -------------------------------------------
 
 def test_shard_of_skipped_episodes_lists_none(ds, tmp_path, capsys):
+    """It used to be listed holding the episodes it was planned for. Now the index lists only
+    shards that hold episodes, and each shard named by a frame holds that frame (oracle: tarfile)."""
+    import datakit
+
     (ds / "videos/chunk-000/observation.images.top/episode_000001.mp4").unlink()
     out = tmp_path / "out"
     rc, _, err = _cli(capsys, ds, out, "--on-error", "skip")
     assert rc == 0, err
     idx = load_index(out)
-    with tarfile.open(out / idx.shards[1].name) as tf:  # oracle: what the tar holds
-        assert tf.getnames() == []
-    assert idx.shards[1].episodes == [] and idx.shards[1].num_frames == 0
-    assert idx.shards[1].rows[0] == idx.shards[1].rows[1] == LENGTHS[0]
-    assert idx.shards[2].episodes == [2, 2] and idx.shards[2].rows == [LENGTHS[0], LENGTHS[0] + LENGTHS[2]]
-    assert [e.episode_index for e in idx.episodes] == [0, 2]
+    assert [s.name for s in idx.shards] == ["shard-000000.tar", "shard-000002.tar"]
+    assert not (out / "shard-000001.tar").exists()
+    assert [s.episodes for s in idx.shards] == [[0, 0], [2, 2]]
+    assert [s.rows for s in idx.shards] == [[0, LENGTHS[0]], [LENGTHS[0], LENGTHS[0] + LENGTHS[2]]]
+    assert [e.episode_index for e in idx.episodes] == [0, 2] and idx.skipped[0]["episode_index"] == 1
+    reader = datakit.open_shards(out)
+    for e in idx.episodes:
+        with tarfile.open(out / idx.shards[e.shard].name) as tf:
+            names = tf.getnames()
+        assert all(n.startswith(f"{e.episode_index:06d}/") for n in names)
+        assert len(names) == e.length * 6  # 3 cameras + state + action + json per frame
+        reader.read_frame(e.episode_index, e.length - 1, "observation.images.top")
+    assert main(["verify", str(out)]) == 0
+
+
+# ---- output errors in the commit (journal) ---------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_journal_write_failure_is_an_output_error(base, reference, tmp_path, monkeypatch, capsys, workers):
+    """ENOSPC while journaling a shard (in the background commit, in a pool worker too): exit 2,
+    one line naming OUT's file and the errno; the rerun resumes to the unbroken run's bytes."""
+    import errno
+
+    import datakit.convert.shard as shard_mod
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(shard_mod, "write_journal", full)
+        rc = main(["convert", str(base), str(out), "--workers", workers, "--no-progress", "--shard-size", "1",
+                   "--on-error", "skip"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert str(out) in err and "ENOSPC" in err and "shard-00000" in err, err
+    assert not (out / "index.json").exists()
+    rc, _, err = _cli(capsys, base, out)
+    assert rc == 0, err
+    assert tree_bytes(out) == reference

@@ -1,8 +1,8 @@
-"""Shared-memory batch slots (`datakit.loader.shm_pool`): reused, never overwritten early, and
+"""Shared-memory ring buffers (`datakit.loader.shm_pool`): reused, never overwritten early, and
 with workers the loader gives exactly the batches of the single-process path.
 
-Oracles: the 0-worker loader (no slots, no shared memory at all) for whole batches, and
-plain counting for the ring (which slot comes next, when a worker must wait).
+Oracles: the 0-worker loader (no ring buffers, no shared memory at all) for whole batches, and
+plain counting for the ring (which buffer comes next, when a worker must wait).
 """
 import os
 import shutil
@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from datakit.loader import LoaderConfig, ShardLoader
-from datakit.loader.shm_pool import SlotPool
+from datakit.loader.shm_pool import BufferPool
 from test_loader_fixtures import shards_rgb  # noqa: F401
 
 
 def _epochs(loader, n):
-    """Host batches of `n` epochs, kept (so they must not alias the slots)."""
+    """Host batches of `n` epochs, kept (so they must not alias the ring buffers)."""
     return [b for _ in range(n) for b in loader]
 
 
@@ -31,22 +31,22 @@ def _assert_same(got, want):
 
 
 # --- the ring on its own ----------------------------------------------------------------------
-def test_slots_come_round_robin_and_a_full_ring_waits_for_a_release():
-    pool = SlotPool(num_workers=2, slots=3, slot_bytes=16)
+def test_buffers_come_round_robin_and_a_full_ring_waits_for_a_release():
+    pool = BufferPool(num_workers=2, buffers=3, buffer_bytes=16)
     assert [pool.acquire(1) for _ in range(3)] == [0, 1, 2]
     assert pool.acquire(0) == 0  # rings are per worker
     got = []
     t = threading.Thread(target=lambda: got.append(pool.acquire(1)))
     t.start()
     time.sleep(0.3)
-    assert t.is_alive() and not got  # all of worker 1's slots hold unconsumed batches
+    assert t.is_alive() and not got  # all of worker 1's buffers hold unconsumed batches
     pool.release(1, 0)
     t.join(5.0)
-    assert got == [0]  # the released (oldest) slot is the one reused
+    assert got == [0]  # the released (oldest) buffer is the one reused
 
 
 def test_release_out_of_fill_order_is_refused():
-    pool = SlotPool(num_workers=1, slots=2, slot_bytes=16)
+    pool = BufferPool(num_workers=1, buffers=2, buffer_bytes=16)
     pool.acquire(0), pool.acquire(0)
     with pytest.raises(RuntimeError, match="out of order"):
         pool.release(0, 1)
@@ -54,15 +54,15 @@ def test_release_out_of_fill_order_is_refused():
     pool.release(0, 1)
 
 
-def test_abort_gives_the_slot_back():
-    pool = SlotPool(num_workers=1, slots=2, slot_bytes=16)
+def test_abort_gives_the_buffer_back():
+    pool = BufferPool(num_workers=1, buffers=2, buffer_bytes=16)
     assert pool.acquire(0) == 0
     pool.abort(0)  # the batch failed before it was sent
     assert pool.acquire(0) == 0 and pool.acquire(0) == 1
 
 
-def test_views_share_the_slot_and_oversize_batches_are_refused():
-    pool = SlotPool(num_workers=2, slots=2, slot_bytes=24)
+def test_views_share_the_buffer_and_oversize_batches_are_refused():
+    pool = BufferPool(num_workers=2, buffers=2, buffer_bytes=24)
     a, b = pool.view(1, 1, (2, 3, 4)), pool.view(1, 1, (4, 3))
     a.fill_(7)
     assert b.data_ptr() == a.data_ptr() and bool((b == 7).all())
@@ -72,15 +72,15 @@ def test_views_share_the_slot_and_oversize_batches_are_refused():
 
 
 # --- through the DataLoader -----------------------------------------------------------------
-@pytest.mark.parametrize("slots", [0, 1])  # default ring (never waits) and one slot (always waits)
-def test_workers_equal_the_single_process_path_batch_for_batch(shards_rgb, slots):
+@pytest.mark.parametrize("buffers", [0, 1])  # default ring (never waits) and one buffer (always waits)
+def test_workers_equal_the_single_process_path_batch_for_batch(shards_rgb, buffers):
     kw = dict(batch_size=7, seed=3, action_horizon=4, frame_offsets=(-2, 0), prune_slots=True)
     want = _epochs(ShardLoader(shards_rgb, LoaderConfig(num_workers=0, **kw)), 2)
-    got = _epochs(ShardLoader(shards_rgb, LoaderConfig(num_workers=2, worker_slots=slots, **kw)), 2)
-    _assert_same(got, want)  # kept across epochs: each batch was copied out of its slot
+    got = _epochs(ShardLoader(shards_rgb, LoaderConfig(num_workers=2, worker_buffers=buffers, **kw)), 2)
+    _assert_same(got, want)  # kept across epochs: each batch was copied out of its buffer
 
 
-def test_device_path_borrows_recycled_slots_and_equals_the_single_process_path(shards_rgb):
+def test_device_path_borrows_recycled_buffers_and_equals_the_single_process_path(shards_rgb):
     kw = dict(batch_size=8, seed=4, action_horizon=3, pin_memory=False)
     want = list(ShardLoader(shards_rgb, LoaderConfig(num_workers=0, **kw)).device_batches("cpu", steps=14))
     loader = ShardLoader(shards_rgb, LoaderConfig(num_workers=2, **kw))
@@ -90,12 +90,12 @@ def test_device_path_borrows_recycled_slots_and_equals_the_single_process_path(s
     assert (state["epoch"], state["step"]) == (1, 4)  # 10 steps per epoch
 
 
-def test_a_borrowed_slot_is_not_overwritten_before_it_is_released(shards_rgb):
-    """One worker, one slot: the worker must wait for every release, so each batch is read
+def test_a_borrowed_buffer_is_not_overwritten_before_it_is_released(shards_rgb):
+    """One worker, one buffer: the worker must wait for every release, so each batch is read
     while the worker is blocked; a slow consumer gives an unguarded worker time to overwrite."""
     kw = dict(batch_size=8, seed=6, action_horizon=2)
     want = _epochs(ShardLoader(shards_rgb, LoaderConfig(num_workers=0, **kw)), 1)
-    loader = ShardLoader(shards_rgb, LoaderConfig(num_workers=1, worker_slots=1, **kw))
+    loader = ShardLoader(shards_rgb, LoaderConfig(num_workers=1, worker_buffers=1, **kw))
     stream = loader._stream(0, 0, borrow=True)
     ptrs = set()
     for i, w in enumerate(want):
@@ -105,15 +105,15 @@ def test_a_borrowed_slot_is_not_overwritten_before_it_is_released(shards_rgb):
         time.sleep(0.05)
         assert torch.equal(b["images"], before) and torch.equal(b["images"], w["images"]), i
         assert torch.equal(b["row"], w["row"])
-    assert len(ptrs) == 1  # every batch went through the one slot
+    assert len(ptrs) == 1  # every batch went through the one buffer
 
 
-def test_each_worker_cycles_through_its_own_slots(shards_rgb):
-    loader = ShardLoader(shards_rgb, LoaderConfig(batch_size=8, num_workers=2, worker_slots=3))
+def test_each_worker_cycles_through_its_own_buffers(shards_rgb):
+    loader = ShardLoader(shards_rgb, LoaderConfig(batch_size=8, num_workers=2, worker_buffers=3))
     stream = loader._stream(0, 0, borrow=True)
     ptrs = [next(stream)["images"].data_ptr() for _ in range(18)]
-    assert len(set(ptrs)) == 6  # 2 workers x 3 slots, allocated once
-    assert ptrs[:6] == ptrs[6:12] == ptrs[12:]  # round robin: batch n and n + 6 share a slot
+    assert len(set(ptrs)) == 6  # 2 workers x 3 buffers, allocated once
+    assert ptrs[:6] == ptrs[6:12] == ptrs[12:]  # round robin: batch n and n + 6 share a buffer
 
 
 def test_skipped_samples_with_workers_equal_the_single_process_path(shards_rgb, tmp_path):
@@ -128,6 +128,6 @@ def test_skipped_samples_with_workers_equal_the_single_process_path(shards_rgb, 
     _assert_same(got, want)
 
 
-def test_worker_slots_must_not_be_negative():
-    with pytest.raises(ValueError, match="worker_slots"):
-        LoaderConfig(worker_slots=-1)
+def test_worker_buffers_must_not_be_negative():
+    with pytest.raises(ValueError, match="worker_buffers"):
+        LoaderConfig(worker_buffers=-1)

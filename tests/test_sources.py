@@ -72,7 +72,7 @@ def _check_lerobot(spec, version, image_cams=()):
         table = load_episode(spec, ref)
         e, n = ref.episode_index, ref.length
         assert len(table) == n and table.episode_index == e
-        assert table.state.dtype == np.float32 and table.action.dtype == np.float32
+        assert table.state.dtype == np.float64 and table.action.dtype == np.float64
         np.testing.assert_array_equal(table.state, synth_state(e, n, 6))
         np.testing.assert_array_equal(table.action, synth_action(e, n, 6))
         np.testing.assert_array_equal(table.frame_index, np.arange(n))

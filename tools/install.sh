@@ -29,7 +29,7 @@ pip_install --upgrade pip
 pip_install -c tools/constraints.txt torch
 # ray (the [ray] extra: --engine ray and its tests) adds ~250 MB and ~45 s; ROBODATA_NO_RAY=1 leaves
 # it out, and the Ray tests then skip.
-extras="convert,dev"
+extras="convert,dev,remote"
 [ "${ROBODATA_NO_RAY:-0}" = 1 ] || extras="$extras,ray"
 pip_install -c tools/constraints.txt -e ".[$extras]"
-"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset; print('installed: torch', torch.__version__, '| av', av.__version__)"
+"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto; print('installed: torch', torch.__version__, '| av', av.__version__)"

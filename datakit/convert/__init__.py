@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from datakit.config import ConvertConfig
-from datakit.convert.assemble import build_index
+from datakit.convert.assemble import build_index, empty_shards
 from datakit.convert.fingerprint import source_fingerprint
 from datakit.convert.journal import STAGING, Journal, load_journals
 from datakit.convert.local import run_shards
@@ -99,6 +99,8 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool
         journals = sorted([*kept.values(), *new], key=lambda j: j.index)
         index, table = build_index(spec, cfg, journals, fingerprint)
         _write_index(out, index, table)  # last: the checksums file it ends with means finished
+        for name in empty_shards(journals):  # all its episodes skipped: not in the index
+            (out / name).unlink(missing_ok=True)
         shutil.rmtree(out / STAGING, ignore_errors=True)
     decoders: dict[str, int] = {}
     for j in new:

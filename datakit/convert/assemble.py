@@ -13,23 +13,35 @@ import pyarrow as pa
 from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
 from datakit.shards.index import CameraEntry, EpisodeEntry, ShardEntry, ShardIndex, frames_schema, member_schema
-from datakit.shards.stats import vector_stats
+from datakit.shards.stats import finite_vector_stats
 from datakit.sources.episode import DatasetSpec
 from datakit.stages.colour import stored_shape
 from datakit.stages.slots import dataset_slot
 
 
+def _stats(x: np.ndarray) -> dict[str, Any]:
+    """Statistics over the finite values; values left out (NaN/inf kept by nonfinite="keep")
+    are flagged by a per-dimension count under "nonfinite"."""
+    stats, excluded = finite_vector_stats(x)
+    return {**stats, "nonfinite": excluded} if any(excluded) else stats
+
+
 def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
                 fingerprint: dict[str, Any] | None = None) -> tuple[ShardIndex, pa.Table]:
-    """The manifest and the per-frame table from the shards' journals (in shard order). A shard
-    whose episodes were all skipped holds none: its entry lists no episodes and no rows."""
-    placed = [p for j in journals for p in j.placed]
+    """The manifest and the per-frame table from the shards' journals (in shard order).
+
+    A shard whose episodes were all skipped holds none: it is left out of the index, so every
+    listed shard holds the episodes its range names (`empty_shards` lists those files for the
+    caller to remove). Frames and episodes name a shard by its position in `index.shards`."""
+    held = [j for j in journals if j.placed]
+    position = {j.index: k for k, j in enumerate(held)}
+    placed = [p for j in held for p in j.placed]
     skipped = [s for j in journals for s in j.skipped]
     shards, row = [], 0
-    for j in journals:
+    for j in held:
         n = sum(p.length for p in j.placed)
-        eps = [p.episode_index for p in j.placed]
-        shards.append(ShardEntry(j.name, j.bytes, j.sha256, [eps[0], eps[-1]] if eps else [], [row, row + n], n))
+        shards.append(ShardEntry(j.name, j.bytes, j.sha256, [j.placed[0].episode_index, j.placed[-1].episode_index],
+                                 [row, row + n], n))
         row += n
     cams = list(spec.cameras)
     size = cfg.size
@@ -42,7 +54,7 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
         cameras[cam] = CameraEntry(h, w, dataset_slot(slots), list(shape), int(np.prod(shape)), cs.height, cs.width, counts)
     episodes, row = [], 0
     for p in placed:
-        episodes.append(EpisodeEntry(p.episode_index, p.length, p.shard, row, p.task, p.slots))
+        episodes.append(EpisodeEntry(p.episode_index, p.length, position[p.shard], row, p.task, p.slots))
         row += p.length
     sd, ad = len(spec.state_names), len(spec.action_names)
     if placed:
@@ -59,7 +71,8 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
     arrays = [pa.array(cols[k]) for k in cols]
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(state.reshape(-1)), sd))
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(action.reshape(-1)), ad))
-    arrays.append(pa.array(np.concatenate([np.full(p.length, p.shard, np.int32) for p in placed] or [np.zeros(0, np.int32)])))
+    arrays.append(pa.array(np.concatenate([np.full(p.length, position[p.shard], np.int32) for p in placed]
+                                          or [np.zeros(0, np.int32)])))
     for cam in cams:
         offs = [np.where(p.offsets[cam] >= 0, p.offsets[cam] + p.base, -1) for p in placed]
         arrays.append(pa.array(np.concatenate(offs or [np.zeros(0, np.int64)]).astype(np.int64)))
@@ -69,7 +82,7 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
         source["fingerprint"] = fingerprint
     index = ShardIndex(
         fps=spec.fps, layout=cfg.layout, cameras=cameras, state_names=spec.state_names, action_names=spec.action_names,
-        tasks=spec.tasks, stats={"state": vector_stats(state), "action": vector_stats(action)},
+        tasks=spec.tasks, stats={"state": _stats(state), "action": _stats(action)},
         shards=shards, episodes=episodes,
         skipped=[{"episode_index": s.episode_index, "source": s.source, "reason": s.reason} for s in skipped],
         source=source,
@@ -77,3 +90,8 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
         schema=member_schema(cameras, sd, ad),
     )
     return index, table
+
+
+def empty_shards(journals: list[Journal]) -> list[str]:
+    """Shard files that hold no episode (all skipped): not in the index, not needed."""
+    return [j.name for j in journals if not j.placed]

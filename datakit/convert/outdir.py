@@ -75,7 +75,8 @@ def _holder(fd: int) -> dict[str, Any]:
 def _holder_text(h: dict[str, Any]) -> str:
     if not h:
         return "holder unknown"
-    return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}: {h.get('command')}"
+    text = f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}: {h.get('command')}"
+    return text if len(text) <= 300 else text[:297] + "..."  # read from OUT: keep the line short
 
 
 def _holder_dead(h: dict[str, Any]) -> bool:

@@ -80,8 +80,32 @@ def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek
             if first.shape != (1, dec.info.height, dec.info.width, 3):
                 raise BackendUnavailable(f"{b} returned {first.shape} for a {dec.info.height}x{dec.info.width} video")
             return dec
-        except Exception as e:  # BackendUnavailable or the backend's own decode error
+        except BackendUnavailable as e:
             errors.append(f"{b}: {e}")
             if dec is not None:
                 dec.close()
+        except Exception as e:  # the backend's own decode error: a damaged file, or a backend limit
+            errors.append(f"{b}: {e}")
+            if dec is not None:
+                dec.close()
+            _raise_if_damaged_start(Path(path))  # else a more lenient backend would hide the damage
     raise BackendUnavailable(f"no decoder can read {path} ({codec}): " + "; ".join(errors))
+
+
+def _raise_if_damaged_start(path: Path) -> None:
+    """Raise SourceError when strict PyAV also fails on frame 0: the file is damaged there (bad
+    input), not merely unreadable by the backend that failed first."""
+    from datakit.errors import SourceError
+
+    try:
+        dec = backend_module("pyav").open_video(path, threads=1)
+    except BackendUnavailable:
+        return
+    try:
+        dec.get_frames([0])
+    except SourceError:
+        raise
+    except Exception:
+        return
+    finally:
+        dec.close()

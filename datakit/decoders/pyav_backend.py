@@ -1,4 +1,9 @@
-"""PyAV backend: FFmpeg through `av`, streamed in presentation order with seek-then-skip."""
+"""PyAV backend: FFmpeg through `av`, streamed in presentation order with seek-then-skip.
+
+Strict: FFmpeg's `err_detect` (STRICT_ERR_DETECT) makes the decoder fail on bitstream errors
+it would otherwise conceal, and a frame FFmpeg marks corrupt is an error too; both are a
+SourceError naming the file and frame. What this cannot see is in README "What decoding cannot
+catch"."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +12,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from datakit.decoders.base import VideoInfo, frame_indices_check, probe_video
+from datakit.errors import SourceError
 
 NAME = "pyav"
+# FFmpeg decoder options: check CRCs / bitstream conformance / buffer overreads, and "explode":
+# stop at the first error instead of concealing it
+STRICT_ERR_DETECT = "crccheck+bitstream+buffer+explode"
 
 
 def version() -> str:
@@ -29,6 +38,7 @@ class PyAVDecoder:
         self._stream = self._container.streams.video[0]
         cc = self._stream.codec_context
         cc.thread_count = max(0, int(threads))  # 0 lets FFmpeg choose
+        cc.options = {**cc.options, "err_detect": STRICT_ERR_DETECT}
         self._stream.thread_type = "AUTO"
         tb = self._stream.time_base
         self._tb = float(tb)
@@ -46,13 +56,16 @@ class PyAVDecoder:
             self._container.seek(max(ts, 0), stream=self._stream, backward=True, any_frame=False)
         else:
             self._container.seek(0, stream=self._stream, backward=True, any_frame=False)
+        last = start - 1
         try:
             for frame in self._container.decode(self._stream):
-                yield self._index(frame), frame
+                i = self._index(frame)
+                if frame.is_corrupt:
+                    raise SourceError(self.path, f"decode error at frame {i}: FFmpeg marks the frame corrupt")
+                last = i
+                yield i, frame
         except av.FFmpegError as e:
-            from datakit.errors import SourceError
-
-            raise SourceError(self.path, f"corrupt or truncated video ({e})") from None
+            raise SourceError(self.path, f"corrupt or truncated video: decode error after frame {last} ({e})") from None
 
     def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
         for i, frame in self._frames_from(start):

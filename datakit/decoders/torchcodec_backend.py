@@ -7,6 +7,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from datakit.decoders.base import BackendUnavailable, VideoInfo, frame_indices_check, probe_video
+from datakit.errors import SourceError
 
 NAME = "torchcodec"
 
@@ -40,7 +41,12 @@ class TorchCodecDecoder:
     def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
         stop = min(stop, self.info.num_frames)
         for a in range(start, stop, chunk):
-            yield self._dec.get_frames_in_range(a, min(a + chunk, stop)).data.cpu().numpy()
+            try:
+                batch = self._dec.get_frames_in_range(a, min(a + chunk, stop)).data.cpu().numpy()
+            except Exception as e:  # the backend's own decode error: bad input, named by frame
+                raise SourceError(self.path, f"decode error in frames {a}..{min(a + chunk, stop) - 1} "
+                                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+            yield batch
 
     def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
         for batch in self.read_range(start, stop, chunk=8):

@@ -3,8 +3,8 @@
 Modules, in the order a sample flows through them:
 config (LoaderConfig) -> anchors (which (episode, t) a window allows) -> sampler (one global
 order per (seed, epoch), split by rank and step) -> dataset (batch read: numpy columns +
-coalesced preadv of pixels) with slots (camera -> model slot, pruning) and reads (verified
-shard files) -> shm_pool (workers read into reused shared-memory batch slots) -> loader
+coalesced preadv of pixels) with slots (camera -> model image slot, pruning) and reads (verified
+shard files) -> shm_pool (workers read into reused shared-memory ring buffers) -> loader
 (DataLoader, resumable state) -> gpu_batch (pinned ring, side-stream copy) -> normalise (on the
 device; nv12: NV12 -> normalised RGB in two passes). interop: LeRobot-style items, WebDataset URLs.
 """

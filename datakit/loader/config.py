@@ -1,5 +1,5 @@
 """The one configuration of the shard loader: what a sample is, how samples are ordered, how
-camera slots are filled and how a batch is normalised on the device.
+the model's image slots are filled and how a batch is normalised on the device.
 
 Every knob is a field with a comment; `__post_init__` rejects combinations that cannot work,
 so a bad config fails at construction with the reason instead of mid-epoch. Checks that need
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
+
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
 BOUNDARY_MODES = ("pad", "skip")
 ON_ERROR_MODES = ("raise", "skip")
 NORM_MODES = ("mean_std", "quantile", "none")
-VERIFY_MODES = ("size", "sha256")
 DTYPES = ("bfloat16", "float32")
 
 
@@ -58,13 +59,18 @@ class LoaderConfig:
     prefetch_factor: int = 2  # batches each worker keeps ready
     # Shared-memory batch buffers per worker, allocated once and reused (see `shm_pool`);
     # 0 = prefetch_factor + 1, the most a worker can have in flight, so it never waits.
-    worker_slots: int = 0
+    # /dev/shm must hold num_workers x buffers x one batch's image bytes (checked at start).
+    worker_buffers: int = 0
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
     # sample is dropped from its batch and counted in `batch["num_skipped"]`.
     on_error: str = "raise"
-    # How a shard is checked the first time a process opens it: "size" (stat, free) or
-    # "sha256" (reads the whole shard once; catches flipped bytes).
+    # How a shard is checked when a process opens it (`shards/open_shards.py`): "size" (stat,
+    # free; blind to bytes changed in place) or "sha256" (hashes each shard once per process
+    # before its first read; catches flipped bytes).
     verify: str = "size"
+    # Shards a process keeps open at once (least recently used closed first), so thousands of
+    # shards never exhaust the open-file limit (1024 by default) in any worker.
+    max_open_shards: int = DEFAULT_MAX_OPEN
     # Reads of frames closer than this many bytes are merged into one pread with the gap
     # discarded, so a clip of consecutive frames is one contiguous read.
     coalesce_gap: int = 1 << 20
@@ -102,8 +108,10 @@ class LoaderConfig:
             raise ValueError("batch_size and block_size must be >= 1")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank} world_size={self.world_size}")
-        if self.num_workers < 0 or self.prefetch_factor < 1 or self.worker_slots < 0:
-            raise ValueError("num_workers and worker_slots must be >= 0 and prefetch_factor >= 1")
+        if self.num_workers < 0 or self.prefetch_factor < 1 or self.worker_buffers < 0:
+            raise ValueError("num_workers and worker_buffers must be >= 0 and prefetch_factor >= 1")
+        if self.max_open_shards < 1:
+            raise ValueError(f"max_open_shards must be >= 1, got {self.max_open_shards}")
         for name in ("resize", "crop"):
             v = getattr(self, name)
             if v is not None and (len(v) != 2 or min(v) < 1):

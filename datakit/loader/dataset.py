@@ -28,9 +28,11 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
-from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
+from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
+from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
+from datakit.shards.open_shards import OpenShards
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -42,7 +44,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _open(self) -> None:
         cfg, self.index = self.cfg, load_index(self.root)
-        frames = load_frames(self.root)
+        frames = load_frames(self.root, self.index)
         self.slots = slot_map(self.index, cfg.slots)
         used = [c for c in self.slots.cameras if c is not None]
         shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
@@ -67,23 +69,10 @@ class ShardDataset(torch.utils.data.Dataset):
         self.ep_of_row = self.episodes.of_rows(len(self.shard))
         window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
         self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
-        self._check_offsets()
-        self.files = ShardFiles(self.root, self.index.shards, verify=cfg.verify)
+        # no read outside a shard, no task index LeRobotView cannot look up
+        check_reads(self.index, self.shard, self.offsets, self.root, task=self.meta["task_index"])
+        self.files = OpenShards(self.root, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
         self.num_skipped = 0
-
-    def _check_offsets(self) -> None:
-        """Reject an index whose offsets point past the end of their shard (no silent garbage)."""
-        sizes = np.array([s.bytes for s in self.index.shards], np.int64)
-        for cam, off in self.offsets.items():
-            has = off >= 0
-            bad = np.flatnonzero(has & (off + self.frame_bytes > sizes[self.shard]))
-            if bad.size:
-                row = int(bad[0])
-                raise ShardError(self.files_path(int(self.shard[row])),
-                                 f"index offset of camera {cam!r} at row {row} lies past the end of the shard")
-
-    def files_path(self, shard: int) -> Path:
-        return self.root / self.index.shards[shard].name
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "cfg": self.cfg}  # workers re-map the files; nothing big is pickled
@@ -112,7 +101,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The batch of `positions`. `alloc(shape)` supplies the uint8 images tensor (default: a
-        new one); DataLoader workers pass a view of a reused shared-memory slot (`shm_pool`).
+        new one); DataLoader workers pass a view of a reused shared-memory ring buffer (`shm_pool`).
         Every byte of it is written here, so a reused buffer needs no clearing."""
         cfg = self.cfg
         rows = self.anchors[np.asarray(positions, np.int64)]

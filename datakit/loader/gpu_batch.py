@@ -32,13 +32,13 @@ class PinnedRing:
         self._next = 0
 
     def stage(self, batch: HostBatch) -> tuple[HostBatch, int]:
-        """Copy `batch` into the next free slot; returns the pinned views and the slot."""
-        slot = self._next
-        self._next = (slot + 1) % self.depth
-        ev = self._events[slot]
+        """Copy `batch` into the next free buffer set; returns the pinned views and its number."""
+        n = self._next
+        self._next = (n + 1) % self.depth
+        ev = self._events[n]
         if ev is not None:
-            ev.synchronize()  # the copy that last read this slot must be done
-        bufs, out = self._bufs[slot], {}
+            ev.synchronize()  # the copy that last read this buffer set must be done
+        bufs, out = self._bufs[n], {}
         for key, t in batch.items():
             t = t.contiguous()
             nbytes = t.numel() * t.element_size()
@@ -48,10 +48,10 @@ class PinnedRing:
             view = buf[:nbytes].view(t.dtype).view(t.shape) if nbytes else torch.empty(t.shape, dtype=t.dtype)
             view.copy_(t)
             out[key] = view
-        return out, slot
+        return out, n
 
-    def release(self, slot: int, event: torch.cuda.Event) -> None:
-        self._events[slot] = event
+    def release(self, buffer_set: int, event: torch.cuda.Event) -> None:
+        self._events[buffer_set] = event
 
 
 def h2d_bytes(batch: HostBatch) -> int:
@@ -64,7 +64,7 @@ class DeviceBatcher:
 
     `epoch` / `step` keys, when the loader adds them, seed the augmentations.
 
-    A host batch may be borrowed: its images a view of a worker's shared-memory slot, valid
+    A host batch may be borrowed: its images a view of a worker's shared-memory buffer, valid
     only until the next host batch is asked for (`loader.host_batches(borrow=True)`). Every
     path here is done reading it by then: pinned staging copies it, a pageable `.to()` returns
     once the source is consumed, and the CPU normaliser writes new tensors.
@@ -137,14 +137,14 @@ class DeviceBatcher:
                     return
                 meta = {k: hb[k] for k in HOST_KEYS if k in hb}  # stay on the host: no sync to read them
                 dev_keys = {k: v for k, v in hb.items() if k not in meta}
-                src, slot = ring.stage(dev_keys) if ring is not None else (dev_keys, -1)
+                src, buffer_set = ring.stage(dev_keys) if ring is not None else (dev_keys, -1)
                 with torch.cuda.stream(copy_stream):
                     dev = {k: v.to(self.device, non_blocking=self.pin) for k, v in src.items()}
                     out = self.normaliser(dev, epoch=_int(hb, "epoch"), step=_int(hb, "step"))
                     ev = torch.cuda.Event()
                     ev.record(copy_stream)
                 if ring is not None:
-                    ring.release(slot, ev)
+                    ring.release(buffer_set, ev)
                 ready.put(({**out, **meta}, ev))
         except BaseException as err:  # surfaced in the training thread
             ready.put(err)

@@ -7,8 +7,8 @@
 
 Under the hood it is a plain `torch.utils.data.DataLoader` over `ShardDataset` with our
 `StepSampler` as `batch_sampler` (endless, so workers survive epoch ends); the DataLoader hands out batches in sampler order whatever
-the number of workers. With workers, each reads its batches into a ring of shared-memory slots
-allocated once (`shm_pool`) and sends only the slot id, so a 10 MB batch is not a new
+the number of workers. With workers, each reads its batches into a ring of shared-memory buffers
+allocated once (`shm_pool`) and sends only the buffer id, so a 10 MB batch is not a new
 shared-memory segment per step. The sampler's state advances only when a batch reaches the caller,
 so batches prefetched before a checkpoint are produced again after a resume and a run
 resumed at step k sees exactly the batches of an unbroken run from step k on.
@@ -26,7 +26,7 @@ from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher
 from datakit.loader.normalise import Normaliser
 from datakit.loader.sampler import StepSampler, block_ids
-from datakit.loader.shm_pool import PooledDataset, SlotPool, slot_bytes_for
+from datakit.loader.shm_pool import BufferPool, PooledDataset, WorkerFailure, check_shm_space, pool_shape
 
 
 class _StepBatches:
@@ -57,6 +57,10 @@ class ShardLoader:
             num_anchors=len(ds), batch_size=cfg.batch_size, seed=cfg.seed, mode=cfg.shuffle, rank=cfg.rank,
             world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks,
         )
+        if cfg.num_workers:  # fail now, with what to raise, rather than with a SIGBUS mid-epoch
+            workers, buffers, nbytes = pool_shape(cfg, ds)
+            check_shm_space(workers * buffers * nbytes,
+                            f"{workers} workers x {buffers} buffers x {nbytes / 2**20:.1f} MiB per batch")
         self.num_skipped = 0
         self._host: tuple[tuple[int, int], Iterator[dict[str, torch.Tensor]]] | None = None
 
@@ -124,20 +128,21 @@ class ShardLoader:
         self.sampler.epoch, self.sampler.step = epoch, 0
 
     def close(self) -> None:
-        """Stop the worker processes now rather than at garbage collection."""
+        """Stop the worker processes and close this process's shard files now rather than at
+        garbage collection (a later batch reopens what it needs)."""
         self._host = None
+        self.dataset.files.close()
 
 
 def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
                  borrow: bool = False) -> Iterator[dict[str, torch.Tensor]]:
     """Host batches from (epoch, step) on. With workers, images arrive in shared-memory
-    slots (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the slot,
+    ring buffers (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the buffer,
     valid until the next batch is asked for (the device batcher copies it into pinned
     memory before that), which saves one 10 MB copy per step."""
     pool, dataset = None, ds
     if cfg.num_workers:
-        slots = cfg.worker_slots or cfg.prefetch_factor + 1
-        pool = SlotPool(cfg.num_workers, slots, slot_bytes_for(ds, cfg.batch_size))
+        pool = BufferPool(*pool_shape(cfg, ds))
         dataset = PooledDataset(ds, pool)
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=_StepBatches(s, epoch, step), collate_fn=identity_collate,
@@ -146,15 +151,17 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
     it, held = iter(loader), None
     try:
         while True:
-            if held is not None:  # the caller is done with the borrowed slot: free it before
+            if held is not None:  # the caller is done with the borrowed buffer: free it before
                 pool.release(*held)  # waiting on the workers (one of them may need it)
                 held = None
             item = next(it, None)
             if item is None:
                 return
+            if isinstance(item, WorkerFailure):
+                raise item.error  # the worker's own one-line error (a ShardError naming the shard)
             if pool is not None:
                 batch = pool.receive(item, borrow=borrow)
-                held = (item.worker, item.slot) if borrow else None
+                held = (item.worker, item.buffer) if borrow else None
             else:
                 batch = item
             batch["epoch"] = torch.tensor(epoch)
@@ -163,4 +170,4 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
             epoch, step = (epoch, step + 1) if step + 1 < s.steps_per_epoch else (epoch + 1, 0)
     finally:
         if pool is not None:
-            pool.close()  # before the DataLoader iterator goes: its workers may wait on slots
+            pool.close()  # before the DataLoader iterator goes: its workers may wait on buffers

@@ -46,6 +46,32 @@ def hash_uniform(x: torch.Tensor, key: int) -> torch.Tensor:
     return ((z >> 11) & ((1 << 24) - 1)).to(torch.float32) / float(1 << 24)
 
 
+CROP, JITTER = 1, 2  # augmentation ids: each draws from its own key
+
+
+def aug_key(seed: int, epoch: int, augmentation: int) -> int:
+    """The hash key of one augmentation in one epoch: splitmix64 of (seed, epoch, augmentation),
+    so no two (seed, epoch, augmentation) share a stream (a linear key such as
+    seed * c + epoch gave crop and jitter the same key at seed 0, epoch 0)."""
+    z = 0
+    for part in (seed, epoch, augmentation):
+        z = (z + part + 0x9E3779B97F4A7C15) & (2**64 - 1)
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+        z ^= z >> 31
+    return z & (2**62 - 1)  # room to add to an int64 without overflow
+
+
+def crop_offsets(seed: int, epoch: int, step: int, rows: int, cols: int) -> tuple[int, int]:
+    """(top, left) of a random crop, a pure function of (seed, epoch, step).
+
+    Each (step, axis) hashes its own input (2*step for top, 2*step+1 for left), so no value is
+    shared between steps or axes: hashing [step, step+1] made the left offset of step s equal
+    the top offset of step s+1."""
+    u = hash_uniform(torch.tensor([2 * step, 2 * step + 1]), aug_key(seed, epoch, CROP))
+    return int(u[0] * rows), int(u[1] * cols)
+
+
 @dataclass
 class Normaliser:
     """The device-side transform of a batch; `to(device)` once, then call per batch."""
@@ -117,15 +143,14 @@ class Normaliser:
         if ch > h or cw > w:
             raise ValueError(f"crop {ch}x{cw} is larger than the image {h}x{w}")
         if self.cfg.random_crop:  # one offset per batch keeps the crop a view (no gather)
-            u = hash_uniform(torch.tensor([step, step + 1]), self.cfg.seed * 1_000_003 + epoch)
-            top, left = int(u[0] * (h - ch + 1)), int(u[1] * (w - cw + 1))
+            top, left = crop_offsets(self.cfg.seed, epoch, step, h - ch + 1, w - cw + 1)
         else:
             top, left = (h - ch) // 2, (w - cw) // 2
         return x[..., top : top + ch, left : left + cw]
 
     def _jitter(self, x: torch.Tensor, rows: torch.Tensor, lead: torch.Size, epoch: int) -> torch.Tensor:
         """Per-sample brightness and contrast in [1 - j, 1 + j], the same for a sample's frames."""
-        j, key = self.cfg.colour_jitter, self.cfg.seed * 7_919 + epoch * 104_729
+        j, key = self.cfg.colour_jitter, aug_key(self.cfg.seed, epoch, JITTER)
         rows = rows.to(x.device)
         bright = 1.0 + j * (2.0 * hash_uniform(rows, key) - 1.0)
         contrast = 1.0 + j * (2.0 * hash_uniform(rows, key + 1) - 1.0)

@@ -5,71 +5,26 @@ together in one shard. `read_frames` sorts a batch's requests by (shard, offset)
 neighbours closer than `coalesce_gap` into one `preadv` whose iovecs scatter each frame
 straight into its destination and send the gaps (other fields, tar headers) to a scratch
 buffer: a 33-frame clip is one contiguous read, with no per-frame scan, no decode and no
-intermediate copy. File descriptors are opened per process (DataLoader workers fork) and
-checked once against the index (size, optionally sha256), so a truncated or replaced shard
-fails with its name instead of returning a wrong frame.
+intermediate copy. File descriptors come from `shards.open_shards.OpenShards`: opened per
+process (DataLoader workers fork), at most `max_open_shards` at once, checked against the index
+on open (size, or sha256 once per process), so a truncated or replaced shard fails with its
+name instead of returning a wrong frame.
+
+A `preadv` may return fewer bytes than asked without being at the end of the file (Linux
+moves at most 0x7ffff000 bytes per call, and a 720p clip run can be larger): `preadv_full`
+continues from where it stopped; only end-of-file is a short read.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from datakit.durable import check_size, fd_sha256
 from datakit.errors import ShardError
-from datakit.shards.index import ShardEntry
+from datakit.shards.open_shards import OpenShards
 
 _IOV_MAX = 1000  # Linux allows 1024 iovecs per call; keep a margin
-
-
-@dataclass
-class ShardFiles:
-    """Lazily opened, verified read-only descriptors of a folder's shards, per process."""
-
-    root: Path
-    shards: list[ShardEntry]
-    verify: str = "size"  # "size" | "sha256"
-    _fds: dict[int, int] = field(default_factory=dict)
-    _pid: int = -1
-
-    def fd(self, shard: int) -> int:
-        if self._pid != os.getpid():  # forked into a worker: the parent's descriptors are not ours
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(shard)
-        if fd is None:
-            fd = self._fds[shard] = self._open(shard)
-        return fd
-
-    def path(self, shard: int) -> Path:
-        return self.root / self.shards[shard].name
-
-    def _open(self, shard: int) -> int:
-        entry, path = self.shards[shard], self.path(shard)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ShardError(path, "missing shard file") from None
-        try:
-            check_size(path, os.fstat(fd).st_size, entry.bytes)
-        except ShardError:
-            os.close(fd)
-            raise
-        if self.verify == "sha256":
-            digest = fd_sha256(fd)
-            if digest != entry.sha256:
-                os.close(fd)
-                raise ShardError(path, f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
-
-    def __getstate__(self) -> dict:
-        return {"root": self.root, "shards": self.shards, "verify": self.verify, "_fds": {}, "_pid": -1}
 
 
 @dataclass
@@ -82,7 +37,7 @@ class ReadPlan:
     owner: np.ndarray  # (R,) sample of each request, to drop samples on a bad shard
 
 
-def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int, coalesce_gap: int) -> dict[int, ShardError]:
+def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_gap: int) -> dict[int, ShardError]:
     """Fill every `plan.dest`; returns {shard: error} for shards that failed (never raises
     for a shard itself; the caller decides whether to raise or to drop the owners)."""
     failed: dict[int, ShardError] = {}
@@ -122,7 +77,7 @@ def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int, coalesce_ga
 
 
 def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, frame_bytes: int,
-              scratch: memoryview, files: ShardFiles, shard: int) -> None:
+              scratch: memoryview, files: OpenShards, shard: int) -> None:
     """One contiguous byte range: frames scattered to `dests`, gaps to `scratch`."""
     i = 0
     while i < len(dests):
@@ -134,7 +89,27 @@ def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarr
             iov.append(dests[j])
             j += 1
         want = sum(len(v) for v in iov)
-        got = os.preadv(fd, iov, int(offs[i]))
+        got = preadv_full(fd, iov, int(offs[i]))
         if got != want:  # a short read means the file ended early: never hand out a partial frame
             raise ShardError(files.path(shard), f"short read at byte {int(offs[i])}: {got} of {want} bytes (truncated shard?)")
         i = j
+
+
+def preadv_full(fd: int, buffers: list[memoryview], offset: int) -> int:
+    """`os.preadv` until every buffer is full or the file ends; returns the bytes read.
+
+    The kernel may fill only part of the list (at most 0x7ffff000 bytes per call on Linux):
+    the next call continues with the first unfilled buffer, trimmed by what it already got."""
+    iov = [memoryview(b).cast("B") for b in buffers]
+    total, first = 0, 0
+    while first < len(iov):
+        n = os.preadv(fd, iov[first:], offset + total)
+        if n <= 0:  # end of file
+            break
+        total += n
+        while first < len(iov) and n >= len(iov[first]):
+            n -= len(iov[first])
+            first += 1
+        if n:
+            iov[first] = iov[first][n:]
+    return total

@@ -1,22 +1,22 @@
-"""Shared-memory batch slots reused across steps, so DataLoader workers hand over images by slot id.
+"""Shared-memory ring buffers reused across steps, so DataLoader workers hand over images by buffer id.
 
 Why: a worker that returns a fresh uint8 batch makes torch create a new shared-memory segment
 per batch (and one per small tensor), fault in its ~10 MB of pages in the worker, pass the
 descriptor over a socket, map and fault it in again in the main process and unmap it after.
 On a 2-core machine that cost 5x the throughput of the single-process path. Here every worker
-owns a ring of `slots` byte buffers, allocated once by the main process before the workers
+owns a ring of `buffers` byte buffers, allocated once by the main process before the workers
 start (inherited by fork; passed by descriptor under spawn): the worker reads frames straight
-into its next free slot (`preadv` into the slot) and sends only a `SlotBatch` - slot id, image
+into its next free buffer (`preadv` into the buffer) and sends only a `RingBatch` - buffer id, image
 shape and the small arrays (state, action, masks, indices; a few KB) by value in the pickle.
-The main process copies the images out of the slot (into a fresh tensor, or, for the device
-path, into the pinned staging buffer) and releases the slot.
+The main process copies the images out of the buffer (into a fresh tensor, or, for the device
+path, into the pinned staging buffer) and releases the buffer.
 
-Ordering: a worker fills its slots round-robin and the main process releases them in the order
+Ordering: a worker fills its buffers round-robin and the main process releases them in the order
 it consumes batches. The DataLoader delivers a worker's batches in the order that worker made
-them, so releases are FIFO per ring and "the oldest filled slot" is always the one freed;
-`release` checks that. A per-worker counting semaphore (initialised to `slots`) makes a worker
-wait before reusing a slot whose batch the main process has not released: a slot is never
-overwritten before it is consumed. With `slots = prefetch_factor + 1` (the default) a worker
+them, so releases are FIFO per ring and "the oldest filled buffer" is always the one freed;
+`release` checks that. A per-worker counting semaphore (initialised to `buffers`) makes a worker
+wait before reusing a buffer whose batch the main process has not released: a buffer is never
+overwritten before it is consumed. With `buffers = prefetch_factor + 1` (the default) a worker
 never waits: the DataLoader keeps at most `prefetch_factor` unconsumed tasks per worker, and
 the main process holds at most one more batch (the one being copied).
 """
@@ -25,71 +25,105 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
 
+from datakit.errors import DatakitError, ResourceLimitError
+
 _WAIT_S = 0.1  # how often a waiting worker checks that the pool is still in use
+SHM_DIR = Path("/dev/shm")  # where torch's shared memory (shm_open) lives on Linux
 
 
 @dataclass(frozen=True)
-class SlotBatch:
+class RingBatch:
     """What a worker sends instead of a batch: where its images are, the rest by value."""
 
     worker: int
-    slot: int
-    shape: tuple[int, ...]  # of the uint8 images in the slot
+    buffer: int
+    shape: tuple[int, ...]  # of the uint8 images in the buffer
     arrays: dict[str, np.ndarray]  # every other batch key, in the batch's key order
 
 
-class SlotPool:
-    """`num_workers` rings of `slots` shared uint8 buffers of `slot_bytes` each."""
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker's batch failed with a DatakitError: sent as a value so the main process raises
+    the error itself (the DataLoader would turn it into a RuntimeError holding a traceback)."""
 
-    def __init__(self, num_workers: int, slots: int, slot_bytes: int, ctx: Any = None):
-        if num_workers < 1 or slots < 1 or slot_bytes < 1:
-            raise ValueError(f"need num_workers, slots, slot_bytes >= 1, got {num_workers}, {slots}, {slot_bytes}")
+    error: Exception
+
+
+def check_shm_space(need: int, what: str, shm_dir: Path = SHM_DIR) -> None:
+    """Raise ResourceLimitError when `shm_dir` has less free space than `need` bytes.
+
+    The pool's pages are allocated on first touch, so an undersized /dev/shm (Docker gives
+    64 MB unless told otherwise) would otherwise end in a SIGBUS in a worker mid-epoch."""
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:
+        return  # no /dev/shm (not Linux): torch uses another mechanism
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise ResourceLimitError(
+            f"{shm_dir}: the loader's shared memory needs {need / 2**20:.0f} MiB ({what}) but only "
+            f"{free / 2**20:.0f} MiB is free; raise it (Docker: `--shm-size={_suggest(need)}`, default 64m; "
+            f"Kubernetes: an emptyDir with medium Memory on /dev/shm) or lower num_workers, worker_buffers or batch_size")
+
+
+def _suggest(need: int) -> str:
+    gib = need / 2**30
+    return f"{max(1, int(gib * 1.5 + 0.999))}g"
+
+
+class BufferPool:
+    """`num_workers` rings of `buffers` shared uint8 buffers of `buffer_bytes` each."""
+
+    def __init__(self, num_workers: int, buffers: int, buffer_bytes: int, ctx: Any = None):
+        if num_workers < 1 or buffers < 1 or buffer_bytes < 1:
+            raise ValueError(f"need num_workers, buffers, buffer_bytes >= 1, got {num_workers}, {buffers}, {buffer_bytes}")
         ctx = ctx or mp.get_context()
-        self.num_workers, self.slots, self.slot_bytes = num_workers, slots, slot_bytes
-        # tmpfs pages are allocated on first touch, so bytes of pruned slots cost nothing
-        storage = torch.UntypedStorage._new_shared(num_workers * slots * slot_bytes)
-        self.buf = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (num_workers, slots, slot_bytes))
-        self._free = [ctx.Semaphore(slots) for _ in range(num_workers)]
+        self.num_workers, self.buffers, self.buffer_bytes = num_workers, buffers, buffer_bytes
+        # tmpfs pages are allocated on first touch, so bytes of pruned image slots cost nothing
+        storage = torch.UntypedStorage._new_shared(num_workers * buffers * buffer_bytes)
+        self.buf = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (num_workers, buffers, buffer_bytes))
+        self._free = [ctx.Semaphore(buffers) for _ in range(num_workers)]
         self._closed = ctx.Event()
         self._next = [0] * num_workers  # worker side: the ring position it fills next
-        self._head = [0] * num_workers  # main side: the oldest filled, unreleased slot of each ring
+        self._head = [0] * num_workers  # main side: the oldest filled, unreleased buffer of each ring
         self._parent = os.getpid()
 
-    def view(self, worker: int, slot: int, shape: tuple[int, ...]) -> torch.Tensor:
-        """The slot's first prod(shape) bytes as a uint8 tensor of `shape` (no copy)."""
+    def view(self, worker: int, buffer: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """The buffer's first prod(shape) bytes as a uint8 tensor of `shape` (no copy)."""
         n = int(np.prod(shape))
-        if n > self.slot_bytes:
-            raise ValueError(f"a batch of {n} image bytes does not fit a {self.slot_bytes}-byte slot")
-        return self.buf[worker, slot, :n].view(shape)
+        if n > self.buffer_bytes:
+            raise ValueError(f"a batch of {n} image bytes does not fit a {self.buffer_bytes}-byte buffer")
+        return self.buf[worker, buffer, :n].view(shape)
 
     # --- worker side ------------------------------------------------------------------------
     def acquire(self, worker: int) -> int:
-        """Wait until the ring's next slot is free (its last batch released); returns it."""
+        """Wait until the ring's next buffer is free (its last batch released); returns it."""
         while not self._free[worker].acquire(timeout=_WAIT_S):
             orphaned = os.getpid() != self._parent and os.getppid() != self._parent
             if self._closed.is_set() or orphaned:  # nobody will ever release
                 raise RuntimeError("the loader was closed; this worker's batch is not wanted")
-        slot = self._next[worker]
-        self._next[worker] = (slot + 1) % self.slots
-        return slot
+        buffer = self._next[worker]
+        self._next[worker] = (buffer + 1) % self.buffers
+        return buffer
 
     def abort(self, worker: int) -> None:
-        """Give back the slot taken by the last `acquire` (the batch failed; nothing was sent)."""
-        self._next[worker] = (self._next[worker] - 1) % self.slots
+        """Give back the buffer taken by the last `acquire` (the batch failed; nothing was sent)."""
+        self._next[worker] = (self._next[worker] - 1) % self.buffers
         self._free[worker].release()
 
     # --- main side ----------------------------------------------------------------------------
-    def release(self, worker: int, slot: int) -> None:
-        """The main process is done with the slot: the worker may overwrite it."""
-        if slot != self._head[worker]:
-            raise RuntimeError(f"worker {worker}: slot {slot} released out of order (expected {self._head[worker]})")
-        self._head[worker] = (slot + 1) % self.slots
+    def release(self, worker: int, buffer: int) -> None:
+        """The main process is done with the buffer: the worker may overwrite it."""
+        if buffer != self._head[worker]:
+            raise RuntimeError(f"worker {worker}: buffer {buffer} released out of order (expected {self._head[worker]})")
+        self._head[worker] = (buffer + 1) % self.buffers
         self._free[worker].release()
 
     def close(self) -> None:
@@ -97,23 +131,23 @@ class SlotPool:
         DataLoader's shutdown does not sit out its join timeout on a worker stuck in `acquire`."""
         self._closed.set()
 
-    def receive(self, msg: SlotBatch, *, borrow: bool) -> dict[str, torch.Tensor]:
-        """The batch of `msg`. `borrow=False`: images copied out and the slot released now.
-        `borrow=True`: images are a view of the slot; the caller must `release` it once it
+    def receive(self, msg: RingBatch, *, borrow: bool) -> dict[str, torch.Tensor]:
+        """The batch of `msg`. `borrow=False`: images copied out and the buffer released now.
+        `borrow=True`: images are a view of the buffer; the caller must `release` it once it
         has copied them (e.g. into pinned memory), before asking the DataLoader for more."""
-        images = self.view(msg.worker, msg.slot, msg.shape)
+        images = self.view(msg.worker, msg.buffer, msg.shape)
         if not borrow:
             # numpy, not torch: torch's copy splits 10 MB over its intra-op threads, which on a
             # busy 2-core machine made it 15x slower (8 ms instead of 0.6 ms) than one memcpy
             images = torch.from_numpy(images.numpy().copy())
-            self.release(msg.worker, msg.slot)
+            self.release(msg.worker, msg.buffer)
         return {"images": images, **{k: torch.from_numpy(v) for k, v in msg.arrays.items()}}
 
 
 class PooledDataset(torch.utils.data.Dataset):
-    """What the DataLoader's workers run: `dataset.read_batch` into the worker's next slot."""
+    """What the DataLoader's workers run: `dataset.read_batch` into the worker's next buffer."""
 
-    def __init__(self, dataset: Any, pool: SlotPool):
+    def __init__(self, dataset: Any, pool: BufferPool):
         self.dataset, self.pool = dataset, pool
 
     def __len__(self) -> int:
@@ -122,25 +156,33 @@ class PooledDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> Any:
         raise TypeError("PooledDataset only serves whole batches (`__getitems__`)")
 
-    def __getitems__(self, positions: list[int]) -> SlotBatch:
+    def __getitems__(self, positions: list[int]) -> RingBatch | WorkerFailure:
         info = torch.utils.data.get_worker_info()
         if info is None:
             raise RuntimeError("PooledDataset runs in DataLoader workers only")
         w, pool = info.id, self.pool
-        slot = pool.acquire(w)
+        buffer = pool.acquire(w)
         try:
-            batch = self.dataset.read_batch(positions, alloc=lambda shape: pool.view(w, slot, shape))
+            batch = self.dataset.read_batch(positions, alloc=lambda shape: pool.view(w, buffer, shape))
             images = batch.pop("images")
-            dest = pool.view(w, slot, tuple(images.shape))
+            dest = pool.view(w, buffer, tuple(images.shape))
             if images.numel() and images.data_ptr() != dest.data_ptr():
                 dest.copy_(images)  # samples of a bad shard were dropped: the rest was compacted elsewhere
             arrays = {k: v.numpy() for k, v in batch.items()}
+        except DatakitError as err:
+            pool.abort(w)
+            return WorkerFailure(err)
         except BaseException:
             pool.abort(w)
             raise
-        return SlotBatch(worker=w, slot=slot, shape=tuple(images.shape), arrays=arrays)
+        return RingBatch(worker=w, buffer=buffer, shape=tuple(images.shape), arrays=arrays)
 
 
-def slot_bytes_for(dataset: Any, batch_size: int) -> int:
-    """Image bytes of the largest batch `dataset` can produce (every slot kept)."""
+def buffer_bytes_for(dataset: Any, batch_size: int) -> int:
+    """Image bytes of the largest batch `dataset` can produce (every image slot kept)."""
     return max(1, batch_size * len(dataset.slot_names) * dataset.num_frames * dataset.frame_bytes)
+
+
+def pool_shape(cfg: Any, dataset: Any) -> tuple[int, int, int]:
+    """(workers, buffers per worker, bytes per buffer) of the pool a config needs."""
+    return cfg.num_workers, cfg.worker_buffers or cfg.prefetch_factor + 1, buffer_bytes_for(dataset, cfg.batch_size)

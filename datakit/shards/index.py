@@ -5,18 +5,24 @@ each to a temporary name and renamed):
 - `index.json`: the manifest (format version, schema, fps, layout, cameras and their slot
   status, tasks, normalisation statistics, per-shard name/bytes/sha256/episode and row
   ranges, per-episode rows and slots, skipped episodes, conversion options).
-- `frames.arrow`: an uncompressed Arrow IPC file, one row per frame in (episode, frame)
+- `frames.arrow`: an uncompressed Arrow IPC file of ONE record batch (so every column is one
+  buffer, viewed without a copy at any row count), one row per frame in (episode, frame)
   order, memory-mappable: episode_index, frame_index, timestamp, task_index, state, action
   (fixed-size lists of float32), shard (int32), and for each camera `offset/<camera>`: the
   byte offset in that shard of the camera's raw pixel data (after the .npy header), -1 when
   the camera has no video in that episode. Every frame of a camera has `frame_bytes` bytes
   with shape `frame_shape` (rgb: (H, W, 3); nv12: (H*3//2, W)).
+- `checksums.json`, written last: the sha256 of both (its presence = the conversion finished).
+
+Both are input to every reader: `load_index` checks the manifest field by field
+(`manifest_check`) and `load_frames` the table's schema and row count; a bad file raises
+IndexFileError naming it. index.json is strict JSON both ways (no NaN/Infinity).
 """
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from datakit.durable import file_sha256, fsync_dir, write_atomic  # noqa: F401  (write_atomic re-exported)
+from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
+from datakit.errors import IndexFileError
+from datakit.shards.manifest_check import check_manifest
 
 FORMAT_NAME = "datakit-shards"
 FORMAT_VERSION = 1
@@ -93,15 +101,35 @@ class ShardIndex:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1) + "\n"  # insertion order: cameras as declared
+        """Strict JSON (no NaN/Infinity, which strict parsers reject): a non-finite value raises
+        IndexFileError naming the field instead of being written."""
+        d = asdict(self)
+        try:
+            return json.dumps(d, indent=1, allow_nan=False) + "\n"  # insertion order: cameras as declared
+        except ValueError:
+            field_, value = _first_non_finite(d)
+            raise IndexFileError(MANIFEST_NAME, f"{field_} is {value}, which strict JSON cannot hold") from None
 
     @classmethod
-    def from_json(cls, text: str) -> "ShardIndex":
-        d = json.loads(text)
-        if d.get("format") != FORMAT_NAME:
-            raise ValueError(f"not a {FORMAT_NAME} index (format={d.get('format')!r})")
+    def from_json(cls, text: str | bytes, path: str | Path = MANIFEST_NAME,
+                  problems: list[str] | None = None) -> "ShardIndex":
+        """Parse and check a manifest (`manifest_check`); any problem raises IndexFileError
+        naming `path` and the field, before a reader trusts a name or a number in it. With
+        `problems` (for `verify`), values that only disagree with each other are listed there."""
+        try:
+            d = json.loads(text, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise IndexFileError(path, f"not valid JSON ({e})") from None
+        except _NotStrict as e:
+            raise IndexFileError(path, f"holds {e}, which is not strict JSON") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise IndexFileError(path, f"not a {FORMAT_NAME} index (format={got!r})")
         if d.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported index format_version {d.get('format_version')}")
+            raise IndexFileError(path, f"unsupported index format_version {d.get('format_version')!r}")
+        schema = {"index": _fields(cls), "camera": _fields(CameraEntry), "shard": _fields(ShardEntry),
+                  "episode": _fields(EpisodeEntry)}
+        check_manifest(d, Path(path), schema, problems)
         d["cameras"] = {k: CameraEntry(**v) for k, v in d["cameras"].items()}
         d["shards"] = [ShardEntry(**s) for s in d["shards"]]
         d["episodes"] = [EpisodeEntry(**e) for e in d["episodes"]]
@@ -128,6 +156,33 @@ class ShardIndex:
         }
 
 
+def _fields(cls: type) -> tuple[set[str], set[str]]:
+    """(required, optional) field names of a dataclass: what its JSON object must / may hold."""
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    return required, names - required
+
+
+class _NotStrict(ValueError):
+    """json.loads met NaN, Infinity or -Infinity."""
+
+
+def _reject_constant(token: str) -> float:
+    raise _NotStrict(token)
+
+
+def _first_non_finite(v: Any, where: str = "index") -> tuple[str, float] | None:
+    """(field, value) of the first NaN/inf in a nested dict/list, or None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return where, v
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    for k, x in items:
+        found = _first_non_finite(x, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if found:
+            return found
+    return None
+
+
 def member_schema(cameras: dict[str, CameraEntry], state_dim: int, action_dim: int) -> dict[str, Any]:
     """What each tar member of a frame holds, declared up front (readers need not open a .npy)."""
     members: dict[str, Any] = {f"{c}.npy": {"dtype": "uint8", "shape": e.frame_shape} for c, e in cameras.items()}
@@ -152,22 +207,21 @@ def frames_schema(cameras: list[str], state_dim: int, action_dim: int) -> pa.Sch
 
 
 def write_frames(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with pa.OSFile(str(tmp), "wb") as sink:
-        with ipc.new_file(sink, table.schema) as w:
-            w.write_table(table, max_chunksize=1 << 20)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """Write the per-frame table as ONE record batch, so every column is one contiguous buffer
+    that `column()` can view without a copy at any row count (an IPC file of several batches
+    puts metadata between them, and reading a column would mean concatenating, i.e. copying)."""
+    with atomic_path(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as w:
+            w.write_table(table.combine_chunks())  # no max_chunksize: one batch per (single) chunk
 
 
 def write_index(out: Path, index: ShardIndex, table: pa.Table) -> None:
     """Write the index files after every shard is committed: frames table, manifest, then the
     checksums of both (its presence means the conversion finished; `verify` checks them)."""
     out = Path(out)
+    manifest = index.to_json().encode()  # first: a value strict JSON cannot hold fails before any write
     write_frames(out / FRAMES_NAME, table)
-    write_atomic(out / MANIFEST_NAME, index.to_json().encode())
+    write_atomic(out / MANIFEST_NAME, manifest)
     sums = {name: file_sha256(out / name) for name in (MANIFEST_NAME, FRAMES_NAME)}
     write_atomic(out / CHECKSUMS_NAME, (json.dumps({"sha256": sums}, indent=1) + "\n").encode())
 
@@ -177,20 +231,64 @@ def is_finished(out: Path) -> bool:
     return (Path(out) / CHECKSUMS_NAME).exists()
 
 
-def load_index(out: Path) -> ShardIndex:
-    return ShardIndex.from_json((Path(out) / MANIFEST_NAME).read_text())
+def load_index(out: Path, problems: list[str] | None = None) -> ShardIndex:
+    """The checked manifest of `out`; IndexFileError naming index.json when it is missing or bad
+    (with `problems`, inconsistent values are listed there instead: see `ShardIndex.from_json`)."""
+    path = Path(out) / MANIFEST_NAME
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise IndexFileError(path, "missing: not a converted output folder, or its conversion has not finished") from None
+    except OSError as e:
+        raise IndexFileError(path, f"unreadable ({e.strerror or e})") from None
+    return ShardIndex.from_json(text, path, problems)
 
 
-def load_frames(out: Path) -> pa.Table:
-    """Memory-map the per-frame table (no copy; columns are zero-copy numpy-convertible)."""
-    source = pa.memory_map(str(Path(out) / FRAMES_NAME), "r")
-    return ipc.open_file(source).read_all()
+def load_frames(out: Path, index: ShardIndex | None = None) -> pa.Table:
+    """Memory-map the per-frame table (no copy; `column()` gives zero-copy numpy views).
+
+    With `index`, the table's schema and row count are checked against the manifest. A
+    missing, truncated or garbage file raises IndexFileError naming frames.arrow."""
+    path = Path(out) / FRAMES_NAME
+    try:
+        table = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        table.validate()  # buffer sizes against lengths (metadata only, no scan of the data)
+    except FileNotFoundError:
+        raise IndexFileError(path, "missing: the conversion has not finished") from None
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise IndexFileError(path, f"not a readable Arrow IPC file, truncated or damaged ({e})") from None
+    if index is not None:
+        check_frames_schema(table, index, path)
+    return table
+
+
+def check_frames_schema(table: pa.Table, index: ShardIndex, path: Path) -> None:
+    """The table has the manifest's columns, types, row count and no nulls."""
+    want = frames_schema(list(index.cameras), len(index.state_names), len(index.action_names))
+    if not table.schema.equals(want):
+        have = {f.name: str(f.type) for f in table.schema}
+        diff = [f"{f.name} ({f.type})" for f in want if have.get(f.name) != str(f.type)]
+        extra = [n for n in have if n not in want.names]
+        raise IndexFileError(path, f"columns differ from the index: expected {', '.join(diff) or '-'}"
+                                   f"{'; unexpected ' + ', '.join(extra) if extra else ''}")
+    if table.num_rows != index.num_frames:
+        raise IndexFileError(path, f"{table.num_rows} rows, index.json says {index.num_frames} frames")
+    nulls = [n for n in table.column_names if table.column(n).null_count]
+    if nulls:
+        raise IndexFileError(path, f"null values in column {nulls[0]!r}")
 
 
 def column(table: pa.Table, name: str) -> np.ndarray:
-    """A numpy view of a column; fixed-size lists come back as (rows, dim)."""
-    col = table.column(name).combine_chunks()
-    if pa.types.is_fixed_size_list(col.type):
-        dim = col.type.list_size
-        return col.values.to_numpy(zero_copy_only=False).reshape(-1, dim)
-    return col.to_numpy(zero_copy_only=False)
+    """A zero-copy, read-only numpy view of a column; fixed-size lists come back as (rows, dim).
+
+    `write_frames` writes one record batch, so a column is one chunk at any row count. A file
+    of several batches (datakit before this check wrote one per 1M rows) would need a copy of
+    the column in every process that reads it, GBs at DROID scale: it raises IndexFileError."""
+    col = table.column(name)
+    if col.num_chunks > 1:
+        raise IndexFileError(FRAMES_NAME, f"column {name!r} is split into {col.num_chunks} record batches; "
+                                          "reading it would copy it: convert again to rewrite it as one batch")
+    arr = col.chunk(0) if col.num_chunks else pa.array([], type=col.type)
+    if pa.types.is_fixed_size_list(arr.type):
+        return arr.flatten().to_numpy(zero_copy_only=True).reshape(-1, arr.type.list_size)
+    return arr.to_numpy(zero_copy_only=True)

@@ -25,20 +25,30 @@ def detect_format(root: str | Path) -> str:
                             f"(no {layout.DROID_METADATA_GLOB})")
 
 
-def scan(root: str | Path, fmt: str = "auto") -> DatasetSpec:
-    """Read the metadata of the dataset at `root` (format "auto", "lerobot" or "droid")."""
+def scan(root: str | Path, fmt: str = "auto", check: bool = True) -> DatasetSpec:
+    """Read the metadata of the dataset at `root` (format "auto", "lerobot" or "droid").
+
+    With check=True (convert) the first error of `checks.check_dataset` is raised as a
+    SourceError; check=False returns the spec as read, for `datakit doctor` to report every
+    finding. Metadata too malformed to build a spec from raises SourceError either way."""
+    from datakit.sources.checks import check_dataset, raise_first_error
+
     root = Path(root)
     if fmt == "auto":
         fmt = detect_format(root)
     if fmt == "lerobot":
         from datakit.sources.lerobot import scan_lerobot
 
-        return scan_lerobot(root)
-    if fmt == "droid":
+        spec = scan_lerobot(root)
+    elif fmt == "droid":
         from datakit.sources.droid import scan_droid
 
-        return scan_droid(root)
-    raise ValueError(f"unknown source format {fmt!r} (auto, {', '.join(FORMATS)})")
+        spec = scan_droid(root)
+    else:
+        raise ValueError(f"unknown source format {fmt!r} (auto, {', '.join(FORMATS)})")
+    if check:
+        raise_first_error(check_dataset(spec))
+    return spec
 
 
 def load_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:

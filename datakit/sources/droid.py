@@ -9,6 +9,7 @@ import numpy as np
 
 from datakit import layout
 from datakit.errors import SourceError
+from datakit.sources.checks import member_name_problem
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
 
 
@@ -35,10 +36,16 @@ def _episode_metadata(folder: Path) -> tuple[Path, dict]:
     return files[0], _metadata(files[0])
 
 
-def _video_path(folder: Path, serial) -> Path | None:
+def _video_path(folder: Path, serial, meta_path: Path, key: str) -> Path | None:
+    """recordings/MP4/<serial>.mp4 of the episode, None for a null serial; a serial that is not
+    a plain file name (a path separator, '..', a control character) is a SourceError."""
     if serial is None or str(serial).strip() in ("", "None", "null"):
         return None
-    return folder / layout.DROID_MP4_DIR / layout.DROID_MP4_NAME.format(serial=str(serial).strip())
+    serial = str(serial).strip()
+    problem = member_name_problem(serial)
+    if problem:
+        raise SourceError(meta_path, f"{key} {serial!r} {problem}: it would name a file outside the episode")
+    return folder / layout.DROID_MP4_DIR / layout.DROID_MP4_NAME.format(serial=serial)
 
 
 def probe_video_size(path: Path) -> tuple[int, int]:
@@ -62,12 +69,18 @@ def scan_droid(root: Path) -> DatasetSpec:
     episodes: list[EpisodeRef] = []
     sizes: dict[str, tuple[int, int]] = {}
     seen = set()
+    uuids: dict[str, Path] = {}
     for path in files:
         folder = path.parent
         if folder in seen:  # one episode per folder, even with several metadata files
             continue
         seen.add(folder)
         meta = _metadata(path)
+        uuid = meta.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            if uuid in uuids:  # the same recording twice (a copied folder): a duplicated episode
+                raise SourceError(path, f"uuid {uuid!r} is also the uuid of {uuids[uuid]}: the same episode twice")
+            uuids[uuid] = path
         task = str(meta.get("current_task") or "")
         if task not in tasks:
             tasks.append(task)
@@ -77,7 +90,7 @@ def scan_droid(root: Path) -> DatasetSpec:
             raise SourceError(path, "missing or invalid trajectory_length") from None
         videos: dict[str, VideoSlice | None] = {}
         for cam, key in layout.DROID_CAMERAS.items():
-            mp4 = _video_path(folder, meta.get(key))
+            mp4 = _video_path(folder, meta.get(key), path, key)
             videos[cam] = None if mp4 is None else VideoSlice(mp4)
             # native size: probed from the first episode that has this camera's file
             if mp4 is not None and cam not in sizes and mp4.is_file():
@@ -100,7 +113,7 @@ def scan_droid(root: Path) -> DatasetSpec:
 def _read(h5, key: str, path: Path) -> np.ndarray:
     if key not in h5:
         raise SourceError(path, f"no {key!r} dataset")
-    arr = np.asarray(h5[key][()], dtype=np.float32)
+    arr = np.asarray(h5[key][()], dtype=np.float64)
     return arr.reshape(len(arr), -1)
 
 
@@ -132,6 +145,5 @@ def load_droid_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
     task_i = spec.tasks.index(task) if task in spec.tasks else 0
     frame_index = np.arange(ref.length, dtype=np.int64)
     return EpisodeTable(episode_index=ref.episode_index, frame_index=frame_index,
-                        timestamp=frame_index / float(spec.fps), state=state.astype(np.float32),
-                        action=action.astype(np.float32),
+                        timestamp=frame_index / float(spec.fps), state=state, action=action,
                         task_index=np.full(ref.length, task_i, dtype=np.int64), task=task)

@@ -48,8 +48,10 @@ class EpisodeTable:
     episode_index: int
     frame_index: np.ndarray  # (T,) int64
     timestamp: np.ndarray  # (T,) float64 seconds from the episode start
-    state: np.ndarray  # (T, S) float32
-    action: np.ndarray  # (T, A) float32
+    # (T, S) / (T, A) float64 as read: values outside float32 range stay visible to the checks
+    # (sources/checks.py); convert casts to float32 after checking
+    state: np.ndarray
+    action: np.ndarray
     task_index: np.ndarray  # (T,) int64 (index into DatasetSpec.tasks)
     task: str  # the episode's (first) task text
     # camera name -> per-frame encoded image bytes (PNG/JPEG), for `dtype: image` features
@@ -72,3 +74,9 @@ class DatasetSpec:
     action_names: list[str]
     tasks: list[str]  # task_index -> text
     episodes: list[EpisodeRef]
+    total_episodes: int | None = None  # as the metadata declares it (LeRobot info.json), if it does
+
+
+def task_text(tasks: list[str], task_index: int) -> str:
+    """The text of one task_index ("" for an index the dataset does not list; the checks flag it)."""
+    return tasks[task_index] if 0 <= task_index < len(tasks) else ""

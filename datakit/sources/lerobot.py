@@ -6,36 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from datakit import layout
 from datakit.errors import SourceError
-from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise SourceError(path, f"unreadable json: {e}") from None
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise SourceError(path, f"missing {path.parent.name}/{path.name}")
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as e:
-        raise SourceError(path, f"unreadable jsonl: {e}") from None
-
-
-def read_parquet(path: Path, columns=None, filters=None) -> pa.Table:
-    if not path.is_file():
-        raise SourceError(path, "missing parquet file")
-    try:
-        return pq.read_table(path, columns=columns, filters=filters)
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise SourceError(path, f"unreadable parquet: {e}") from None
+from datakit.sources.checks import member_name_problem
+from datakit.sources.columns import image_bytes, scalar_column, vector_column
+from datakit.sources.fields import float_field, format_path, int_field, read_json, read_jsonl, read_parquet
+from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
 
 
 def _flat_names(names, n: int, prefix: str) -> list[str]:
@@ -47,8 +24,17 @@ def _flat_names(names, n: int, prefix: str) -> list[str]:
     return [f"{prefix}_{i}" for i in range(n)]
 
 
+def _shape(name: str, ft: dict, info_path: Path) -> list[int]:
+    """A feature's shape: a list of positive ints, else a SourceError naming the feature."""
+    shape = ft.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                              for d in shape):
+        raise SourceError(info_path, f"feature {name!r}: shape {shape!r} is not a list of positive integers")
+    return shape
+
+
 def _camera_hw(name: str, ft: dict, info_path: Path) -> tuple[int, int]:
-    shape, names = list(ft.get("shape") or []), ft.get("names")
+    shape, names = _shape(name, ft, info_path), ft.get("names")
     if len(shape) != 3:
         raise SourceError(info_path, f"feature {name!r}: image shape {shape} is not 3-d")
     if isinstance(names, list) and "height" in names and "width" in names and len(names) == 3:
@@ -58,9 +44,8 @@ def _camera_hw(name: str, ft: dict, info_path: Path) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])  # channel last
 
 
-def _vector_dim(ft: dict) -> int:
-    shape = ft.get("shape") or [1]
-    return int(np.prod(shape))
+def _vector_dim(name: str, ft: dict, info_path: Path) -> int:
+    return int(np.prod(_shape(name, ft, info_path))) if ft.get("shape") is not None else 1
 
 
 def scan_lerobot(root: Path) -> DatasetSpec:
@@ -68,53 +53,85 @@ def scan_lerobot(root: Path) -> DatasetSpec:
     info_path = root / layout.LEROBOT_INFO
     if not info_path.is_file():
         raise SourceError(info_path, "missing meta/info.json")
-    info = _read_json(info_path)
+    info = read_json(info_path)
+    if not isinstance(info, dict):
+        raise SourceError(info_path, f"not a json object (a {type(info).__name__})")
     version = info.get("codebase_version")
     if version not in layout.LEROBOT_VERSIONS:
         raise SourceError(info_path, f"unknown codebase_version {version!r} "
                                      f"(supported: {', '.join(layout.LEROBOT_VERSIONS)})")
     features = info.get("features") or {}
-    try:
-        fps = float(info["fps"])
-    except (KeyError, TypeError, ValueError):
-        raise SourceError(info_path, "missing or invalid fps") from None
+    if not isinstance(features, dict) or not all(isinstance(ft, dict) for ft in features.values()):
+        raise SourceError(info_path, "features is not a json object of feature objects")
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < float("inf"):
+        raise SourceError(info_path, f"missing or invalid fps {fps!r} (must be a positive number)")
+    fps = float(fps)
+    for key in ("data_path", "video_path"):
+        if info.get(key) is not None and not isinstance(info[key], str):
+            raise SourceError(info_path, f"{key} {info[key]!r} is not a string")
     cameras = {name: CameraSpec(name, *_camera_hw(name, ft, info_path), storage=ft["dtype"])
                for name, ft in features.items() if ft.get("dtype") in ("video", "image")}
+    for name in cameras:  # before any path is built from it
+        if problem := member_name_problem(name):
+            raise SourceError(info_path, f"camera name {name!r} {problem}: it would give a tar member "
+                                         f"outside its sample")
     for key in (layout.LEROBOT_STATE_KEY, layout.LEROBOT_ACTION_KEY):
         if key not in features:
             raise SourceError(info_path, f"no {key!r} feature")
     st, ac = features[layout.LEROBOT_STATE_KEY], features[layout.LEROBOT_ACTION_KEY]
-    state_names = _flat_names(st.get("names"), _vector_dim(st), "state")
-    action_names = _flat_names(ac.get("names"), _vector_dim(ac), "action")
+    state_names = _flat_names(st.get("names"), _vector_dim(layout.LEROBOT_STATE_KEY, st, info_path), "state")
+    action_names = _flat_names(ac.get("names"), _vector_dim(layout.LEROBOT_ACTION_KEY, ac, info_path), "action")
     video_cams = [c for c, spec in cameras.items() if spec.storage == "video"]
     if version == "v3.0":
         tasks, episodes = _scan_v3(root, info, video_cams)
     else:
         tasks, episodes = _scan_v2(root, info, video_cams)
+    total = info.get("total_episodes")
+    total = total if isinstance(total, int) and not isinstance(total, bool) else None
     return DatasetSpec(root=root, format="lerobot", version=version, fps=fps, cameras=cameras,
-                       state_names=state_names, action_names=action_names, tasks=tasks, episodes=episodes)
+                       state_names=state_names, action_names=action_names, tasks=tasks, episodes=episodes,
+                       total_episodes=total)
 
 
 def _template(info: dict, key: str, default: str) -> str:
     return info.get(key) or default
 
 
+def _task_list(by_index: dict[int, str], path: Path) -> list[str]:
+    """task_index -> text as a list; a negative index is a SourceError."""
+    if any(i < 0 for i in by_index):
+        raise SourceError(path, f"negative task_index {min(by_index)}")
+    return [by_index.get(i, "") for i in range(max(by_index, default=-1) + 1)]
+
+
 def _scan_v2(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], list[EpisodeRef]]:
-    rows = _read_jsonl(root / layout.LEROBOT_V2_TASKS)
-    by_index = {int(r["task_index"]): str(r["task"]) for r in rows}
-    tasks = [by_index.get(i, "") for i in range(max(by_index, default=-1) + 1)]
-    chunks = int(info.get("chunks_size") or layout.LEROBOT_CHUNKS_SIZE)
+    info_path = root / layout.LEROBOT_INFO
+    tasks_path = root / layout.LEROBOT_V2_TASKS
+    by_index: dict[int, str] = {}
+    for i, r in enumerate(read_jsonl(tasks_path)):
+        t = int_field(r, "task_index", tasks_path, f"line {i + 1}")
+        if t in by_index:
+            raise SourceError(tasks_path, f"task_index {t} is listed more than once")
+        by_index[t] = str(r.get("task", ""))
+    tasks = _task_list(by_index, tasks_path)
+    chunks = info.get("chunks_size") or layout.LEROBOT_CHUNKS_SIZE
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
+        raise SourceError(info_path, f"invalid chunks_size {chunks!r} (must be a positive integer)")
     data_tpl = _template(info, "data_path", layout.LEROBOT_V2_DATA_PATH)
     video_tpl = _template(info, "video_path", layout.LEROBOT_V2_VIDEO_PATH)
+    ep_path = root / layout.LEROBOT_V2_EPISODES
     episodes = []
-    for row in sorted(_read_jsonl(root / layout.LEROBOT_V2_EPISODES), key=lambda r: r["episode_index"]):
-        e = int(row["episode_index"])
+    for i, row in enumerate(read_jsonl(ep_path)):
+        e = int_field(row, "episode_index", ep_path, f"line {i + 1}")
+        length = int_field(row, "length", ep_path, f"line {i + 1} (episode {e})")
         chunk = e // chunks
-        videos = {cam: VideoSlice(root / video_tpl.format(episode_chunk=chunk, video_key=cam, episode_index=e))
+        videos = {cam: VideoSlice(root / format_path(video_tpl, info_path, "video_path", episode_chunk=chunk,
+                                                      video_key=cam, episode_index=e))
                   for cam in video_cams}
-        episodes.append(EpisodeRef(episode_index=e, length=int(row["length"]),
-                                   source=root / data_tpl.format(episode_chunk=chunk, episode_index=e),
-                                   videos=videos))
+        source = root / format_path(data_tpl, info_path, "data_path", episode_chunk=chunk, episode_index=e)
+        episodes.append(EpisodeRef(episode_index=e, length=length, source=source, videos=videos))
+    episodes.sort(key=lambda r: r.episode_index)
     return tasks, episodes
 
 
@@ -133,8 +150,13 @@ def read_v3_tasks(path: Path) -> list[str]:
         col = strings[0] if len(strings) == 1 else None
     if col is None or "task_index" not in names:
         raise SourceError(path, f"no task text / task_index columns (columns: {names})")
-    tasks: dict[int, str] = dict(zip(table["task_index"].to_pylist(), table[col].to_pylist()))
-    return [tasks.get(i, "") for i in range(max(tasks, default=-1) + 1)]
+    indices = table["task_index"].to_pylist()
+    if not all(isinstance(i, int) for i in indices):
+        raise SourceError(path, "task_index column holds nulls or non-integers")
+    if len(set(indices)) != len(indices):
+        raise SourceError(path, "a task_index is listed more than once")
+    tasks: dict[int, str] = dict(zip(indices, ["" if t is None else str(t) for t in table[col].to_pylist()]))
+    return _task_list(tasks, path)
 
 
 def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], list[EpisodeRef]]:
@@ -145,6 +167,7 @@ def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
         raise SourceError(ep_dir, "no episode metadata parquet files")
     data_tpl = _template(info, "data_path", layout.LEROBOT_V3_DATA_PATH)
     video_tpl = _template(info, "video_path", layout.LEROBOT_V3_VIDEO_PATH)
+    info_path = root / layout.LEROBOT_INFO
     episodes = []
     for f in files:
         table = read_parquet(f)
@@ -155,43 +178,23 @@ def _scan_v3(root: Path, info: dict, video_cams: list[str]) -> tuple[list[str], 
         missing = [c for c in needed if c not in cols]
         if missing:
             raise SourceError(f, f"missing columns {missing}")
-        for row in table.select(cols).to_pylist():
+        for i, row in enumerate(table.select(cols).to_pylist()):
+            e = int_field(row, "episode_index", f, f"row {i}")
+            what = f"row {i} (episode {e})"
             videos = {}
             for cam in video_cams:
-                p = root / video_tpl.format(video_key=cam, chunk_index=row[f"videos/{cam}/chunk_index"],
-                                            file_index=row[f"videos/{cam}/file_index"])
-                videos[cam] = VideoSlice(p, float(row[f"videos/{cam}/from_timestamp"]),
-                                         float(row[f"videos/{cam}/to_timestamp"]))
-            source = root / data_tpl.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
-            episodes.append(EpisodeRef(episode_index=int(row["episode_index"]), length=int(row["length"]),
+                p = root / format_path(video_tpl, info_path, "video_path", video_key=cam,
+                                        chunk_index=int_field(row, f"videos/{cam}/chunk_index", f, what),
+                                        file_index=int_field(row, f"videos/{cam}/file_index", f, what))
+                videos[cam] = VideoSlice(p, float_field(row, f"videos/{cam}/from_timestamp", f, what),
+                                         float_field(row, f"videos/{cam}/to_timestamp", f, what))
+            source = root / format_path(data_tpl, info_path, "data_path",
+                                         chunk_index=int_field(row, "data/chunk_index", f, what),
+                                         file_index=int_field(row, "data/file_index", f, what))
+            episodes.append(EpisodeRef(episode_index=e, length=int_field(row, "length", f, what),
                                        source=source, videos=videos))
     episodes.sort(key=lambda r: r.episode_index)
     return tasks, episodes
-
-
-def _matrix(table: pa.Table, key: str, path: Path) -> np.ndarray:
-    if key not in table.column_names:
-        raise SourceError(path, f"no {key!r} column")
-    col = table[key].combine_chunks()
-    n = len(col)
-    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
-        values = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
-        if n and values.size % n:
-            raise SourceError(path, f"column {key!r} has rows of different lengths")
-        return values.reshape(n, values.size // n if n else 0)
-    return col.to_numpy(zero_copy_only=False).astype(np.float32).reshape(n, 1)
-
-
-def _image_bytes(table: pa.Table, cam: str, path: Path) -> list[bytes]:
-    if cam not in table.column_names:
-        raise SourceError(path, f"no {cam!r} image column")
-    col = table[cam].combine_chunks()
-    if pa.types.is_struct(col.type):
-        col = col.field("bytes")
-    out = col.to_pylist()
-    if any(b is None for b in out):
-        raise SourceError(path, f"image column {cam!r} has frames without embedded bytes")
-    return out
 
 
 def load_lerobot_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
@@ -204,25 +207,30 @@ def load_lerobot_episode(spec: DatasetSpec, ref: EpisodeRef) -> EpisodeTable:
     if len(table) != ref.length:
         raise SourceError(path, f"episode {ref.episode_index} has {len(table)} rows but the metadata "
                                 f"says length {ref.length}")
+    if "episode_index" in table.column_names:
+        rows_ep = scalar_column(table, "episode_index", path, np.int64)
+        if (rows_ep != ref.episode_index).any():
+            t = int(np.argmax(rows_ep != ref.episode_index))
+            raise SourceError(path, f"row {t} belongs to episode {int(rows_ep[t])}, not to episode "
+                                    f"{ref.episode_index} as the episode metadata says")
     if "frame_index" in table.column_names:
         table = table.sort_by("frame_index")
-        frame_index = table["frame_index"].to_numpy().astype(np.int64)
+        frame_index = scalar_column(table, "frame_index", path, np.int64)
     else:
         frame_index = np.arange(len(table), dtype=np.int64)
     if "timestamp" in table.column_names:
-        timestamp = table["timestamp"].to_numpy().astype(np.float64)
+        timestamp = scalar_column(table, "timestamp", path, np.float64)
     else:
         timestamp = frame_index / spec.fps
     if "task_index" in table.column_names:
-        task_index = table["task_index"].to_numpy().astype(np.int64)
+        task_index = scalar_column(table, "task_index", path, np.int64)
     else:
         task_index = np.zeros(len(table), dtype=np.int64)
-    first = int(task_index[0]) if len(task_index) else 0
-    task = spec.tasks[first] if 0 <= first < len(spec.tasks) else ""
-    images = {cam: _image_bytes(table, cam, path) for cam, c in spec.cameras.items() if c.storage == "image"}
+    task = task_text(spec.tasks, int(task_index[0])) if len(task_index) else ""
+    images = {cam: image_bytes(table, cam, path) for cam, c in spec.cameras.items() if c.storage == "image"}
     return EpisodeTable(episode_index=ref.episode_index, frame_index=frame_index, timestamp=timestamp,
-                        state=_matrix(table, layout.LEROBOT_STATE_KEY, path),
-                        action=_matrix(table, layout.LEROBOT_ACTION_KEY, path),
+                        state=vector_column(table, layout.LEROBOT_STATE_KEY, path),
+                        action=vector_column(table, layout.LEROBOT_ACTION_KEY, path),
                         task_index=task_index, task=task, images=images)
 
 

@@ -1,0 +1,149 @@
+"""The open shards of one output folder, per process: a bounded LRU of descriptors (and, for
+byte-array access, read-only memory maps), each checked against the index when opened.
+
+Used by both readers, `datakit.reader.ShardReader` (memory maps) and the loader's
+`loader/reads.py` (`preadv` on descriptors), so both bound their open files the same way.
+
+Why bounded: a DROID-sized folder has thousands of shards and the default soft limit on open
+files is 1024; a reader that keeps every shard it touched open fails with EMFILE after a
+while. At most `max_open` shards are open at once; the least recently used one is closed when
+another is needed (its memory map goes when the last view into it does).
+
+Checks on open ("verify"):
+- "size" (default, free): the file exists and has the size the index records. It cannot see
+  damage that keeps the size: bytes flipped or overwritten in place (bit rot, a bad copy,
+  an edit). Frames read from such a shard are silently wrong.
+- "sha256": additionally hash the whole shard once per process and compare with the index,
+  before the first byte is used. It costs one full read of every shard touched; a shard that
+  is evicted and reopened is size-checked again but not re-hashed. Forked workers inherit
+  the set of shards already hashed. `datakit verify` checks everything, offline.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import resource
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datakit.durable import check_size, fd_sha256
+from datakit.errors import ResourceLimitError, ShardError
+from datakit.shards.index import ShardEntry
+
+VERIFY_MODES = ("size", "sha256")
+DEFAULT_MAX_OPEN = 64  # shards open at once per process (each costs 1-2 descriptors)
+
+
+@dataclass
+class _OpenShard:
+    fd: int
+    data: np.ndarray | None = None  # read-only uint8 view of an mmap, made on first use
+
+
+class OpenShards:
+    """Lazily opened, checked, read-only shards; at most `max_open` open at a time."""
+
+    def __init__(self, root: Path, shards: list[ShardEntry], *, verify: str = "size",
+                 max_open: int = DEFAULT_MAX_OPEN):
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"verify={verify!r} is not one of {', '.join(VERIFY_MODES)}")
+        if max_open < 1:
+            raise ValueError(f"max_open must be >= 1, got {max_open}")
+        self.root, self.shards, self.verify, self.max_open = Path(root), shards, verify, max_open
+        self._open: OrderedDict[int, _OpenShard] = OrderedDict()
+        self._hashed: set[int] = set()  # shards whose sha256 matched, in this process or its parent
+        self._pid = os.getpid()
+
+    def path(self, shard: int) -> Path:
+        return self.root / self.shards[shard].name
+
+    def fd(self, shard: int) -> int:
+        """A read-only descriptor of the shard (do not close it; the cache does)."""
+        return self._get(shard).fd
+
+    def bytes(self, shard: int) -> np.ndarray:
+        """The whole shard as a read-only uint8 array over a memory map."""
+        entry = self._get(shard)
+        if entry.data is None:
+            size = self.shards[shard].bytes
+            try:
+                m = mmap.mmap(entry.fd, size, prot=mmap.PROT_READ) if size else b""
+            except OSError as e:
+                raise self._os_error(self.path(shard), e, "cannot map") from None
+            entry.data = np.frombuffer(m, dtype=np.uint8)
+        return entry.data
+
+    @property
+    def num_open(self) -> int:
+        return len(self._open)
+
+    def _get(self, shard: int) -> _OpenShard:
+        if self._pid != os.getpid():  # forked: the parent's descriptors are copies we do not track
+            self._forget_inherited()
+        entry = self._open.get(shard)
+        if entry is not None:
+            self._open.move_to_end(shard)
+            return entry
+        while len(self._open) >= self.max_open:
+            _, old = self._open.popitem(last=False)
+            os.close(old.fd)  # an mmap holds its own descriptor until its last view is gone
+        entry = self._open[shard] = _OpenShard(self._open_checked(shard))
+        return entry
+
+    def _open_checked(self, shard: int) -> int:
+        entry, path = self.shards[shard], self.path(shard)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise ShardError(path, "missing shard file") from None
+        except OSError as e:
+            raise self._os_error(path, e, "cannot open") from None
+        try:
+            check_size(path, os.fstat(fd).st_size, entry.bytes)
+            if self.verify == "sha256" and shard not in self._hashed:
+                digest = fd_sha256(fd)
+                if digest != entry.sha256:
+                    raise ShardError(path, f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...): "
+                                           "the shard was modified")
+                self._hashed.add(shard)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _os_error(self, path: Path, e: OSError, what: str) -> Exception:
+        if e.errno == errno.EMFILE:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            return ResourceLimitError(f"{path}: too many open files (limit {soft}); lower max_open_shards "
+                                      f"(now {self.max_open}) or raise the limit (`ulimit -n`)")
+        return ShardError(path, f"{what} ({e.strerror or e})")
+
+    def _forget_inherited(self) -> None:
+        for entry in self._open.values():
+            try:
+                os.close(entry.fd)  # our copy only; the parent's stays open
+            except OSError:
+                pass
+        self._open, self._pid = OrderedDict(), os.getpid()
+
+    def close(self) -> None:
+        """Close every open descriptor (memory maps go when their last view does)."""
+        if self._pid == os.getpid():
+            for entry in self._open.values():
+                os.close(entry.fd)
+        self._open = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_open"], state["_pid"] = OrderedDict(), -1  # descriptors do not travel
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

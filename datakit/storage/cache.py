@@ -1,0 +1,321 @@
+"""A node-local cache of a remote shard root: whole shards, a size limit, LRU eviction, shared
+safely by every rank (process) on the node.
+
+    cache = ShardCache("s3://bucket/droid-224", "/local/nvme/datakit-cache", max_bytes=200 << 30)
+    cache.prefetch(shard_ids_in_read_order)      # background downloads ahead of the sampler
+    fd = cache.open(cache.index.shards[k])       # or cache.local_path(entry) -> Path
+
+Layout: `cache_dir/<root key>/<index sha256[:16]>/` mirrors the remote root (index.json,
+frames.arrow, checksums.json, shard-*.tar), so `load_index` / `load_frames` read it as they
+read any converted folder. A new conversion at the same URL gets a new folder; the old one is
+removed. Index files are pinned and not counted in `max_bytes`; shards are.
+
+Commit protocol, per shard: take the shard's lock (fcntl.flock on `.locks/<name>`), delete any
+temp file of that shard (its writer is dead: it no longer holds the lock), make room under the
+folder lock, download to `<name>.<pid>.tmp`, check its size (and sha256 with verify="sha256"),
+fsync, rename to `<name>`. A final name is therefore always a whole, checked shard; a download
+killed mid-way leaves only a temp file that the next user cleans. Room is made by deleting the
+least recently used shards (file mtime, touched on every use), never one that this process's
+prefetch window holds; temp files count at their shard's full size, so concurrent downloads
+cannot overshoot the limit. A reader holding an open descriptor to an evicted shard keeps
+reading it (POSIX unlink); its disk space is freed when the descriptor closes.
+
+Sizing: `max_bytes` must hold at least (processes downloading at once) x (largest shard) plus
+the prefetch window; `datakit plan` prints the working set of an epoch.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
+from datakit.errors import ShardError, StorageError
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, ShardIndex
+from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
+from datakit.storage.transfer import download, temp_name
+from datakit.storage.urls import filesystem, join, resolve
+
+LOCKS = ".locks"
+FOLDER_LOCK = ".cache.lock"
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive fcntl lock on `path` (created if needed); yields False when
+    non-blocking and someone else holds it. Released when the process dies, so a killed
+    holder never leaves a stale lock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
+    """The order in which shards are needed, from the shard of every sample read in order (e.g.
+    `shard[anchors[order]]` of one rank's epoch): consecutive repeats collapsed, later returns to
+    a shard kept, which is what `ShardCache.prefetch` takes."""
+    a = np.asarray(shard_of_each_read, np.int64)
+    return a[np.r_[True, a[1:] != a[:-1]]].tolist() if a.size else []
+
+
+def root_key(url: str) -> str:
+    """A readable, collision-free folder name for a root URL."""
+    tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rstrip("/").split("/")[-1])[:40]
+    return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+class ShardCache:
+    """Whole-shard cache of one remote shard root in a local folder (see the module docstring)."""
+
+    def __init__(self, root_url: str, cache_dir: str | Path, max_bytes: int, verify: str = "size",
+                 storage_options: dict[str, Any] | None = None, policy: RetryPolicy = DEFAULT_RETRY,
+                 ahead_bytes: int | None = None):
+        if verify not in ("size", "sha256"):
+            raise ValueError(f"verify={verify!r} is not one of size, sha256")
+        self.root_url, self.max_bytes, self.verify = resolve(root_url), int(max_bytes), verify
+        self.storage_options, self.policy = storage_options, policy
+        self.base = Path(cache_dir) / root_key(self.root_url)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.folder = self._fetch_index()
+        (self.folder / LOCKS).mkdir(exist_ok=True)
+        self.index = ShardIndex.from_json((self.folder / MANIFEST_NAME).read_text())
+        self._id = {s.name: i for i, s in enumerate(self.index.shards)}
+        largest = max((s.bytes for s in self.index.shards), default=0)
+        if largest > self.max_bytes:
+            raise ValueError(f"cache max_bytes={self.max_bytes} is smaller than the largest shard of "
+                             f"{self.root_url} ({largest} bytes)")
+        # prefetch keeps at most this many bytes of upcoming shards (the rest is for readers)
+        self.ahead_bytes = max(largest, self.max_bytes // 2 if ahead_bytes is None else int(ahead_bytes))
+        self._init_thread_state()
+
+    # --- index files -------------------------------------------------------------------------
+    def _fetch_index(self) -> Path:
+        """The local folder of the current remote index (index files fetched and checked once)."""
+        url = join(self.root_url, CHECKSUMS_NAME)
+        fs, rpath = filesystem(url, self.storage_options)
+        try:
+            text = with_retries(lambda: fs.cat_file(rpath), url, "read", self.policy)
+        except FileNotFoundError:
+            raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME})") from None
+        sums = json.loads(text)["sha256"]
+        folder = self.base / sums[MANIFEST_NAME][:16]
+        with _flock(self.base / FOLDER_LOCK):
+            if (folder / CHECKSUMS_NAME).exists():
+                return folder
+            for old in self.base.iterdir():  # an earlier conversion at this URL: its shards are stale
+                if old.is_dir() and old != folder:
+                    shutil.rmtree(old, ignore_errors=True)
+            folder.mkdir(exist_ok=True)
+            for name in (FRAMES_NAME, MANIFEST_NAME):
+                download(join(self.root_url, name), folder / name, storage_options=self.storage_options,
+                         policy=self.policy)
+                if file_sha256(folder / name) != sums[name]:
+                    raise StorageError(join(self.root_url, name), f"sha256 differs from {CHECKSUMS_NAME} "
+                                       "(the root is being rewritten?)")
+            write_atomic(folder / CHECKSUMS_NAME, text)  # last: the folder is complete
+        return folder
+
+    # --- shards --------------------------------------------------------------------------------
+    def local_path(self, entry: ShardEntry) -> Path:
+        """Path of the whole, checked shard in the cache, downloading it first when needed.
+        The file may be evicted by another process later; `open` returns a descriptor instead."""
+        self._consumed(entry)
+        return self._ensure(entry)
+
+    def open(self, entry: ShardEntry) -> int:
+        """A read-only descriptor of the cached shard (valid even if the file is evicted later)."""
+        for _ in range(3):
+            path = self.local_path(entry)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # evicted between the check and the open: fetch again
+                continue
+            if os.fstat(fd).st_size == entry.bytes:
+                return fd
+            os.close(fd)
+        raise ShardError(self.folder / entry.name, "kept disappearing from the cache: max_bytes too small "
+                                                   "for the processes sharing it?")
+
+    def cached_bytes(self) -> int:
+        """Bytes of shards (whole and in flight) in the cache folder now."""
+        whole, temps = self._scan()
+        return sum(size for _, size, _ in whole) + sum(temps.values())
+
+    def _ensure(self, entry: ShardEntry) -> Path:
+        path = self.folder / entry.name
+        if self._usable(path, entry):
+            return path
+        with _flock(self.folder / LOCKS / entry.name):
+            if self._usable(path, entry):  # another process fetched it while we waited
+                return path
+            for stale in self.folder.glob(f"{entry.name}.*.tmp"):  # its writer died: we hold the lock
+                stale.unlink(missing_ok=True)
+            with _flock(self.folder / FOLDER_LOCK):
+                self._make_room(entry)
+                tmp = temp_name(path)
+                tmp.touch()  # from here on the folder lock's holders count it at its full size
+            try:
+                with open(tmp, "r+b") as f:
+                    download(join(self.root_url, entry.name), path, expected_size=entry.bytes,
+                             storage_options=self.storage_options, policy=self.policy, into=f)
+                    if self.verify == "sha256" and (digest := fd_sha256(f.fileno())) != entry.sha256:
+                        raise ShardError(join(self.root_url, entry.name),
+                                         f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            fsync_dir(self.folder)
+        return path
+
+    def _usable(self, path: Path, entry: ShardEntry) -> bool:
+        """A whole shard is under its final name (renamed only after the checks): touch it (LRU)."""
+        try:
+            if path.stat().st_size != entry.bytes:
+                path.unlink(missing_ok=True)  # replaced behind our back: fetch again
+                return False
+            os.utime(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _scan(self) -> tuple[list[tuple[str, int, float]], dict[str, int]]:
+        """(whole shards as (name, bytes, mtime), {temp file name: its shard's full size})."""
+        whole, temps = [], {}
+        for e in os.scandir(self.folder):
+            if e.name in self._id:
+                with contextlib.suppress(FileNotFoundError):
+                    st = e.stat()
+                    whole.append((e.name, st.st_size, st.st_mtime))
+            elif e.name.endswith(".tmp"):
+                shard = e.name.rsplit(".", 2)[0]
+                if shard in self._id:
+                    temps[e.name] = self.index.shards[self._id[shard]].bytes
+        return whole, temps
+
+    def _make_room(self, entry: ShardEntry) -> None:
+        """Under the folder lock: drop dead writers' temp files, then least recently used shards
+        until `entry` fits (shards in this process's prefetch window are kept)."""
+        whole, temps = self._scan()
+        for name in list(temps):
+            shard = name.rsplit(".", 2)[0]
+            if shard == entry.name:
+                continue
+            with _flock(self.folder / LOCKS / shard, blocking=False) as free:
+                if free:  # nobody is downloading that shard: the temp file is a dead writer's
+                    (self.folder / name).unlink(missing_ok=True)
+                    del temps[name]
+        used = sum(size for _, size, _ in whole) + sum(temps.values())
+        keep = self._protected | {entry.name}
+        for name, size, _ in sorted(whole, key=lambda w: w[2]):
+            if used + entry.bytes <= self.max_bytes:
+                break
+            if name in keep:
+                continue
+            (self.folder / name).unlink(missing_ok=True)
+            used -= size
+
+    # --- prefetch ------------------------------------------------------------------------------
+    def _init_thread_state(self) -> None:
+        self._pid = os.getpid()
+        self._cv = threading.Condition()
+        self._plan: list[int] = []
+        self._pos = 0  # position in the plan of the shard the reader uses now
+        self._next = 0  # next position the prefetch thread fetches
+        self._protected: set[str] = set()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.prefetch_errors: list[BaseException] = []
+
+    def prefetch(self, shard_ids_in_order: Sequence[int]) -> None:
+        """Download shards on a background thread in the order the sampler will read them
+        (repeats allowed), staying at most `ahead_bytes` ahead of the reader. Reader progress
+        is learnt from `local_path`/`open` calls. A new call replaces the previous plan."""
+        if self._pid != os.getpid():
+            self._init_thread_state()
+        plan = [int(s) for s in shard_ids_in_order]
+        with self._cv:
+            self._plan, self._pos, self._next = plan, 0, 0
+            self._update_protected()
+            self._cv.notify_all()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the prefetch thread (downloads in flight finish or are cleaned by the next user)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _consumed(self, entry: ShardEntry) -> None:
+        """The reader is at `entry`: move the plan position to its next occurrence."""
+        sid = self._id.get(entry.name)
+        if self._pid != os.getpid() or sid is None or not self._plan:
+            return
+        with self._cv:
+            try:
+                pos = self._plan.index(sid, self._pos)
+            except ValueError:
+                return
+            self._pos = pos
+            self._next = max(self._next, pos)
+            self._update_protected()
+            self._cv.notify_all()
+
+    def _window_end(self) -> int:
+        """First plan position past the bytes budget counted from the reader's position."""
+        total, seen, j = 0, set(), self._pos
+        while j < len(self._plan):
+            sid = self._plan[j]
+            if sid not in seen:
+                total += self.index.shards[sid].bytes
+                if total > self.ahead_bytes and j > self._pos:
+                    break
+                seen.add(sid)
+            j += 1
+        return j
+
+    def _update_protected(self) -> None:
+        self._protected = {self.index.shards[s].name for s in self._plan[self._pos:self._window_end()]}
+
+    def _prefetch_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and self._next >= self._window_end():
+                    self._cv.wait()
+                if self._closed:
+                    return
+                sid, self._next = self._plan[self._next], self._next + 1
+            try:
+                self._ensure(self.index.shards[sid])
+            except Exception as e:  # noqa: BLE001 - the reader's own call retries and raises it
+                self.prefetch_errors.append(e)
+
+    # --- pickling (DataLoader workers): no thread, no locks -------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("root_url", "max_bytes", "verify", "storage_options", "policy", "base", "folder", "index",
+                "_id", "ahead_bytes")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_thread_state()

@@ -1,0 +1,74 @@
+"""Retries for object-storage calls: exponential backoff on transient errors, then one error
+that names the URL, the attempts and the last cause.
+
+Transient: connection resets, timeouts, throttling and 5xx answers (botocore/aiohttp errors and
+the OSErrors s3fs turns them into). Permanent, raised at once: a missing object, a refused
+permission, an offline Hub. The delays grow as base * 2**k with +-25% jitter (so ranks that
+failed together do not retry together), capped at `max_delay`.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from datakit.errors import DatakitError, StorageError
+
+T = TypeVar("T")
+
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+_TRANSIENT_NAMES = ("Throttl", "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
+                    "ConnectionError", "Timeout", "ServerDisconnected", "ClientPayloadError",
+                    "IncompleteRead", "EndpointConnectionError", "ResponseStreamingError")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying: the same call may succeed a moment later."""
+    if isinstance(exc, (DatakitError, *_PERMANENT)):
+        return False
+    name = type(exc).__name__
+    if name == "OfflineModeIsEnabled":  # a ConnectionError subclass that no retry will fix
+        return False
+    status = getattr(getattr(exc, "response", None), "status_code", None)  # huggingface_hub / requests
+    if isinstance(status, int):
+        return status >= 500 or status == 429
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if any(t in name or t in str(exc)[:200] for t in _TRANSIENT_NAMES):
+        return True
+    # s3fs maps unknown botocore failures to a bare OSError; unknown I/O failures are retried
+    return type(exc) is OSError
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # calls in all, the first included
+    base_delay: float = 0.5  # seconds before the first retry
+    max_delay: float = 20.0  # cap on one delay
+    jitter: float = 0.25  # relative +- randomisation of each delay
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)  # tests record it
+
+    def delay(self, retry: int) -> float:
+        d = min(self.base_delay * (2 ** retry), self.max_delay)
+        return d * (1 + self.jitter * (2 * random.random() - 1))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def with_retries(call: Callable[[], T], url: str, what: str, policy: RetryPolicy = DEFAULT_RETRY) -> T:
+    """`call()`, retried on transient errors; StorageError naming `url` when it keeps failing.
+    Permanent errors (missing object, permission) propagate unchanged at the first attempt."""
+    for attempt in range(policy.attempts):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - classified just below
+            if not is_transient(exc):
+                raise
+            if attempt + 1 >= policy.attempts:
+                raise StorageError(url, f"{what} failed {policy.attempts} times, giving up "
+                                        f"(last error: {type(exc).__name__}: {exc})") from exc
+            policy.sleep(policy.delay(attempt))
+    raise AssertionError("unreachable")

@@ -1,0 +1,100 @@
+"""Where a path lives: a local folder, an fsspec URL (s3://, gs://, file://, hf://...) or a
+Hugging Face Hub repo id.
+
+LeRobot users name datasets by Hub repo id; `lerobot/pusht` (when no such local folder exists)
+means `hf://datasets/lerobot/pusht` and goes through huggingface_hub's fsspec filesystem, the
+same code path as `s3://`. Credentials and endpoints come from the usual places of each
+filesystem (AWS_* variables, `AWS_ENDPOINT_URL` for an S3-compatible server, fsspec's
+`FSSPEC_<PROTOCOL>_<OPTION>` variables) or from `storage_options`.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from datakit.errors import StorageError
+
+HF_DATASETS = "hf://datasets/"
+# owner/name as the Hub spells it (letters, digits, '-', '_', '.'), nothing more
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_MANGLED = re.compile(r"^(s3|gs|gcs|hf|az|abfs|file|https?):/[^/]")  # pathlib.Path("s3://b") == "s3:/b"
+
+
+def scheme(path: str | Path) -> str | None:
+    """The URL scheme ("s3", "hf", "file", ...) or None for a plain path."""
+    m = _SCHEME.match(str(path))
+    return m.group(1).lower() if m else None
+
+
+def is_repo_id(path: str | Path) -> bool:
+    """`owner/name` that is not an existing local path: a Hub dataset repo id."""
+    text = str(path)
+    return bool(_REPO_ID.match(text)) and not Path(text).exists()
+
+
+def resolve(path: str | Path) -> str:
+    """The canonical form of a location: a Hub repo id becomes `hf://datasets/<id>`, `file://x`
+    becomes the plain path x, other URLs and local paths are returned as they are."""
+    text = str(path)
+    if _MANGLED.match(text):
+        raise ValueError(f"{text}: a URL with one slash after the scheme (was it passed through pathlib.Path?); "
+                         "pass URLs as str")
+    if scheme(text) == "file":
+        return text[len("file://"):]
+    if scheme(text) is None and is_repo_id(text):
+        return HF_DATASETS + text
+    return text
+
+
+def is_remote(path: str | Path) -> bool:
+    """True when `path` must be reached through fsspec (any scheme but file://, or a repo id)."""
+    return scheme(resolve(path)) is not None
+
+
+def repo_id_of(url: str) -> str | None:
+    """The Hub repo id of an `hf://datasets/owner/name[/...]` URL (None for other URLs)."""
+    if not url.startswith(HF_DATASETS):
+        return None
+    parts = url[len(HF_DATASETS):].split("/")
+    return "/".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def check_hub_reachable(url: str) -> None:
+    """Raise StorageError naming the repo id when `url` is on the Hub and the Hub is switched off
+    (HF_HUB_OFFLINE=1). Files already in huggingface_hub's local cache are still read
+    (`transfer.fetch` goes through `hf_hub_download`, which serves them offline)."""
+    repo = repo_id_of(url)
+    if repo is None:
+        return
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise StorageError(repo, "Hugging Face Hub dataset, but this machine is offline (HF_HUB_OFFLINE=1); "
+                                 "download it where there is a network and pass the local folder")
+
+
+def filesystem(url: str | Path, storage_options: dict[str, Any] | None = None):
+    """(fsspec filesystem, path inside it) for a URL, repo id or local path.
+
+    A missing fsspec backend (s3fs, gcsfs, huggingface_hub) is named in the error."""
+    import fsspec
+
+    target = resolve(url)
+    check_hub_reachable(target)
+    try:
+        return fsspec.core.url_to_fs(target, **(storage_options or {}))
+    except ImportError as e:
+        raise StorageError(target, f"no fsspec filesystem for {scheme(target)}:// ({e}); "
+                                   "install the remote extra: pip install 'robodata[remote]'") from None
+    except ValueError as e:
+        raise StorageError(target, f"not a usable storage URL: {e}") from None
+
+
+def join(url: str, *names: str) -> str:
+    """`url/name/...` for URLs and local paths alike (no normalisation of the scheme part)."""
+    out = str(url).rstrip("/")
+    for n in names:
+        out += "/" + n.strip("/")
+    return out
