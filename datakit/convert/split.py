@@ -17,6 +17,7 @@ Engines: local_split.py (a process pool on this machine) and ray_engine.py (Ray 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import shutil
 import uuid
@@ -33,7 +34,7 @@ from datakit.shards.index import SHARD_PATTERN
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 SCRATCH = "tasks"  # OUT/.datakit-staging/tasks/<attempt>/: one private folder per task attempt
-COPY_CHUNK = 8 << 20
+COPY_CHUNK = 64 << 20  # bytes per write of a part into its shard
 
 
 def scratch_root(out: Path) -> Path:
@@ -139,14 +140,19 @@ def write_part(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, shard: int,
 
 
 def _append(shard: OutputShard, path: Path) -> None:
+    """Copy a part file into the shard. It is mapped, not read: the one copy is the shard's
+    write, and the hasher thread hashes the mapped pages (the views stay valid after the part
+    is unlinked, until hashed)."""
     try:
         with open(path, "rb") as f:
-            while chunk := f.read(COPY_CHUNK):  # a fresh bytes object each time: hashed later, on a thread
-                shard.write(chunk)
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return
+            view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     except OSError as e:
-        if e.filename is None:
-            raise output_error(path, e) from e
-        raise output_error(e.filename, e) from e
+        raise output_error(path, e) from e
+    for at in range(0, size, COPY_CHUNK):
+        shard.write(view[at:at + COPY_CHUNK])
 
 
 def join_parts(cfg: ConvertConfig, shard_dir: Path, index: int, refs: list[EpisodeRef],
