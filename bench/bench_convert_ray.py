@@ -11,6 +11,7 @@ options, same number of worker processes (--workers, default 2) for both engines
 - B, a one-shard plan (before Ray starts): --workers 1 vs --workers N with the below-shard
   split (episodes into part files in parallel, joined in order) and without it ("before": the
   split switched off in this process), at native size and at 224x224.
+- D, many tiny shards (3 frames each): what a shard costs each engine beyond its work.
 - C, the one-shard plan: the local split vs `--engine ray` (one task per episode + a join task).
 Each figure is the median of --repeats runs after one warm-up run (its time is reported as
 "first run": for Ray it includes starting the session's worker processes). Outputs are checked
@@ -71,7 +72,8 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
 
 
-def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats: int, rows: list[dict]) -> dict:
+def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats: int, rows: list[dict],
+            frames: int) -> dict:
     """Each config once to warm up (imports, decoders, Ray workers, page cache), then `repeats`
     rounds of all configs interleaved, so load from other jobs hits them alike; the outputs of
     every run of the section must be identical. Returns label -> median seconds."""
@@ -90,7 +92,7 @@ def section(name: str, configs: dict[str, tuple], src: Path, work: Path, repeats
         med[label] = statistics.median(r[0] for r in rs)
         cpu = None if configs[label][0].engine == "ray" else statistics.median(r[1] for r in rs)
         rows.append({"what": f"{name}: {label}", "seconds": med[label], "runs": [r[0] for r in rs],
-                     "first_run": first[label],
+                     "first_run": first[label], "frames": frames,
                      "cpu_per_wall": cpu, "shards": shards})
         print(f"{name}: {label}: median {med[label]:.2f} s  runs {[round(r[0], 2) for r in rs]}", flush=True)
     return med
@@ -102,6 +104,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=60, help="frames per episode")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tiny-shards", type=int, default=40, help="shards of section D")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     import ray
@@ -123,18 +126,28 @@ def main() -> None:
                 "local --workers 1": (ConvertConfig(workers=1, resize=size, **one), True),
                 f"local --workers {w}, before the split (one writer)": (ConvertConfig(workers=w, resize=size, **one), False),
                 f"local --workers {w}, below-shard split": (ConvertConfig(workers=w, resize=size, **one), True),
-            }, src, work, n, rows)
+            }, src, work, n, rows, frames)
         t0 = time.perf_counter()
         ray.init(num_cpus=w, include_dashboard=False, logging_level="WARNING")
         ray_start = time.perf_counter() - t0
         a = section(f"A {args.episodes} shards, native", {
             f"local --workers {w}": (ConvertConfig(workers=w, **many), True),
             f"ray --workers {w}": (ConvertConfig(workers=w, engine="ray", **many), True),
-        }, src, work, n, rows)
+        }, src, work, n, rows, frames)
+        # D: shards so small that what each engine spends per shard is what is timed; the slope
+        # between a few and many of them separates that from the per-run fixed cost
+        d = {}
+        for count in (args.tiny_shards // 4, args.tiny_shards):
+            tiny = work / f"tiny{count}"
+            make_lerobot_dataset(tiny, version="v2.1", codec="h264", height=64, width=96, episode_lengths=[3] * count)
+            d[count] = section(f"D {count} tiny shards (3 frames of 64x96 each)", {
+                f"local --workers {w}": (ConvertConfig(workers=w, **many), True),
+                f"ray --workers {w}": (ConvertConfig(workers=w, engine="ray", **many), True),
+            }, tiny, work, n, rows, 3 * count)
         c = section("C 1 shard, native", {
             f"local --workers {w}, below-shard split": (ConvertConfig(workers=w, **one), True),
             f"ray --workers {w}, episode tasks + join": (ConvertConfig(workers=w, engine="ray", **one), True),
-        }, src, work, n, rows)
+        }, src, work, n, rows, frames)
         ray.shutdown()
         loc, ray_s = a[f"local --workers {w}"], a[f"ray --workers {w}"]
         ratios = {
@@ -143,6 +156,13 @@ def main() -> None:
             "C ray / local, one shard below the shard (seconds)":
                 c[f"ray --workers {w}, episode tasks + join"] / c[f"local --workers {w}, below-shard split"],
         }
+        few, lots = args.tiny_shards // 4, args.tiny_shards
+        for engine in ("local", "ray"):
+            label = f"{engine} --workers {w}"
+            ratios[f"D {engine}: seconds per extra tiny shard (slope {few} -> {lots} shards)"] = \
+                (d[lots][label] - d[few][label]) / (lots - few)
+            ratios[f"D {engine}: fixed seconds per run (intercept)"] = \
+                d[few][label] - few * (d[lots][label] - d[few][label]) / (lots - few)
         for size, m in b.items():
             w1 = m["local --workers 1"]
             ratios[f"B {size or 'native'}: workers {w} / workers 1, before the split (seconds)"] = \
@@ -169,7 +189,7 @@ def main() -> None:
               f"- Ray session start (ray.init, local, {w} CPUs), once, not in the figures: {ray_start:.1f} s\n",
               "| run | median s | runs (s) | first run s | frames/s | CPU s / wall s |", "|---|---:|---|---:|---:|---:|"]
         md += [f"| {r['what']} | {r['seconds']:.2f} | {', '.join(f'{x:.2f}' for x in r['runs'])} | {r['first_run']:.2f} | "
-               f"{frames / r['seconds']:.0f} | {'n/a' if r['cpu_per_wall'] is None else format(r['cpu_per_wall'], '.2f')} |"
+               f"{r['frames'] / r['seconds']:.0f} | {'n/a' if r['cpu_per_wall'] is None else format(r['cpu_per_wall'], '.2f')} |"
                for r in rows]
         md += ["", "| ratio | value |", "|---|---:|"] + [f"| {k} | {v:.3f} |" for k, v in ratios.items()] + [""]
         (args.out / "convert_ray.md").write_text("\n".join(md))
