@@ -33,7 +33,10 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture(scope="module")
 def ray_session():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", configure_logging=True)
+    # Idle workers are kept (Ray's default soft limit, num_cpus, would kill this job's idle workers
+    # while another driver's run), so no test pays a second start-up of a worker (imports torch).
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", configure_logging=True,
+             _system_config={"num_workers_soft_limit": 8})
     yield ray
     ray.shutdown()
 
@@ -65,14 +68,15 @@ class RecordingBar(convert_mod.tqdm):
         return super().update(n)
 
 
-@pytest.mark.parametrize("plan", ["shards", "one"])
-def test_same_bytes_as_local_after_a_killed_task(ray_session, src, local, tmp_path, monkeypatch, plan):
+@pytest.mark.parametrize("plan,killed", [("shards", "shard"), ("one", "episode"), ("one", "join")])
+def test_same_bytes_as_local_after_a_killed_task(ray_session, src, local, tmp_path, monkeypatch, plan, killed):
     """shards: six shards, one Ray task each; one: a one-shard plan, split into one task per
-    episode plus a join task. Either way one task SIGKILLs its own worker once (after writing
-    part of its output); Ray retries it and the output is the local engine's, byte for byte.
+    episode plus a join task. One task of the `killed` kind SIGKILLs its own worker once (a
+    shard task after its first episode, an episode task after writing its part, the join task
+    before its commit); Ray retries it and the output is the local engine's, byte for byte.
     The bar is fed by task completions: a shard's frames, or an episode's."""
     marker = tmp_path / "killed"
-    monkeypatch.setenv(KILL_ONCE_ENV, str(marker))
+    monkeypatch.setenv(KILL_ONCE_ENV, f"{killed}:{marker}")
     RecordingBar.updates = []
     monkeypatch.setattr(convert_mod, "tqdm", RecordingBar)
     out = tmp_path / "out"

@@ -47,8 +47,10 @@ from datakit.sources.episode import DatasetSpec, EpisodeRef
 Job = tuple[int, list[EpisodeRef]]  # (shard index, planned episodes)
 MAX_RETRIES = 3  # Ray re-runs a task whose worker died this many times
 CANCEL_WAIT_S = 30.0  # after an error: how long cancelled tasks get to remove their files
-# Test hook: a marker file path. The first task that creates it SIGKILLs its own worker (after
-# its first episode), so tests can check that Ray's retry gives the same bytes.
+# Test hook: "KIND:MARKER", KIND one of shard | episode | join. The first task of that kind to
+# create the marker file SIGKILLs its own worker (a shard task after its first episode, an
+# episode task after writing its part, a join task before its commit), so tests can check that
+# Ray's retry gives the same bytes.
 KILL_ONCE_ENV = "DATAKIT_TEST_KILL_TASK_ONCE"
 
 
@@ -101,12 +103,14 @@ def episode_task(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, r
     return part
 
 
-def join_task(cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef], *parts: EpisodePart) -> Journal:
+def join_task(cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef], kill_marker: str | None,
+              *parts: EpisodePart) -> Journal:
     """Shard `index` from its episodes' parts, in plan order, committed: a Ray task. The parts
     stay (a retried join needs them); the driver removes them once the shard is committed."""
     scratch = new_scratch(out, f"join-{index:06d}")
     try:
         j, shard = join_parts(cfg, scratch, index, refs, parts, delete=False)
+        _kill_once(kill_marker)
         _commit_from(out, shard, j)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -139,7 +143,8 @@ def check_fits(ray: Any, cfg: ConvertConfig) -> None:
     cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
     memory = max((n.get("memory", 0.0) for n in nodes), default=0.0)
     if cfg.ray_cpus_per_task > cpus:
-        raise DatakitError(f"ray_cpus_per_task = {cfg.ray_cpus_per_task:g}, but no Ray node has more than {cpus:g} CPUs")
+        raise DatakitError(f"ray_cpus_per_task = {cfg.ray_cpus_per_task:g}, but no Ray node has more than "
+                           f"{cpus:g} CPUs")
     if cfg.ray_memory_per_task and cfg.ray_memory_per_task > memory:
         raise DatakitError(f"ray_memory_per_task = {cfg.ray_memory_per_task} bytes, but no Ray node has more than "
                            f"{int(memory)} bytes for tasks")
@@ -180,7 +185,8 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
     opts: dict[str, Any] = dict(num_cpus=cfg.ray_cpus_per_task, max_retries=MAX_RETRIES, retry_exceptions=False)
     if cfg.ray_memory_per_task:
         opts["memory"] = cfg.ray_memory_per_task
-    kill_marker = os.environ.get(KILL_ONCE_ENV) or None
+    kill_kind, _, marker = os.environ.get(KILL_ONCE_ENV, "").partition(":")
+    kill = {kill_kind: marker} if marker else {}
     check_fits(ray, cfg)
     spec_ref = ray.put(spec)  # once in the object store, not once per task
     split = split_below_shard(_task_slots(ray, cfg), jobs)
@@ -189,13 +195,14 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
     if split:
         episode_fn, join_fn = ray.remote(episode_task).options(**opts), ray.remote(join_task).options(**opts)
         for i, refs in jobs:
-            eps = [episode_fn.remote(spec_ref, cfg, out, i, ref, kill_marker) for ref in refs]
+            eps = [episode_fn.remote(spec_ref, cfg, out, i, ref, kill.get("episode")) for ref in refs]
             pending.update({r: ("episode", i, ref.length) for r, ref in zip(eps, refs)})
-            pending[join_fn.remote(cfg, out, i, refs, *eps)] = ("shard", i, 0)
+            pending[join_fn.remote(cfg, out, i, refs, kill.get("join"), *eps)] = ("shard", i, 0)
     else:
         shard_fn = ray.remote(shard_task).options(**opts)
         for i, refs in jobs:
-            pending[shard_fn.remote(spec_ref, cfg, out, i, refs, kill_marker)] = ("shard", i, sum(r.length for r in refs))
+            task_ref = shard_fn.remote(spec_ref, cfg, out, i, refs, kill.get("shard"))
+            pending[task_ref] = ("shard", i, sum(r.length for r in refs))
     done: list[Journal] = []
     parts: dict[int, list[Path]] = {}  # shard -> its episodes' attempt folders, removed once it is committed
     try:
@@ -206,7 +213,8 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
                 try:
                     value = ray.get(r)
                 except Exception as e:
-                    raise _failure(ray, e, out, f"{what} {i}" if what == "shard" else f"an episode of shard {i}") from None
+                    task = f"shard {i}" if what == "shard" else f"an episode of shard {i}"
+                    raise _failure(ray, e, out, task) from None
                 if what == "episode":
                     if value.path is not None:
                         parts.setdefault(i, []).append(value.path.parent)
