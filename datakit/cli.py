@@ -45,7 +45,7 @@ def add_convert(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=["local", "ray"],
                    help="local process pool (default) or one Ray task per shard (pip install .[ray])")
-    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: join this Ray cluster (default: start a local one)")
+    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: join this Ray cluster (default: start a local one with --workers CPUs)")
     p.add_argument("--force", action="store_true",
                    help="start over: remove an earlier conversion's files from OUT (only datakit's own files)")
     p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
