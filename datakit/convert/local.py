@@ -17,6 +17,7 @@ import errno
 import multiprocessing as mp
 import os
 import signal
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -32,6 +33,7 @@ from datakit.shards.index import SHARD_PATTERN
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 Job = tuple[int, list[EpisodeRef]]  # (shard index, planned episodes)
+STOP_WAIT_S = 10.0  # how long a SIGTERMed worker may take to exit before SIGKILL
 
 
 class Board:
@@ -150,15 +152,20 @@ def _describe(jobs: list[Job], tasks: list[int]) -> str:
 def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
     ctx = mp.get_context(_start_method())
     board = Board(ctx, len(jobs))
+    workers: set[int] = set()
     pool = ProcessPoolExecutor(min(cfg.workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
                                initargs=(spec, cfg, out, board, os.getpid()))
     done: list[Journal] = []
     try:
+        before = {c.pid for c in mp.active_children()}
         pending = {pool.submit(_run_task, k, i, refs) for k, (i, refs) in enumerate(jobs)}
+        workers = {c.pid for c in mp.active_children()} - before  # all started by the submits
         while pending:
             busy = board.busy()  # before the wait: who was running when a worker died
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             bar.update(board.frames_done() - bar.n)
+            if (failed := _commit_failure(out, jobs, board)) is not None:
+                raise failed
             for f in finished:
                 try:
                     done.append(f.result())
@@ -169,28 +176,55 @@ def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
                         f"{_describe(jobs, tasks) or 'a shard'}; rerun the same command to resume") from None
         pool.shutdown(wait=True)  # the workers' exit waits for their pending commits
     except BaseException:
-        _stop(pool, board)
+        _stop(pool, workers)
         for tmp in Path(out).glob("shard-*.tar.tmp"):
             tmp.unlink(missing_ok=True)
         raise
-    failed = [k for k, e in enumerate(board.commit_errno) if e]
-    if failed:
-        e = board.commit_errno[failed[0]]
-        why = f"{errno.errorcode.get(e, e)}: {os.strerror(e)}" if e > 0 else "not an OS error"
-        raise OutputError(f"{Path(out) / SHARD_PATTERN.format(index=jobs[failed[0]][0])}: cannot commit "
-                          f"output ({why}); rerun the same command to resume")
+    if (failed := _commit_failure(out, jobs, board)) is not None:  # the last commits, at the workers' exit
+        raise failed
     check_committed(out, done)
     return done
 
 
-def _stop(pool: ProcessPoolExecutor, board: Board) -> None:
-    """Stop now: cancel queued tasks, SIGTERM the busy workers, wait for the pool to wind down."""
+def _commit_failure(out: Path, jobs: list[Job], board: Board) -> OutputError | None:
+    """The error of the first background commit that failed in a worker, if any."""
+    failed = [k for k, e in enumerate(board.commit_errno) if e]
+    if not failed:
+        return None
+    e = board.commit_errno[failed[0]]
+    why = f"{errno.errorcode.get(e, e)}: {os.strerror(e)}" if e > 0 else "not an OS error"
+    return OutputError(f"{Path(out) / SHARD_PATTERN.format(index=jobs[failed[0]][0])}: cannot commit "
+                       f"output ({why}); rerun the same command to resume")
+
+
+def _stop(pool: ProcessPoolExecutor, workers: set[int]) -> None:
+    """Stop now: cancel the queued tasks and end every worker (SIGTERM, then SIGKILL after
+    STOP_WAIT_S), returning only once none runs, so no worker writes into OUT after this.
+    (The executor's own shutdown cannot be waited on after a shutdown(wait=False), and a task
+    already handed to a worker cannot be cancelled: hence the signals.)"""
     pool.shutdown(wait=False, cancel_futures=True)
-    ours = {p.pid for p in mp.active_children()}  # never signal a pid that is not our worker
-    for _, pid in board.busy():
-        if pid in ours:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    pool.shutdown(wait=True)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in workers:
+            if _running(pid):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + STOP_WAIT_S
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (the executor reaps its workers in its own time)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return state not in ("Z", "X")

@@ -52,9 +52,16 @@ class OutputShard(ShardFile):
             raise output_error(self.tmp, e) from e
 
     def commit(self) -> None:
+        """fsync + rename; when that fails (ENOSPC can first show at fsync) the temporary file
+        is removed, so no engine is left with a stray .tmp after a failed commit."""
         try:
             super().commit()
         except OSError as e:
+            try:
+                self.f.close()
+            except OSError:
+                pass
+            self.tmp.unlink(missing_ok=True)
             raise output_error(self.path, e) from e
 
     def abort(self) -> None:
