@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
-from datakit.convert.local import Job, _die_with_parent, _start_method
+from datakit.convert.local import Job, _die_with_parent, _start_method, _stop
 from datakit.convert.shard import check_committed, commit_shard
 from datakit.convert.plan import predicted_bytes
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, split_below_shard, write_part
@@ -108,13 +108,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
                 raise c.exception()
         pool.shutdown(wait=True)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        pool.shutdown(wait=True)
+        _stop(pool, workers)  # returns once no worker runs: none writes a part after this
         for tmp in Path(out).glob("shard-*.tar.tmp"):
             tmp.unlink(missing_ok=True)
         raise
