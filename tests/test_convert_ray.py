@@ -160,3 +160,44 @@ def test_engine_and_resources_from_toml(tmp_path):
     assert cfg.output_options() == ConvertConfig().output_options()
     with pytest.raises(ValueError, match="engine"):
         ConvertConfig(engine="spark")
+
+
+class FakeRay:
+    """Records how the engine starts Ray (the real start is exercised by the CLI runs above and
+    costs 5-30 s here, so the arguments are checked on a recorder)."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+        self.up = False
+
+    def is_initialized(self):
+        return self.up
+
+    def init(self, **kw):
+        self.calls.append(("init", kw))
+        self.up = True
+
+    def shutdown(self):
+        self.calls.append(("shutdown", {}))
+        self.up = False
+
+
+def test_connect_starts_local_ray_or_joins_a_cluster(monkeypatch):
+    from datakit.convert.ray_engine import connect
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fake = FakeRay()
+    assert connect(fake, ConvertConfig(workers=3, engine="ray")) is True
+    (what, kw), = fake.calls
+    assert what == "init" and kw["num_cpus"] == 3 and kw["include_dashboard"] is False and "address" not in kw
+    assert connect(fake, ConvertConfig(workers=3, engine="ray")) is False  # a session already up is used as is
+
+    fake = FakeRay()
+    assert connect(fake, ConvertConfig(workers=3, engine="ray", ray_address="10.0.0.1:6379")) is True
+    (what, kw), = fake.calls
+    assert kw["address"] == "10.0.0.1:6379" and "num_cpus" not in kw
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
+    fake = FakeRay()
+    connect(fake, ConvertConfig(workers=3, engine="ray"))
+    assert fake.calls[0][1]["address"] == "10.0.0.2:6379"
