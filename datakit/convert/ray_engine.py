@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
-from datakit.convert.shard import check_committed, commit_shard, write_shard
+from datakit.convert.shard import OutputShard, check_committed, commit_shard, write_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, scratch_root, split_below_shard, write_part
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
@@ -75,7 +75,7 @@ def _kill_once(marker: str | None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _commit_from(out: Path, shard, j: Journal) -> None:
+def _commit_from(out: Path, shard: OutputShard, j: Journal) -> None:
     """Commit a shard written in an attempt's folder: the rename lands it in OUT itself."""
     shard.path = Path(out) / shard.path.name
     commit_shard(out, shard, j)
