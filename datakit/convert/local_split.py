@@ -2,11 +2,12 @@
 pool converts episodes into part files (split.py) while this process joins them into their
 shards in plan order, hashing as it copies, and commits each shard on a background thread.
 Part files go to tmpfs (/dev/shm) when it has room: they are read once and deleted, and need
-never reach a disk (in OUT they doubled the bytes written at native size).
+never reach a disk (in OUT, writeback may write them to disk besides the shard).
 
 Same stopping rules as the shard pool in local.py: the first error (a bad episode under
---on-error fail, an output error, a dead worker) stops the run, the busy workers get SIGTERM,
-the shards committed before it stay for a rerun, the unfinished files are removed.
+--on-error fail, an output error, a dead worker) stops the run, every worker is stopped
+(SIGTERM, then SIGKILL) and waited for, the shards committed before it stay for a rerun, the
+unfinished files are removed.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from tqdm import tqdm
 from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
 from datakit.convert.local import Job, _die_with_parent, _start_method, _stop
-from datakit.convert.shard import check_committed, commit_shard
 from datakit.convert.plan import predicted_bytes
+from datakit.convert.shard import check_committed, commit_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, split_below_shard, write_part
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
