@@ -116,9 +116,9 @@ def test_killed_driver_resumes_from_out(ray_session, src, local, tmp_path):
     assert tree_bytes(out) == local["shards"]
 
 
-def test_bad_episode_stops_the_run(ray_session, src, tmp_path):
+def test_bad_episode_stops_the_run_or_is_skipped(ray_session, src, tmp_path):
     """--on-error fail: the task's own error (not retried) names the file; nothing that looks
-    finished is left, and no task's private files."""
+    finished is left, and no task's private files. --on-error skip: the local engine's bytes."""
     import shutil
 
     bad = tmp_path / "ds"
@@ -132,6 +132,10 @@ def test_bad_episode_stops_the_run(ray_session, src, tmp_path):
         assert "index.json" not in names and "shard-000003.tar" not in names, names
         assert not any(n.endswith(".tmp") or n.endswith(".part") for n in names), names
         assert not (out / ".datakit-staging" / "tasks").exists()
+        skipped, local_skip = tmp_path / f"skip-{size}", tmp_path / f"local-skip-{size}"
+        convert(bad, skipped, ConvertConfig(workers=2, engine="ray", shard_size=size, on_error="skip", progress=False))
+        convert(bad, local_skip, ConvertConfig(workers=1, shard_size=size, on_error="skip", progress=False))
+        assert tree_bytes(skipped) == tree_bytes(local_skip)
 
 
 def test_task_larger_than_any_node_is_refused(ray_session, src, tmp_path):
