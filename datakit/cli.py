@@ -45,6 +45,9 @@ def add_convert(sub) -> None:
     p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
                    help="decode each camera on its own thread (default: on when --workers is below the core count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--engine", choices=["local", "ray"],
+                   help="local process pool (default) or one Ray task per shard (pip install .[ray])")
+    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: join this Ray cluster (default: start a local one with --workers CPUs)")
     p.add_argument("--force", action="store_true",
                    help="start over: remove an earlier conversion's files from OUT (only datakit's own files)")
     p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
@@ -58,7 +61,7 @@ def run_convert(args) -> int:
     over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
                 resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
                 on_error=args.on_error, nonfinite=args.nonfinite, prefetch=args.prefetch,
-                progress=False if args.no_progress else None)
+                progress=False if args.no_progress else None, engine=args.engine, ray_address=args.ray_address)
     cfg = ConvertConfig.from_toml(args.config, **over) if args.config else \
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})
     s = convert(args.src, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))

@@ -13,6 +13,7 @@ LAYOUTS = ("rgb", "nv12")
 ON_ERROR = ("fail", "skip")
 NONFINITE = ("reject", "keep")
 FORMATS = ("auto", "lerobot", "droid")
+ENGINES = ("local", "ray")
 
 
 @dataclass(kw_only=True)
@@ -30,6 +31,10 @@ class ConvertConfig:
     nonfinite: str = "reject"
     prefetch: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
     progress: bool = True  # progress bar on stderr
+    engine: str = "local"  # local: a process pool on this machine; ray: one Ray task per shard (pip install .[ray])
+    ray_address: str | None = None  # Ray cluster to join (e.g. "auto", "10.0.0.1:6379"); None: start a local Ray
+    ray_cpus_per_task: float = 1.0  # CPUs Ray reserves for each task (a shard, or an episode below the shard)
+    ray_memory_per_task: int | None = None  # bytes of memory Ray reserves for each task; None: no reservation
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -44,6 +49,10 @@ class ConvertConfig:
             h, w = parse_size(self.resize)
             if self.layout == "nv12" and (h % 2 or w % 2):
                 raise ValueError(f"nv12 needs an even size, got --resize {self.resize}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.ray_cpus_per_task <= 0 or (self.ray_memory_per_task is not None and self.ray_memory_per_task < 1):
+            raise ValueError("ray_cpus_per_task > 0 and ray_memory_per_task >= 1 (bytes) are required")
         if self.workers < 1 or self.decoder_threads < 0 or self.shard_size < 1:
             raise ValueError("workers >= 1, decoder_threads >= 0 and shard_size >= 1 are required")
 
@@ -61,7 +70,8 @@ class ConvertConfig:
         on_error and nonfinite are not: like --on-error skip, --nonfinite keep only admits
         episodes that the stricter run refused, so a run stopped by one may be resumed with it."""
         d = asdict(self)
-        for k in ("workers", "progress", "decoder_threads", "on_error", "nonfinite", "prefetch"):
+        for k in ("workers", "progress", "decoder_threads", "on_error", "nonfinite", "prefetch", "engine",
+                  "ray_address", "ray_cpus_per_task", "ray_memory_per_task"):
             d.pop(k)
         return d
 

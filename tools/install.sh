@@ -27,5 +27,9 @@ pip_install() {
 pip_install --upgrade pip
 # torch first and pinned: an unpinned torch resolves to a CUDA build of several GB.
 pip_install -c tools/constraints.txt torch
-pip_install -c tools/constraints.txt -e ".[convert,dev,remote]"
+# ray (the [ray] extra: --engine ray and its tests) adds ~250 MB and ~45 s; ROBODATA_NO_RAY=1 leaves
+# it out, and the Ray tests then skip.
+extras="convert,dev,remote"
+[ "${ROBODATA_NO_RAY:-0}" = 1 ] || extras="$extras,ray"
+pip_install -c tools/constraints.txt -e ".[$extras]"
 "$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto; print('installed: torch', torch.__version__, '| av', av.__version__)"

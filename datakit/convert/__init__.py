@@ -28,6 +28,7 @@ from datakit.convert.journal import STAGING, Journal, load_journals
 from datakit.convert.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
 from datakit.convert.plan import plan_shards, predicted_bytes
+from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
 from datakit.errors import output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
 from datakit.sources import scan
@@ -98,7 +99,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool
         tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
         with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
                   disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
-            new = run_shards(spec, cfg, out, jobs, bar)
+            new = (run_shards_ray if cfg.engine == "ray" else run_shards)(spec, cfg, out, jobs, bar)
 
         journals = sorted([*kept.values(), *new], key=lambda j: j.index)
         index, table = build_index(spec, cfg, journals, fingerprint)

@@ -109,6 +109,10 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job]
     """Convert and commit the shards of `jobs`, in this process (one worker) or in a process
     pool. Stops at the first error (a bad episode under --on-error fail, any output error, a
     dead worker); the shards committed before it stay, for a rerun."""
+    from datakit.convert.local_split import run_split, split_below_shard  # imports this module
+
+    if split_below_shard(cfg.workers, jobs):  # fewer shards than workers: episodes in parallel
+        return run_split(spec, cfg, out, jobs, bar)
     if cfg.workers == 1 or len(jobs) <= 1:
         return _run_here(spec, cfg, out, jobs, bar)
     return _run_pool(spec, cfg, out, jobs, bar)
