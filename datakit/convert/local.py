@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from datakit.config import ConvertConfig
+from datakit.machine import start_method
 from datakit.convert.journal import Journal
 from datakit.convert.shard import check_committed, commit_shard, write_shard
 from datakit.errors import DatakitError, OutputError
@@ -55,7 +56,7 @@ class Board:
 _WORKER: dict = {}
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Linux: SIGKILL this worker when the parent dies (kill -9 included), so no orphan goes on
     writing into OUT beside a rerun."""
     try:
@@ -69,7 +70,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, out: Path, board: Board, parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # how the parent stops a busy worker
     torch.set_num_threads(1)  # parallelism is across shards; one core per worker
@@ -137,20 +138,13 @@ def _run_here(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     return done
 
 
-def _start_method() -> str:
-    # fork starts workers in milliseconds (spawn re-imports torch and FFmpeg: ~2.5 s here). It is
-    # safe here: the parent has run no torch op (no OpenMP pool) and no decoder, and pyarrow
-    # resets its thread pool in a forked child. DATAKIT_MP_START overrides.
-    return os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
-
-
 def _describe(jobs: list[Job], tasks: list[int]) -> str:
     return ", ".join(f"shard {jobs[k][0]} (episodes {jobs[k][1][0].episode_index}-{jobs[k][1][-1].episode_index})"
                      for k in tasks)
 
 
 def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
-    ctx = mp.get_context(_start_method())
+    ctx = mp.get_context(start_method())
     board = Board(ctx, len(jobs))
     workers: set[int] = set()
     pool = ProcessPoolExecutor(min(cfg.workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
@@ -176,7 +170,7 @@ def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
                         f"{_describe(jobs, tasks) or 'a shard'}; rerun the same command to resume") from None
         pool.shutdown(wait=True)  # the workers' exit waits for their pending commits
     except BaseException:
-        _stop(pool, workers)
+        stop_workers(pool, workers)
         for tmp in Path(out).glob("shard-*.tar.tmp"):
             tmp.unlink(missing_ok=True)
         raise
@@ -197,7 +191,7 @@ def _commit_failure(out: Path, jobs: list[Job], board: Board) -> OutputError | N
                        f"output ({why}); rerun the same command to resume")
 
 
-def _stop(pool: ProcessPoolExecutor, workers: set[int]) -> None:
+def stop_workers(pool: ProcessPoolExecutor, workers: set[int]) -> None:
     """Stop now: cancel the queued tasks and end every worker (SIGTERM, then SIGKILL after
     STOP_WAIT_S), returning only once none runs, so no worker writes into OUT after this.
     (The executor's own shutdown cannot be waited on after a shutdown(wait=False), and a task

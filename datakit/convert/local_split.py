@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 from datakit.config import ConvertConfig
 from datakit.convert.journal import Journal
-from datakit.convert.local import Job, _die_with_parent, _start_method, _stop
+from datakit.convert.local import Job, die_with_parent, stop_workers
+from datakit.machine import start_method
 from datakit.convert.plan import predicted_bytes
 from datakit.convert.shard import check_committed, commit_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, split_below_shard, write_part
@@ -39,7 +40,7 @@ _WORKER: dict = {}
 
 
 def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)  # parallelism is across episodes; one core per worker
@@ -58,7 +59,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     window = nworkers + 2
     need = window * max(predicted_bytes(spec, cfg, ref) for _, ref in episodes)
     scratch = shm_scratch(out, need) or new_scratch(out, "local")
-    ctx = mp.get_context(_start_method())
+    ctx = mp.get_context(start_method())
     before = {p.pid for p in mp.active_children()}
     pool = ProcessPoolExecutor(nworkers, mp_context=ctx, initializer=_init_worker,
                                initargs=(spec, cfg, scratch, os.getpid()))
@@ -109,7 +110,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
                 raise c.exception()
         pool.shutdown(wait=True)
     except BaseException:
-        _stop(pool, workers)  # returns once no worker runs: none writes a part after this
+        stop_workers(pool, workers)  # returns once no worker runs: none writes a part after this
         for tmp in Path(out).glob("shard-*.tar.tmp"):
             tmp.unlink(missing_ok=True)
         raise

@@ -11,6 +11,7 @@ errno, whatever --on-error says, and the unfinished shard is removed.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -79,33 +80,55 @@ def _placed(res: EpisodeResult, shard: int) -> PlacedEpisode:
                          state=res.state, action=res.action)
 
 
+@dataclass
+class ShardTally:
+    """What a shard holds as its episodes arrive in plan order: the placed and the skipped
+    episodes and the decoders used. The one home of the --on-error rule for both writers (one
+    writer per shard here, parts joined in `split.py`)."""
+
+    index: int
+    on_error: str
+    placed: list[PlacedEpisode] = field(default_factory=list)
+    skipped: list[SkippedEpisode] = field(default_factory=list)
+    decoders: dict[str, int] = field(default_factory=dict)
+
+    def accept(self, res: EpisodeResult) -> bool:
+        """True for a good episode; a bad one is raised under --on-error fail, else recorded as skipped."""
+        if res.error is None:
+            return True
+        if self.on_error == "fail":
+            raise res.error
+        self.skipped.append(SkippedEpisode(res.episode_index, res.source, str(res.error), res.trace))
+        return False
+
+    def place(self, res: EpisodeResult) -> None:
+        self.placed.append(_placed(res, self.index))
+        for b in res.decoders.values():
+            self.decoders[b] = self.decoders.get(b, 0) + 1
+
+    def journal(self, refs: list[EpisodeRef], name: str, nbytes: int, sha: str) -> Journal:
+        planned = [r.episode_index for r in refs]
+        return Journal(self.index, planned, name, nbytes, sha, self.placed, self.skipped, self.decoders)
+
+
 def write_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
                 progress: Callable[[int], None]) -> tuple[Journal, OutputShard]:
     """Write shard `index` from its planned episodes into `shard-N.tar.tmp` and finish it (end
     of archive, hash); not committed yet. Raises the first bad episode's error under
     --on-error fail, and any OutputError; the .tmp file is removed then."""
     shard = OutputShard(Path(out) / SHARD_PATTERN.format(index=index))
-    placed: list[PlacedEpisode] = []
-    skipped: list[SkippedEpisode] = []
-    decoders: dict[str, int] = {}
+    tally = ShardTally(index, cfg.on_error)
     try:
         for ref in refs:
             res = convert_episode(spec, ref, cfg, shard)
             progress(ref.length)
-            if res.error is not None:
-                if cfg.on_error == "fail":
-                    raise res.error
-                skipped.append(SkippedEpisode(res.episode_index, res.source, str(res.error), res.trace))
-                continue
-            placed.append(_placed(res, index))
-            for b in res.decoders.values():
-                decoders[b] = decoders.get(b, 0) + 1
+            if tally.accept(res):
+                tally.place(res)
         nbytes, sha = shard.finish()
     except BaseException:
         shard.abort()
         raise
-    planned = [r.episode_index for r in refs]
-    return Journal(index, planned, shard.path.name, nbytes, sha, placed, skipped, decoders), shard
+    return tally.journal(refs, shard.path.name, nbytes, sha), shard
 
 
 def commit_shard(out: Path, shard: ShardFile, j: Journal) -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Iterable
 
 from datakit.config import ConvertConfig
-from datakit.convert.journal import STAGING, Journal, SkippedEpisode
-from datakit.convert.shard import OutputShard, _placed
+from datakit.convert.journal import STAGING, Journal
+from datakit.convert.shard import OutputShard, ShardTally
 from datakit.episode_convert import EpisodeResult, convert_episode
 from datakit.errors import output_error
 from datakit.shards.index import SHARD_PATTERN
@@ -162,27 +162,21 @@ def join_parts(cfg: ConvertConfig, shard_dir: Path, index: int, refs: list[Episo
     for each episode in turn. Under --on-error fail the first bad episode is raised (the .tmp
     removed); `delete` removes each part once copied (an engine that may retry the join keeps them)."""
     shard = OutputShard(Path(shard_dir) / SHARD_PATTERN.format(index=index))
-    placed, skipped, decoders = [], [], {}
+    tally = ShardTally(index, cfg.on_error)
     try:
         for ref, part in zip(refs, parts, strict=True):
             res = part.result
             if res.episode_index != ref.episode_index or part.shard != index:
                 raise ValueError(f"part of episode {res.episode_index} given for episode {ref.episode_index}")
-            if res.error is not None:
-                if cfg.on_error == "fail":
-                    raise res.error
-                skipped.append(SkippedEpisode(res.episode_index, res.source, str(res.error), res.trace))
+            if not tally.accept(res):
                 continue
             res.base = shard.bytes  # the same base the single writer would have given it
             _append(shard, part.path)
             if delete:
                 part.path.unlink(missing_ok=True)
-            placed.append(_placed(res, index))
-            for b in res.decoders.values():
-                decoders[b] = decoders.get(b, 0) + 1
+            tally.place(res)
         nbytes, sha = shard.finish()
     except BaseException:
         shard.abort()
         raise
-    planned = [r.episode_index for r in refs]
-    return Journal(index, planned, shard.path.name, nbytes, sha, placed, skipped, decoders), shard
+    return tally.journal(refs, shard.path.name, nbytes, sha), shard

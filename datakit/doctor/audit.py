@@ -8,7 +8,6 @@ report with that one `metadata` finding.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import signal
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -20,6 +19,7 @@ from tqdm import tqdm
 from datakit.doctor.crosschecks import dataset_findings
 from datakit.doctor.episode import EpisodeAudit, audit_episode
 from datakit.doctor.frames import FrameAuditOptions
+from datakit.machine import start_method
 from datakit.errors import SourceError
 from datakit.sources import detect_format, scan
 from datakit.sources.checks import ERROR, WARNING, Finding, check_dataset
@@ -74,8 +74,7 @@ def _crashed(spec: DatasetSpec, position: int, e: BaseException) -> EpisodeAudit
 
 
 def _audit_on_pool(spec: DatasetSpec, opts: FrameAuditOptions, workers: int, out: list, bar: tqdm) -> None:
-    method = os.environ.get("DATAKIT_MP_START", "fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(method), initializer=_init_worker,
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()), initializer=_init_worker,
                                initargs=(spec, opts))
     try:
         futures: dict[Future, int] = {pool.submit(_audit_at, i): i for i in range(len(out))}
