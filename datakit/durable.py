@@ -29,13 +29,18 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def temp_path(path: Path) -> Path:
+    """The temporary name beside `path` that a writer fills before the rename (pid-tagged, never shared)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
 @contextmanager
 def atomic_path(path: Path, *, durable: bool = True) -> Iterator[Path]:
     """A temporary name beside `path` to write to; on a clean exit it is fsynced and renamed
     to `path`, on an exception removed: `path` is never half-written. The temporary name
     carries the pid, so two processes never share one. For writers that stream (Arrow)."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
         yield tmp
         if durable:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from datakit.durable import fsync_dir
+from datakit.durable import atomic_path, temp_path
 from datakit.errors import ShardError, StorageError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
@@ -33,7 +33,7 @@ INDEX_FILES_IN_ORDER = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # upload or
 
 def temp_name(dest: Path) -> Path:
     """The temporary name a download into `dest` is written under (pid-tagged, never shared)."""
-    return dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
+    return temp_path(dest)
 
 
 class IncompleteDownload(ConnectionError):
@@ -66,17 +66,8 @@ def download(url: str, dest: Path, *, expected_size: int | None = None, storage_
         os.fsync(into.fileno())
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(dest)
-    try:
-        with open(tmp, "wb") as f:
-            with_retries(lambda: _stream_to(fs, rpath, f, expected_size), url, "download", policy)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(dest.parent)
+    with atomic_path(dest) as tmp, open(tmp, "wb") as f:
+        with_retries(lambda: _stream_to(fs, rpath, f, expected_size), url, "download", policy)
     return dest
 
 
@@ -161,17 +152,8 @@ def upload(local: Path, url: str, *, storage_options: dict[str, Any] | None = No
     if scheme(resolve(url)) is None:  # local target: temp name + rename, like every local write
         dest = Path(rpath)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temp_name(dest)
-        try:
-            with open(local, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, COPY_CHUNK)
-                dst.flush()
-                os.fsync(dst.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_dir(dest.parent)
+        with atomic_path(dest) as tmp, open(local, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, COPY_CHUNK)
     else:
         with_retries(lambda: fs.put_file(str(local), rpath), url, "upload", policy)
     got = remote_size(url, storage_options=storage_options, policy=policy)
