@@ -32,8 +32,15 @@ CONFIGS = ROOT / "trainkit" / "configs"
 CAMS = ("observation.images.top", "observation.images.wrist")
 PROBE = ROOT / "bench" / "probes" / "pi05_fsdp_probe.py"
 
-TUNE = {  # optimised plus one change, tried before fixing the optimised config
+TUNE = {  # optimised plus one change, tried before fixing the optimised config ("env:K=V" sets a variable)
     "mbs40": ["train.micro_batch=40"],
+    "mbs32": ["train.micro_batch=32"],
+    "mbs48": ["train.micro_batch=48"],
+    "mbs56": ["train.micro_batch=56"],
+    "nccl_ctas8": ["env:NCCL_MAX_CTAS=8"],  # fewer SMs taken from the GEMMs by hidden collectives
+    "nccl_ctas4": ["env:NCCL_MAX_CTAS=4"],
+    "autotune_gemm": ["env:TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1"],  # inductor times cuBLAS vs Triton per GEMM shape
+    "coord_descent": ["env:TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1"],  # tuned launch configs of fused kernels
     "keep_params": ["parallel.reshard_after_forward=false"],
     "mbs40_keep": ["train.micro_batch=40", "parallel.reshard_after_forward=false"],
 }
@@ -84,6 +91,8 @@ def steady(history: list[dict], skip: int) -> dict:
 def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, budget_end: float) -> dict:
     out_dir = run_root / name
     shutil.rmtree(out_dir, ignore_errors=True)
+    env = dict(x[4:].split("=", 1) for x in sets if x.startswith("env:"))
+    sets = [x for x in sets if not x.startswith("env:")]
     sets = [f"data.shards={args.shards}", f"output.dir={out_dir}", f"train.steps={args.steps}",
             f"output.log_every={args.log_every}", "output.progress=false", "output.resume=false", *sets]
     if args.cpu:
@@ -93,10 +102,11 @@ def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, 
            str(config), *[x for s in sets for x in ("--set", s)]]
     timeout = max(10.0, min(args.variant_timeout, budget_end - time.time()))
     t0 = time.time()
-    res: dict = {"variant": name, "config": config.name, "sets": sets[5:], "command": " ".join(cmd[1:])}
+    res: dict = {"variant": name, "config": config.name, "sets": sets[5:], "env": env,
+                 "command": " ".join([*(f"{k}={v}" for k, v in env.items()), "python3", *cmd[1:]])}
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **env})
         res["rc"] = proc.returncode
         tail = (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:

@@ -25,3 +25,30 @@ def test_kernel_kinds():
     assert kernel_kind("ncclDevKernel_ReduceScatter_Sum_f32") == "nccl"
     assert kernel_kind("void at::native::vectorized_elementwise_kernel") == "other"
     assert kernel_kind("fmha_cutlassB_bf16_aligned_64x64") == "attention"  # before "cutlass" -> matmul
+
+
+def test_top_kernels_sums_by_name_per_step():
+    from trainkit.profile import top_kernels
+
+    ns = 1_000_000
+    kernels = [("sm90_gemm", 0, 4 * ns), ("triton_poi_fused", 5, 1 * ns), ("sm90_gemm", 9, 2 * ns)]
+    top = top_kernels(kernels, n=1, per=2)
+    assert top == [{"name": "sm90_gemm", "kind": "matmul", "ms": 3.0, "calls": 1.0}]
+
+
+def test_gemm_table_reads_shapes_and_flops():
+    import torch
+
+    from trainkit.profile import gemm_table
+
+    x, w, b = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(2):
+            torch.mm(x, w)
+            torch.addmm(b, x, w)
+    rows = {r["op"]: r for r in gemm_table(prof, per=2, device=False)}
+    assert set(rows) == {"aten::mm", "aten::addmm"}
+    for r in rows.values():
+        assert (r["m"], r["n"], r["k"], r["calls"]) == (64, 16, 32, 1.0)
+        # TFLOP/s from the shapes and the host time numpy-free: 2*M*N*K per call over the summed time
+        assert abs(r["tflops"] - 2 * 64 * 16 * 32 * 2 / (r["ms"] * 2 / 1e3) / 1e12) < 0.05 + 0.01 * r["tflops"]

@@ -10,7 +10,7 @@ the window's wall time:
 They add up to the window. Kernel time is also split by kind (summed durations, overlaps counted
 twice): matmul (cuBLAS/CUTLASS GEMMs), attention (flash / memory-efficient / cuDNN SDPA
 kernels), triton (torch.compile's fused elementwise and reduction kernels), nccl, copy, and
-other (eager elementwise, norms, reductions). The summary goes to `profile_rank{r}.json` in the run folder and
+other (eager elementwise, norms, reductions), and the top kernels by summed time. The summary goes to `profile_rank{r}.json` in the run folder and
 into the run's result; no trace file is kept (a 3B-model trace is hundreds of MB).
 """
 from __future__ import annotations
@@ -71,6 +71,58 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
+GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2)}  # op -> positions of the (M, K) and (K, N) inputs
+
+
+def gemm_table(prof: Any, per: int = 1, n: int = 20, device: bool = True) -> list[dict[str, Any]]:
+    """GEMMs by shape (needs `record_shapes=True`): summed GPU ms per step (host ms with
+    `device=False`), calls and the achieved TFLOP/s, largest total first, so a shape that runs far
+    below the others shows."""
+    rows = []
+    for evt in prof.key_averages(group_by_input_shape=True):
+        if evt.key not in GEMM_OPS or not evt.input_shapes:
+            continue
+        a, b = GEMM_OPS[evt.key]
+        shapes = evt.input_shapes
+        if len(shapes) <= b or len(shapes[a]) != 2 or len(shapes[b]) != 2:
+            continue
+        (m, k), (_, nn) = shapes[a], shapes[b]
+        us = getattr(evt, "device_time_total", getattr(evt, "cuda_time_total", 0.0)) if device else evt.cpu_time_total
+        ms = us / 1e3
+        if ms <= 0:
+            continue
+        rows.append({"op": evt.key, "m": m, "n": nn, "k": k, "ms": round(ms / per, 3), "calls": round(evt.count / per, 1),
+                     "tflops": round(2 * m * nn * k * evt.count / (ms / 1e3) / 1e12, 1)})
+    return sorted(rows, key=lambda r: -r["ms"])[:n]
+
+
+def gpu_kernels(prof: Any) -> list[tuple[str, int, int]]:
+    """(name, start_ns, duration_ns) of every GPU activity of a finished profile, without the
+    user annotations (FSDP::all_gather, Optimizer.step, nccl:...) that span kernels and would
+    count their time twice."""
+    out = []
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        if getattr(e, "is_user_annotation", lambda: False)():
+            continue
+        out.append((e.name(), e.start_ns(), e.duration_ns()))
+    return out
+
+
+def top_kernels(kernels: list[tuple[str, int, int]], n: int = 25, per: int = 1) -> list[dict[str, Any]]:
+    """The `n` kernels with the most summed time (ms and launches divided by `per` steps), so a
+    profile says which GEMM, elementwise or copy kernel holds the time, not only its kind."""
+    total: dict[str, list[float]] = {}
+    for name, _, d in kernels:
+        t = total.setdefault(name, [0.0, 0])
+        t[0] += d * 1e-6
+        t[1] += 1
+    rows = sorted(total.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"name": name[:160], "kind": kernel_kind(name), "ms": round(ms / per, 3), "calls": round(c / per, 1)}
+            for name, (ms, c) in rows]
+
+
 def timeline_summary(kernels: list[tuple[str, int, int]], wall_ns: int) -> dict[str, float]:
     """Reduce (name, start_ns, duration_ns) GPU activities over a window of `wall_ns`."""
     comm = _union([(s, s + d) for n, s, d in kernels if "nccl" in n.lower()])
@@ -104,7 +156,7 @@ class StepProfiler:
             acts = [torch.profiler.ProfilerActivity.CPU]
             if self.device.type == "cuda":
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
-            self._prof = torch.profiler.profile(activities=acts)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
             self._prof.__enter__()
             self._t0 = time.perf_counter()
 
@@ -115,12 +167,15 @@ class StepProfiler:
             torch.cuda.synchronize(self.device)
         wall_ns = int((time.perf_counter() - self._t0) * 1e9)
         self._prof.__exit__(None, None, None)
-        kernels = []
-        for e in self._prof.profiler.kineto_results.events():
-            if e.device_type() == torch.autograd.DeviceType.CUDA:
-                kernels.append((e.name(), e.start_ns(), e.duration_ns()))
-        self._prof = None
+        kernels = gpu_kernels(self._prof)
         s = timeline_summary(kernels, wall_ns)
-        self.summary = {k: v / self.steps for k, v in s.items()} | {"steps": self.steps, "per": "step"}
+        self.summary = {k: v / self.steps for k, v in s.items()} | {"steps": self.steps, "per": "step",
+                                                                      "top_kernels": top_kernels(kernels, per=self.steps),
+                                                                      "gemms": gemm_table(self._prof, per=self.steps)}
+        self._prof = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # ranks reduce their traces at different speeds: meet here, so the slower rank's
+            # reduction is not charged to the other's next metric interval
+            torch.distributed.barrier()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / f"profile_rank{self.rank}.json").write_text(json.dumps(self.summary, indent=1) + "\n")
