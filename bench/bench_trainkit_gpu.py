@@ -6,6 +6,10 @@ each switch off alone from `optimised`.
     python3 bench/bench_trainkit_gpu.py --out $OUT --candidates mbs40 keep_params --ablate all
         # tuning candidates (optimised + a change), then the ablation against the fastest of them
     python3 bench/bench_trainkit_gpu.py --out /tmp/x --main --cpu         # dry run: tiny preset, 2 gloo procs
+    python3 bench/bench_trainkit_gpu.py --out $OUT --optimised --candidates mbs48 nccl_ctas8   # env candidates too
+
+Beside it: `bench/bench_attention_gpu.py` (the joint attention's mask options at training shapes) and
+`bench/probes/profile_probe.py` (the probe under the same profiler, optionally with norm weights 1).
 
 Shards: the machine has no video decoder, so the dataset is generated with PNG image columns
 (`datakit.synth.make_lerobot_dataset(image_cameras=...)`) and converted by `datakit.convert`
