@@ -170,7 +170,7 @@ def main() -> None:
         }
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "convert.json").write_text(json.dumps(result, indent=1))
-        md = [f"# Conversion benchmark\n", f"- date: {result['date']}", f"- command: `{result['command']}`",
+        md = ["# Conversion benchmark\n", f"- date: {result['date']}", f"- command: `{result['command']}`",
               f"- machine: {result['machine']}", f"- dataset: {result['dataset']}",
               f"- video: {kb:.1f} KiB per real camera frame; output disk: {disk:.0f} MB/s fsync'd sequential write "
               f"(= {result['disk_ceiling_native_camera_frames_per_s']:.0f} native 480x640 camera-frames/s at most)",

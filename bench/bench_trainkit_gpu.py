@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -83,13 +82,8 @@ def make_shards(root: Path, size: int, episodes: int, length: int) -> Path:
 
 def steady(history: list[dict], skip: int) -> dict:
     """Median of each interval metric over intervals that start at or after step `skip`."""
-    rows = [h for h in history if h["step"] + 1 - h["steps"] >= skip] or history[-1:]
-    keys = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
-            "all_gathers_per_step")
-    out = {k: statistics.median(h[k] for h in rows) for k in keys}
-    out["peak_mem_gib"] = max(h["peak_mem_gib"] for h in history)
-    out["intervals"] = len(rows)
-    return out
+    from trainkit.summary import steady_state
+    return steady_state(history, skip)
 
 
 def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, budget_end: float) -> dict:

@@ -11,7 +11,10 @@ One process group trains several runs (`run_distributed`), so the suite starts p
   all-gathers counted as torch.distributed sees them.
 Oracles: the other run (same losses), the block counts (all-gathers), the unbroken run (resume).
 """
+import json
 import math
+import statistics
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +59,7 @@ def runs(shards_rgb, tmp_path_factory):  # noqa: F811
     errors = {k: r["error"] for k, r in out.items() if "error" in r}
     assert not errors, errors
     out["resumed_dir"] = tmp / "resumed"
+    out["dirs"] = {k: Path(c.output.dir) for k, c in cfgs.items()}
     return out
 
 
@@ -112,3 +116,21 @@ def test_resume_with_another_world_size_and_global_batch_is_refused(runs, shards
                  "--set", f"train.steps={STEPS + 2}"])
     err = capsys.readouterr().err
     assert code == 2 and "written by 2 ranks with global batch 8, this run has 1 ranks and global batch 4" in err, err
+
+
+def test_summary_json_holds_the_steady_state_of_metrics_jsonl(runs):
+    """summary.json (rank 0, end of run) against metrics.jsonl read back with the stdlib: medians of
+    every interval after the first, the run's peak memory, first and last step loss."""
+    out = runs["dirs"]["optimised"]
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    intervals = [x for x in lines if x["kind"] == "interval"]
+    steps = [x for x in lines if x["kind"] == "step"]
+    assert len(intervals) >= 3 and len(steps) == STEPS
+    steady = summary["steady"]
+    for key in ("step_time_s", "samples_per_s_gpu", "mfu", "data_wait_frac", "all_gathers_per_step"):
+        assert steady[key] == pytest.approx(statistics.median(x[key] for x in intervals[1:])), key
+    assert steady["from_step"] == intervals[1]["step"] + 1 - intervals[1]["steps"]
+    assert steady["peak_mem_gib"] == max(x["peak_mem_gib"] for x in intervals)
+    assert (summary["first_loss"], summary["last_loss"]) == (steps[0]["loss"], steps[-1]["loss"])
+    assert (summary["world_size"], summary["steps_run"], summary["preset"]) == (2, STEPS, "tiny")

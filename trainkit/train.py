@@ -5,7 +5,8 @@
 
 Every input is checked before the GPU is touched (the config, the shard folder and its cameras,
 world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at once
-with one line. The model is built on the meta device, parallelized (parallel/__init__.py says in
+with one line. At the end rank 0 writes `summary.json` (steady state, trainkit/summary.py) and prints it as a table.
+The model is built on the meta device, parallelized (parallel/__init__.py says in
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, steps
 AdamW and the schedule, and hands each step to `Metrics`. Checkpoints (DCP) are written every
@@ -13,6 +14,7 @@ AdamW and the schedule, and hands each step to `Metrics`. Checkpoints (DCP) are 
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -25,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
+from datakit.durable import write_atomic
 from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
 from trainkit.data import TrainData, check_shards
@@ -38,6 +41,7 @@ from trainkit.parallel.optim import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.profile import StepProfiler
 from trainkit.sample_log import SampleLog
+from trainkit.summary import format_summary, run_summary
 
 
 @dataclass
@@ -49,6 +53,7 @@ class RunResult:
     plan: ParallelPlan
     start_step: int  # 0, or the step a resumed run continued from
     profile: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # as written to summary.json (trainkit/summary.py)
 
 
 def world() -> tuple[int, int, int]:
@@ -157,8 +162,14 @@ def run(cfg: RunConfig) -> RunResult:
         batches.close()
         if sample_log is not None:
             sample_log.close()
+    summary = run_summary(metrics.history, dict(metrics.losses), world_size=world_size, global_batch=global_batch,
+                          start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
+                                                  "parallel_applied": plan.applied})
+    if rank == 0:
+        write_atomic(out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
+        print(format_summary(summary), flush=True)
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
-                     profile=profiler.summary)
+                     profile=profiler.summary, summary=summary)
 
 
 def init_process_group(device: torch.device, world_size: int, *, needed: bool) -> None:

@@ -1,0 +1,59 @@
+"""The end of a run: steady-state figures from the metric intervals, as one JSON file
+(`<output.dir>/summary.json`, rank 0) and one table on the terminal.
+
+Steady state leaves out the intervals that end before `skip_steps` (compilation, allocator and
+loader warm-up; by default the first interval), then takes the median of each figure, so one slow
+interval (a checkpoint, a profile) does not move it. Peak memory is the maximum over the run.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+STEADY_KEYS = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
+               "all_gathers_per_step")
+
+
+def steady_state(history: list[dict[str, Any]], skip_steps: int | None = None) -> dict[str, Any]:
+    """Medians of the interval figures over intervals starting at or after step `skip_steps`
+    (None: all but the first interval); the last interval alone if none qualifies."""
+    if not history:
+        return {}
+    if skip_steps is None:
+        rows = history[1:] or history
+    else:
+        rows = [h for h in history if h["step"] + 1 - h["steps"] >= skip_steps] or history[-1:]
+    out: dict[str, Any] = {k: statistics.median(h[k] for h in rows) for k in STEADY_KEYS}
+    out["peak_mem_gib"] = max(h["peak_mem_gib"] for h in history)
+    out["intervals"] = len(rows)
+    out["from_step"] = rows[0]["step"] + 1 - rows[0]["steps"]
+    return out
+
+
+def run_summary(history: list[dict[str, Any]], losses: dict[int, float], *, world_size: int, global_batch: int,
+                start_step: int, info: dict[str, Any]) -> dict[str, Any]:
+    """What `summary.json` holds: the run's identity (`info`), steady state and first/last loss."""
+    steps = sorted(losses)
+    return {**info, "world_size": world_size, "global_batch": global_batch, "start_step": start_step,
+            "steps_run": len(steps), "first_loss": losses[steps[0]] if steps else None,
+            "last_loss": losses[steps[-1]] if steps else None, "steady": steady_state(history)}
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as an aligned two-column table for the terminal."""
+    st = s.get("steady") or {}
+    rows = [("model", f"{s.get('family')} / {s.get('preset')}"), ("ranks x global batch", f"{s['world_size']} x {s['global_batch']}"),
+            ("steps", f"{s['start_step']} -> {s['start_step'] + s['steps_run']}")]
+    if s["first_loss"] is not None:
+        rows.append(("loss first -> last", f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}"))
+    if st:
+        rows += [(f"steady state (from step {st['from_step']}, median of {st['intervals']})", ""),
+                 ("  step time", f"{st['step_time_s'] * 1e3:.0f} ms"),
+                 ("  samples/s per GPU", f"{st['samples_per_s_gpu']:.2f}"),
+                 ("  tokens/s per GPU", f"{st['tokens_per_s_gpu']:.0f}"),
+                 ("  MFU (model FLOPs / 989 TFLOP/s)", f"{100 * st['mfu']:.1f}%"),
+                 ("  data wait", f"{100 * st['data_wait_frac']:.2f}% of step time"),
+                 ("  all-gathers per step", f"{st['all_gathers_per_step']:.0f}"),
+                 ("peak memory (allocated)", f"{st['peak_mem_gib']:.1f} GiB")]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
