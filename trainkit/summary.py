@@ -1,7 +1,7 @@
 """The end of a run: steady-state figures from the metric intervals, as one JSON file
 (`<output.dir>/summary.json`, rank 0) and one table on the terminal.
 
-Steady state leaves out the intervals that end before `skip_steps` (compilation, allocator and
+Steady state leaves out the intervals that start before `skip_steps` (compilation, allocator and
 loader warm-up; by default the first interval), then takes the median of each figure, so one slow
 interval (a checkpoint, a profile) does not move it. Peak memory is the maximum over the run.
 """
