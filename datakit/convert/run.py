@@ -1,16 +1,14 @@
-"""`datakit convert SRC OUT`: episodes -> verified uint8 frame shards + global index.
+"""The orchestrator of a local conversion (SRC and OUT folders on this machine): scan, plan,
+run an engine, check the commits, write the index. `datakit.convert.convert` calls it, and
+so does `remote.py` between its staging folders.
 
 Flow: scan the source -> plan shards (consecutive episodes, closed after the episode whose
 predicted bytes reach --shard-size; the plan depends only on the source metadata and the
 options) -> each shard is written by one worker, episode after episode, straight into
-`shard-N.tar.tmp` (hashed on the fly, fsynced, renamed, then journaled) -> after every shard is
-closed, frames.arrow, then index.json. A rerun after a crash or kill -9 keeps the journaled
-shards that still hash right and redoes the others: the same bytes as an unbroken run, with any
-number of workers.
-
-One module per job: plan.py (the shard plan), outdir.py (the output-folder protocol),
-shard.py (one shard and its commit), journal.py (the resume journal), local.py (the local
-engine), assemble.py (the index from the journals). This file only orchestrates them.
+`shard-N.tar.tmp` (hashed on the fly, fsynced, renamed, then journaled) -> every shard the
+engine reports done is checked committed -> after every shard is closed, frames.arrow, then
+index.json. A rerun after a crash or kill -9 keeps the journaled shards that still hash right
+and redoes the others: the same bytes as an unbroken run, with any number of workers.
 """
 from __future__ import annotations
 
@@ -21,20 +19,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert.assemble import build_index, empty_shards
 from datakit.convert.fingerprint import source_fingerprint
-from datakit.convert.journal import STAGING, Journal, load_journals
+from datakit.convert.journal import STAGING, load_journals
 from datakit.convert.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
-from datakit.convert.plan import plan_shards, predicted_bytes
+from datakit.convert.plan import plan_shards
 from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
+from datakit.convert.shard import check_committed
 from datakit.errors import output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
 from datakit.sources import scan
-
-__all__ = ["ConvertSummary", "Journal", "convert", "plan_shards", "predicted_bytes"]
-
 
 @dataclass
 class ConvertSummary:
@@ -70,18 +66,12 @@ def _write_index(out: Path, index: ShardIndex, table) -> None:
         raise output_error(failed, e) from e
 
 
-def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
-            command: str | None = None) -> ConvertSummary:
-    """Convert SRC into shards in OUT, resuming an interrupted run of the same source with the
-    same options; `force` starts over (our own files in OUT are removed first). `command` is
-    recorded in OUT's lock, to name this run to a second one. SRC may be an fsspec URL or a Hub
-    repo id, OUT an fsspec URL (pass URLs as str): see convert/remote.py."""
-    from datakit.convert.remote import convert_remote, is_remote_job
-
-    if is_remote_job(src, out):  # fsspec URL or Hub repo id: staged through local folders
-        return convert_remote(src, out, cfg, force=force, command=command)
+def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = False,
+                  command: str | None = None) -> ConvertSummary:
+    """Convert the folder SRC into shards in the folder OUT, resuming an interrupted run of the
+    same source with the same options; `force` starts over (our own files in OUT are removed
+    first). `command` is recorded in OUT's lock, to name this run to a second one."""
     t0 = time.perf_counter()
-    src, out = Path(src), Path(out)
     spec = scan(src, cfg.format)
     claim_output(out)  # OUT is ours (or empty) before anything is written into it
     with output_lock(out, command):
@@ -100,6 +90,7 @@ def convert(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool
         with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
                   disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
             new = (run_shards_ray if cfg.engine == "ray" else run_shards)(spec, cfg, out, jobs, bar)
+        check_committed(out, new)  # a commit can fail late, after its shard was reported done
 
         journals = sorted([*kept.values(), *new], key=lambda j: j.index)
         index, table = build_index(spec, cfg, journals, fingerprint)
