@@ -17,7 +17,6 @@ import errno
 import multiprocessing as mp
 import os
 import signal
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
