@@ -11,7 +11,7 @@ deep in a reader or a path outside the output folder:
 - shard row ranges tile the frames table in order, every episode's rows lie inside its
   shard's, episodes tile the table in order, totals match the lists.
 What this cannot see (a wrong offset or state value inside `frames.arrow`, a damaged shard) is
-`datakit verify`'s job (`datakit/verify.py`).
+`datakit verify`'s job (`datakit/verify/folder.py`).
 """
 from __future__ import annotations
 
