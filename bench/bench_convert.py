@@ -5,7 +5,7 @@ measured in the same run. Also --workers 2 against --workers 1.
     python bench/bench_convert.py [--episodes 6] [--frames 60] [--repeats 3] [--out bench/results]
 
 Goals (issue 2): conversion >= 85% of pure decode; --workers 2 >= 1.7x --workers 1 on 2 cores.
-"workers 1" decodes each camera on its own thread (prefetch, the default when cores are left
+"workers 1" decodes each camera on its own thread (--camera-threads, the default when cores are left
 over); the workers ratio compares two worker processes with one process without those threads.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datakit.machine import available_cpus  # noqa: E402
-from datakit.config import ConvertConfig  # noqa: E402
+from datakit.convert.config import ConvertConfig  # noqa: E402
 from datakit.convert import convert  # noqa: E402
 from datakit.decoders import open_decoder  # noqa: E402
 from datakit.sources import scan  # noqa: E402
@@ -140,8 +140,8 @@ def main() -> None:
             add(f"pure decode ({dec}, 1 thread), 2 processes at once", med(lambda: pure_decode_2proc(src, dec)), cpu=False)
             for label, kw in [("convert native, workers 1", dict(workers=1)),
                               ("convert 224x224, workers 1", dict(workers=1, resize="224x224")),
-                              ("convert native, workers 1, no prefetch", dict(workers=1, prefetch=False)),
-                              ("convert 224x224, workers 1, no prefetch", dict(workers=1, prefetch=False, resize="224x224")),
+                              ("convert native, workers 1, no camera threads", dict(workers=1, camera_threads=False)),
+                              ("convert 224x224, workers 1, no camera threads", dict(workers=1, camera_threads=False, resize="224x224")),
                               ("convert native, workers 2", dict(workers=2)),
                               ("convert 224x224, workers 2", dict(workers=2, resize="224x224"))]:
                 add(f"{label} ({dec})", med(lambda: timed_convert(src, work, decoder=dec, **kw)))
@@ -155,8 +155,8 @@ def main() -> None:
             base = by[f"pure decode ({dec}, 1 thread)"]
             ratios[f"native_vs_decode ({dec})"] = by[f"convert native, workers 1 ({dec})"] / base
             ratios[f"224_vs_decode ({dec})"] = by[f"convert 224x224, workers 1 ({dec})"] / base
-            ratios[f"workers2_vs_1_native ({dec})"] = by[f"convert native, workers 2 ({dec})"] / by[f"convert native, workers 1, no prefetch ({dec})"]
-            ratios[f"workers2_vs_1_224 ({dec})"] = by[f"convert 224x224, workers 2 ({dec})"] / by[f"convert 224x224, workers 1, no prefetch ({dec})"]
+            ratios[f"workers2_vs_1_native ({dec})"] = by[f"convert native, workers 2 ({dec})"] / by[f"convert native, workers 1, no camera threads ({dec})"]
+            ratios[f"workers2_vs_1_224 ({dec})"] = by[f"convert 224x224, workers 2 ({dec})"] / by[f"convert 224x224, workers 1, no camera threads ({dec})"]
             ratios[f"machine_2proc_vs_1_decode ({dec})"] = by[f"pure decode ({dec}, 1 thread), 2 processes at once"] / base
         result = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import datakit.convert.local_split as local_split  # noqa: E402
-from datakit.config import ConvertConfig  # noqa: E402
+import datakit.convert.local as local_engine  # noqa: E402
+from datakit.convert.config import ConvertConfig  # noqa: E402
 from datakit.convert import convert  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402
 from datakit.synth import make_lerobot_dataset  # noqa: E402
@@ -51,15 +51,15 @@ def digest(out: Path) -> dict[str, int]:
 def timed(src: Path, work: Path, cfg: ConvertConfig, split: bool = True) -> tuple[float, dict, int]:
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
-    real = local_split.split_below_shard
+    real = local_engine.split_below_shard
     if not split:
-        local_split.split_below_shard = lambda workers, jobs: False  # the local engine as it was before
+        local_engine.split_below_shard = lambda workers, jobs: False  # the local engine as it was before
     try:
         t0 = time.perf_counter()
         s = convert(src, out, cfg)
         dt = time.perf_counter() - t0
     finally:
-        local_split.split_below_shard = real
+        local_engine.split_below_shard = real
     d = digest(out)
     shutil.rmtree(out)
     return dt, d, s.index.num_shards

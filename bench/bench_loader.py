@@ -36,7 +36,7 @@ ORACLE = ROOT / "tools" / "lerobot_oracle" / "lerobot_oracle.py"
 
 
 def build(work: Path, episodes: int, length: int, size: int, layout: str, rebuild: bool) -> tuple[Path, Path]:
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 

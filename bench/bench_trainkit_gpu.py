@@ -62,7 +62,7 @@ ABLATION = {  # optimised with one switch turned off
 
 def make_shards(root: Path, size: int, episodes: int, length: int) -> Path:
     """Generated dataset (PNG frames, no codec) -> datakit convert -> shard folder."""
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.machine import available_cpus
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset

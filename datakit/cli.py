@@ -42,8 +42,9 @@ def add_convert(sub) -> None:
     p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
     p.add_argument("--nonfinite", choices=["reject", "keep"],
                    help="NaN/inf in state/action: a bad episode (default), or keep it, out of the statistics")
-    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
-                   help="decode each camera on its own thread (default: on when --workers is below the core count)")
+    p.add_argument("--camera-threads", "--prefetch", dest="camera_threads", action=argparse.BooleanOptionalAction,
+                   default=None, help="decode each camera on its own thread (default: on when --workers is below "
+                   "the core count); --prefetch is its old name")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=["local", "ray"],
                    help="local process pool (default) or one Ray task per shard (pip install .[ray])")
@@ -54,13 +55,13 @@ def add_convert(sub) -> None:
 
 
 def run_convert(args) -> int:
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.summary import print_summary
 
     over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
                 resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
-                on_error=args.on_error, nonfinite=args.nonfinite, prefetch=args.prefetch,
+                on_error=args.on_error, nonfinite=args.nonfinite, camera_threads=args.camera_threads,
                 progress=False if args.no_progress else None, engine=args.engine, ray_address=args.ray_address)
     cfg = ConvertConfig.from_toml(args.config, **over) if args.config else \
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.errors import OutputError
 from datakit.reader import open_shards
@@ -37,9 +37,9 @@ def claim_demo_dir(work: Path) -> None:
     `shards/`."""
     work = Path(work)
     if work.exists() and not work.is_dir():
-        raise OutputError(f"{work}: demo folder path exists and is not a folder")
+        raise OutputError(work, "demo folder path exists and is not a folder")
     if work.is_dir() and any(work.iterdir()) and not (work / DEMO_MARKER).is_file():
-        raise OutputError(f"{work}: not a folder made by `datakit demo` (no {DEMO_MARKER}); "
+        raise OutputError(work, f"not a folder made by `datakit demo` (no {DEMO_MARKER}); "
                           f"pass a new or empty --dir")
     work.mkdir(parents=True, exist_ok=True)
     (work / DEMO_MARKER).write_text("made by `datakit demo`; its contents are rewritten by each demo run\n")

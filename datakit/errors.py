@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -21,6 +22,22 @@ class PlaceError(DatakitError):
         return (type(self), (self.where, self.problem))
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong at one place, listed rather than raised (`datakit verify` names them all):
+    `where` is the file, shard or URL, `what` the problem. Printed as `<where>: <what>`."""
+
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+    @classmethod
+    def of(cls, e: PlaceError) -> "Problem":
+        return cls(e.where, e.problem)
+
+
 class SourceError(PlaceError):
     """A source file (table, video, metadata) is missing, unreadable or inconsistent."""
 
@@ -29,16 +46,25 @@ class SourceError(PlaceError):
         return self.where
 
 
-class OutputError(DatakitError):
+class ConfigError(PlaceError):
+    """A convert option has a bad value, or a config file an unknown key: `where` names the
+    option (`layout`, `resize`, ...) or the TOML file."""
+
+    @property
+    def option(self) -> str:
+        return self.where
+
+
+class OutputError(PlaceError):
     """The output folder cannot be used (holds something else, another conversion, another
-    source) or cannot be written (disk full, read-only, file too large). Never a bad input:
-    `--on-error skip` does not skip it."""
+    source) or cannot be written (disk full, read-only, file too large): `where` names the file
+    or folder in OUT (or its URL). Never a bad input: `--on-error skip` does not skip it."""
 
 
 def output_error(path: str | Path, e: OSError) -> OutputError:
     """One line naming the file in OUT and the errno, for an OSError raised while writing it."""
     code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "no errno"
-    return OutputError(f"{path}: cannot write output ({code}: {e.strerror or e})")
+    return OutputError(path, f"cannot write output ({code}: {e.strerror or e})")
 
 
 class ShardError(PlaceError):

@@ -93,7 +93,7 @@ def uploaded(converted, bucket) -> str:
 @pytest.fixture(scope="session")
 def converted(tmp_path_factory) -> Path:
     """A finished conversion with several shards (real AV1 video through datakit.convert)."""
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 

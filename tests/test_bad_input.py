@@ -154,7 +154,7 @@ def test_auto_decoder_falls_back(ds, tmp_path, monkeypatch):
     assert decoders.backend_order("h264")[:2] == ["broken", "torchcodec"]
     dec = decoders.open_decoder(_video(ds), "auto")
     assert dec.backend == "torchcodec"
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
 
     s = convert(ds, tmp_path / "out", ConvertConfig(workers=1, progress=False))

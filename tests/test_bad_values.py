@@ -14,7 +14,7 @@ import pytest
 import webdataset as wds
 
 from datakit.cli import main
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.errors import SourceError
 from datakit.shards.stats import STAT_NAMES, finite_vector_stats, vector_stats

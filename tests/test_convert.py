@@ -10,7 +10,7 @@ from PIL import Image
 
 import datakit
 from datakit.cli import main
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.sources import load_episode, scan
 from datakit.synth import make_droid_dataset, make_lerobot_dataset, read_frame_number
@@ -162,7 +162,7 @@ def test_verify_catches_wrong_offset(datasets, tmp_path):
     t = t.set_column(t.schema.get_field_index(col), col, pa.array(offs))
     write_frames(out / FRAMES_NAME, t)
     rep = verify(out)
-    assert not rep.ok and "shard-000000.tar" in rep.problems[0]
+    assert not rep.ok and "shard-000000.tar" in str(rep.problems[0])
 
 
 def test_webdataset_and_tar_read_shards(datasets, tmp_path):
@@ -188,7 +188,7 @@ def test_webdataset_and_tar_read_shards(datasets, tmp_path):
 def test_shard_plan_predicts_the_written_bytes(datasets, tmp_path):
     """The plan (made from metadata alone) predicts each episode's bytes exactly, and shards
     end after the episode that reaches --shard-size."""
-    from datakit.convert import plan_shards, predicted_bytes
+    from datakit.convert.plan import plan_shards, predicted_bytes
 
     src = datasets["droid"]  # one camera missing in one episode
     cfg = ConvertConfig(workers=1, shard_size=150_000, progress=False)
@@ -227,3 +227,28 @@ def test_toml_config_with_cli_override(datasets, tmp_path, capsys):
     capsys.readouterr()
     assert main(["convert", str(datasets["v2.1"]), str(tmp_path / "o2"), "--config", str(bad)]) == 2
     assert "unknown keys ['resise']" in capsys.readouterr().err
+
+
+def test_bad_options_are_config_errors_naming_the_option(tmp_path):
+    """Each refused value names its option (a typed ConfigError, exit 2 from the CLI); the old
+    TOML key `prefetch` is refused with its new name, and the old flag still parses."""
+    import argparse
+
+    from datakit.cli import add_convert
+    from datakit.errors import ConfigError
+
+    for kw, option in ((dict(layout="bgr"), "layout"), (dict(workers=0), "workers"),
+                       (dict(resize="33x48", layout="nv12"), "resize"), (dict(resize="big"), "resize"),
+                       (dict(ray_cpus_per_task=0), "ray_cpus_per_task"), (dict(decoder_threads=-1), "decoder_threads")):
+        with pytest.raises(ConfigError) as e:
+            ConvertConfig(**kw)
+        assert e.value.option == option, (kw, str(e.value))
+    old = tmp_path / "old.toml"
+    old.write_text("[convert]\nprefetch = false\n")
+    with pytest.raises(ConfigError, match="prefetch is now camera_threads"):
+        ConvertConfig.from_toml(old)
+    parser = argparse.ArgumentParser()
+    add_convert(parser.add_subparsers(dest="command"))
+    for flag, want in (("--prefetch", True), ("--no-prefetch", False), ("--camera-threads", True),
+                       ("--no-camera-threads", False), (None, None)):
+        assert parser.parse_args(["convert", "s", "o", *([flag] if flag else [])]).camera_threads is want

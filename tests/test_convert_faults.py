@@ -1,5 +1,5 @@
 """Faults while converting: the output cannot be written (EFBIG by RLIMIT_FSIZE, ENOSPC on a
-small tmpfs), a pool worker is killed, the run gets SIGTERM, a prefetch consumer gives up.
+small tmpfs), a pool worker is killed, the run gets SIGTERM, a background-thread consumer gives up.
 Each must end the run within seconds, with one line naming the problem, never a partial shard,
 and a rerun must give the bytes of an unbroken run. Every wait is under a timeout."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from datakit.stages.prefetch import prefetch
+from datakit.stages.background import in_background
 from datakit.synth import make_lerobot_dataset
 from tests.helpers import tree_bytes
 
@@ -26,7 +26,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # (right before the index files are written), so the limit hits the file we aim at.
 LIMITED = """
 import resource, sys
-import datakit.convert as c
+import datakit.convert.run as c
 from datakit.cli import main
 limit, when = int(sys.argv[1]), sys.argv[2]
 def set_limit():
@@ -244,10 +244,10 @@ def test_sigterm_stops_cleanly_and_resumes(src, reference, tmp_path, workers=2):
     assert "resumed" in _resumes_to_reference(src, out, reference, 3 - workers)
 
 
-# ---- prefetch --------------------------------------------------------------------------------
+# ---- in_background ----------------------------------------------------------------------------
 
 def _consume_one_then_stop(items, depth):
-    it = prefetch(items, depth=depth)
+    it = in_background(items, depth=depth)
     first = next(it)
     time.sleep(0.3)  # the producer is done and blocked on a full queue
     it.close()  # the consumer gives up: must not wait forever for the producer
@@ -255,7 +255,7 @@ def _consume_one_then_stop(items, depth):
 
 
 @pytest.mark.timeout(20)
-def test_prefetch_consumer_stops_while_producer_waits_to_end():
+def test_in_background_consumer_stops_while_producer_waits_to_end():
     done = threading.Event()
     result = []
 
@@ -264,12 +264,12 @@ def test_prefetch_consumer_stops_while_producer_waits_to_end():
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
-    assert done.wait(10), "prefetch hung: the producer blocked putting its end marker"
+    assert done.wait(10), "in_background hung: the producer blocked putting its end marker"
     assert result == [1]
 
 
 @pytest.mark.timeout(20)
-def test_prefetch_consumer_stops_while_producer_waits_to_raise():
+def test_in_background_consumer_stops_while_producer_waits_to_raise():
     def items():
         yield 1
         yield 2
@@ -277,11 +277,11 @@ def test_prefetch_consumer_stops_while_producer_waits_to_raise():
 
     done = threading.Event()
     threading.Thread(target=lambda: (_consume_one_then_stop(items(), depth=1), done.set()), daemon=True).start()
-    assert done.wait(10), "prefetch hung: the producer blocked handing over its error"
+    assert done.wait(10), "in_background hung: the producer blocked handing over its error"
 
 
-def test_prefetch_still_delivers_everything_and_errors():
-    assert list(prefetch(iter(range(50)), depth=2)) == list(range(50))
+def test_in_background_still_delivers_everything_and_errors():
+    assert list(in_background(iter(range(50)), depth=2)) == list(range(50))
 
     def bad():
         yield 1
@@ -289,7 +289,7 @@ def test_prefetch_still_delivers_everything_and_errors():
 
     got = []
     with pytest.raises(ValueError, match="boom"):
-        for x in prefetch(bad(), depth=1):
+        for x in in_background(bad(), depth=1):
             got.append(x)
     assert got == [1]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import datakit.convert as convert_pkg
+import datakit.convert.run as convert_pkg
 from datakit.cli import main
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.convert.journal import STAGING, JournalInvalid, journal_from_json
 from datakit.shards.index import load_index

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import datakit.convert as convert_mod
-from datakit.config import ConvertConfig
+import datakit.convert.run as convert_mod
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
-from datakit.convert.ray_engine import KILL_ONCE_ENV
-from datakit.errors import DatakitError, SourceError
+from datakit.convert.fault_hooks import KILL_ONCE_ENV
+from datakit.errors import ConfigError, DatakitError, SourceError
 from datakit.synth import make_lerobot_dataset
 from tests.helpers import tree_bytes
 
@@ -162,7 +162,7 @@ def test_engine_and_resources_from_toml(tmp_path):
     assert (cfg.engine, cfg.ray_address, cfg.ray_cpus_per_task, cfg.ray_memory_per_task) == \
         ("ray", "10.0.0.1:6379", 2, 4 << 30)
     assert cfg.output_options() == ConvertConfig().output_options()
-    with pytest.raises(ValueError, match="engine"):
+    with pytest.raises(ConfigError, match="engine"):
         ConvertConfig(engine="spark")
 
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import datakit.convert.local_split as local_split
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.convert.split import join_parts, write_part
 from datakit.errors import SourceError
 from datakit.shards.writer import ShardFile
-from datakit.episode_convert import convert_episode
+from datakit.convert.episode import convert_episode
 from datakit.sources import scan
 from datakit.synth import make_lerobot_dataset
 from tests.helpers import tree_bytes

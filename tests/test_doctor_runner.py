@@ -156,7 +156,7 @@ def _plant_duplicate(src: Path) -> None:
 def test_errors_are_what_convert_rejects(dataset, tmp_path, plant):
     """The cross-check with convert itself: a dataset doctor finds an error in is one convert
     refuses, and one it finds clean converts."""
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.errors import DatakitError
 

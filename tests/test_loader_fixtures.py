@@ -25,7 +25,7 @@ PREBUILT = os.environ.get("DATAKIT_LOADER_FIXTURES")
 
 
 def build(root: Path, layout: str) -> Path:
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 

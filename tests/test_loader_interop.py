@@ -52,7 +52,7 @@ def test_lerobot_view_items_and_plain_dataloader(shards_rgb):
 
 @pytest.fixture(scope="module")
 def lerobot_v3(tmp_path_factory):
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from datakit.cli import main
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.synth import make_lerobot_dataset
 

@@ -1,5 +1,5 @@
 """The loader and ShardReader on an s3:// shard root, against a real S3-compatible server (moto,
-real HTTP, via s3fs): a cache smaller than the dataset, prefetch ahead of the sampler, a server
+real HTTP, via s3fs): a cache smaller than the dataset, downloads ahead of the sampler, a server
 that fails for a while, a download killed mid-way. The oracle is the same loader on the local
 copy of the folder, compared with numpy bit for bit, and stock tarfile + np.load for frames."""
 import io
@@ -114,7 +114,7 @@ def _tar_frames(out: Path) -> dict[tuple[int, int, str], np.ndarray]:
 @pytest.mark.timeout(120)
 def test_downloads_run_ahead_of_the_sampler(converted, uploaded, tmp_path):
     """Before the next batch is asked for, the shard it starts in is already downloaded by the
-    prefetch thread (the reader has not opened it): the plan follows the sampler's order."""
+    download thread (the reader has not opened it): the plan follows the sampler's order."""
     index = load_index(converted)
     largest = max(s.bytes for s in index.shards)
     cfg = _cfg(cache_dir=str(tmp_path / "cache"), cache_bytes=4 * largest, block_size=4)
@@ -131,10 +131,10 @@ def test_downloads_run_ahead_of_the_sampler(converted, uploaded, tmp_path):
                 deadline = time.time() + 20
                 while not (ds.cache.folder / name).exists() and time.time() < deadline:
                     time.sleep(0.01)
-                assert (ds.cache.folder / name).exists(), f"step {step}: {name} was not prefetched"
+                assert (ds.cache.folder / name).exists(), f"step {step}: {name} was not downloaded ahead"
                 waited += 1
             next(it)
-        assert waited >= 2 and ds.cache.prefetch_errors == []
+        assert waited >= 2 and ds.cache.download_errors == []
     finally:
         loader.close()
 
@@ -159,7 +159,7 @@ def test_loader_retries_a_server_that_fails_for_a_while_then_fails_clearly(conve
     _assert_same(_batches(uploaded, remote, 6), want)
     assert flaky.failed == 3
     flaky.fail_next(10**6, ".tar")  # a server that does not recover
-    # a small cache keeps the prefetch window (and its failing downloads) to about one shard
+    # a small cache keeps the download window (and its failing downloads) to about one shard
     loader = ShardLoader(uploaded, _cfg(cache_dir=str(tmp_path / "c2"), cache_bytes=_small_cache(converted),
                                         storage_options=opts))
     try:
@@ -270,7 +270,7 @@ def test_remote_dataset_pickles_for_spawned_workers_without_the_prefetch_thread(
     cfg = _cfg(cache_dir=str(tmp_path / "cache"), cache_bytes=_small_cache(converted))
     loader = ShardLoader(uploaded, cfg)
     try:
-        next(iter(loader))  # the main process's prefetch thread is running now
+        next(iter(loader))  # the main process's download thread is running now
         assert loader.dataset.cache._thread is not None
         copy = pickle.loads(pickle.dumps(loader.dataset))
         assert copy.cache is not loader.dataset.cache and copy.cache._thread is None

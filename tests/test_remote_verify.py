@@ -15,7 +15,7 @@ pytest.importorskip("s3fs")
 
 from datakit.errors import StorageError  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
-from datakit.storage import verify_remote as vr  # noqa: E402
+from datakit.verify import remote as vr  # noqa: E402
 from datakit.storage.retry import RetryPolicy  # noqa: E402
 from datakit.verify import verify  # noqa: E402
 
@@ -85,10 +85,10 @@ def test_verify_names_the_damaged_shard_on_s3(converted, bucket, tmp_path, damag
     _put(copy, url)
     rep = verify(url)
     assert not rep.ok
-    assert rep.problems[0].startswith(f"{url}/{name}: ") and message in rep.problems[0], rep.problems
+    assert str(rep.problems[0]).startswith(f"{url}/{name}: ") and message in str(rep.problems[0]), rep.problems
     assert len(rep.problems) == 1
     # the same checks as on the local copy, with URLs for local paths
-    assert rep.problems == [p.replace(f"{copy}/", f"{url}/") for p in verify(copy).problems]
+    assert [str(p) for p in rep.problems] == [str(p).replace(f"{copy}/", f"{url}/") for p in verify(copy).problems]
     if damage != "flipped byte":  # a wrong size is seen from the listing: never downloaded
         assert name not in [n for n, _ in shard_downloads]
 
@@ -100,7 +100,7 @@ def test_verify_s3_root_without_checksums_says_it_did_not_finish(converted, buck
     url = f"{bucket}/unfinished"
     _put(copy, url)
     rep = verify(url)
-    assert rep.problems == [f"{url}/checksums.json: missing: the conversion did not finish (or the file was removed)"]
+    assert [str(p) for p in rep.problems] == [f"{url}/checksums.json: missing: the conversion did not finish (or the file was removed)"]
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.errors import ShardError
 from datakit.loader import LoaderConfig, ShardDataset

@@ -245,7 +245,7 @@ def test_two_processes_fill_one_cache_without_corrupting_it(converted, uploaded,
 
 
 @pytest.mark.timeout(120)
-def test_prefetch_stays_ahead_of_the_reader_within_its_budget(converted, uploaded, tmp_path):
+def test_downloads_stay_ahead_of_the_reader_within_its_budget(converted, uploaded, tmp_path):
     index = load_index(converted)
     largest = max(s.bytes for s in index.shards)
     cache = ShardCache(uploaded, tmp_path / "cache", max_bytes=4 * largest, ahead_bytes=2 * largest, policy=FAST)
@@ -261,7 +261,7 @@ def test_prefetch_stays_ahead_of_the_reader_within_its_budget(converted, uploade
     def present() -> set[int]:
         return {i for i, s in enumerate(index.shards) if (cache.folder / s.name).exists()}
 
-    cache.prefetch(plan)
+    cache.download_ahead(plan)
     deadline = time.time() + 30
     while present() != set(budget_prefix) and time.time() < deadline:
         time.sleep(0.02)
@@ -275,7 +275,7 @@ def test_prefetch_stays_ahead_of_the_reader_within_its_budget(converted, uploade
         time.sleep(0.02)
     assert present() == set(plan)
     cache.close()
-    assert cache.prefetch_errors == []
+    assert cache.download_errors == []
 
 
 @pytest.mark.timeout(60)

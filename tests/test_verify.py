@@ -23,14 +23,14 @@ OFF0 = "offset/" + CAMS[0]
 def _verify_fails(out, capsys, *match: str) -> list[str]:
     rep = verify(out)
     assert not rep.ok
-    text = "\n".join(rep.problems)
+    text = "\n".join(map(str, rep.problems))
     for m in match:
         assert m in text, (m, text)
     capsys.readouterr()
     assert main(["verify", str(out)]) == 1
     err = capsys.readouterr().err
     assert all(m in err for m in match)
-    return rep.problems
+    return [str(p) for p in rep.problems]
 
 
 def test_clean_conversion_passes(shards_rgb, capsys):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import Journal
 from datakit.shards.index import CameraEntry, EpisodeEntry, ShardEntry, ShardIndex, frames_schema, member_schema
 from datakit.shards.stats import finite_vector_stats

@@ -17,7 +17,6 @@ import errno
 import multiprocessing as mp
 import os
 import signal
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -25,16 +24,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.machine import start_method
+from datakit.convert.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
-from datakit.convert.shard import check_committed, commit_shard, write_shard
+from datakit.convert.local_split import run_split
+from datakit.convert.shard import commit_shard, write_shard
+from datakit.convert.split import split_below_shard
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import SHARD_PATTERN
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
-Job = tuple[int, list[EpisodeRef]]  # (shard index, planned episodes)
-STOP_WAIT_S = 10.0  # how long a SIGTERMed worker may take to exit before SIGKILL
 
 
 class Board:
@@ -54,19 +54,6 @@ class Board:
 
 
 _WORKER: dict = {}
-
-
-def die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this worker when the parent dies (kill -9 included), so no orphan goes on
-    writing into OUT beside a rerun."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before prctl
-        os._exit(1)
 
 
 def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, out: Path, board: Board, parent: int) -> None:
@@ -110,8 +97,6 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job]
     """Convert and commit the shards of `jobs`, in this process (one worker) or in a process
     pool. Stops at the first error (a bad episode under --on-error fail, any output error, a
     dead worker); the shards committed before it stay, for a rerun."""
-    from datakit.convert.local_split import run_split, split_below_shard  # imports this module
-
     if split_below_shard(cfg.workers, jobs):  # fewer shards than workers: episodes in parallel
         return run_split(spec, cfg, out, jobs, bar)
     if cfg.workers == 1 or len(jobs) <= 1:
@@ -134,7 +119,6 @@ def _run_here(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     for f in commits:
         if f.exception() is not None:
             raise f.exception()
-    check_committed(out, done)
     return done
 
 
@@ -176,7 +160,6 @@ def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
         raise
     if (failed := _commit_failure(out, jobs, board)) is not None:  # the last commits, at the workers' exit
         raise failed
-    check_committed(out, done)
     return done
 
 
@@ -187,38 +170,5 @@ def _commit_failure(out: Path, jobs: list[Job], board: Board) -> OutputError | N
         return None
     e = board.commit_errno[failed[0]]
     why = f"{errno.errorcode.get(e, e)}: {os.strerror(e)}" if e > 0 else "not an OS error"
-    return OutputError(f"{Path(out) / SHARD_PATTERN.format(index=jobs[failed[0]][0])}: cannot commit "
-                       f"output ({why}); rerun the same command to resume")
-
-
-def stop_workers(pool: ProcessPoolExecutor, workers: set[int]) -> None:
-    """Stop now: cancel the queued tasks and end every worker (SIGTERM, then SIGKILL after
-    STOP_WAIT_S), returning only once none runs, so no worker writes into OUT after this.
-    (The executor's own shutdown cannot be waited on after a shutdown(wait=False), and a task
-    already handed to a worker cannot be cancelled: hence the signals.)"""
-    pool.shutdown(wait=False, cancel_futures=True)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in workers:
-            if _running(pid):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + STOP_WAIT_S
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (the executor reaps its workers in its own time)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return state not in ("Z", "X")
+    return OutputError(Path(out) / SHARD_PATTERN.format(index=jobs[failed[0]][0]),
+                       f"cannot commit output ({why}); rerun the same command to resume")

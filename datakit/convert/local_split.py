@@ -4,7 +4,7 @@ shards in plan order, hashing as it copies, and commits each shard on a backgrou
 Part files go to tmpfs (/dev/shm) when it has room: they are read once and deleted, and need
 never reach a disk (in OUT, writeback may write them to disk besides the shard).
 
-Same stopping rules as the shard pool in local.py: the first error (a bad episode under
+Same stopping rules as the shard pool in local.py (and the same helpers, engine.py): the first error (a bad episode under
 --on-error fail, an output error, a dead worker) stops the run, every worker is stopped
 (SIGTERM, then SIGKILL) and waited for, the shards committed before it stay for a rerun, the
 unfinished files are removed.
@@ -24,17 +24,15 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
+from datakit.convert.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
-from datakit.convert.local import Job, die_with_parent, stop_workers
 from datakit.machine import start_method
 from datakit.convert.plan import predicted_bytes
-from datakit.convert.shard import check_committed, commit_shard
-from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, split_below_shard, write_part
+from datakit.convert.shard import commit_shard
+from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, write_part
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
-
-__all__ = ["run_split", "split_below_shard"]
 
 _WORKER: dict = {}
 
@@ -116,7 +114,6 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    check_committed(out, done)
     return done
 
 

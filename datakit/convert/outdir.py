@@ -48,14 +48,14 @@ def is_ours(name: str) -> bool:
 def claim_output(out: Path) -> None:
     """Create OUT if needed; refuse a path that is not a folder or a folder holding other files."""
     if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: output path exists and is not a folder")
+        raise OutputError(out, "output path exists and is not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise output_error(out, e) from e
     others = sorted(n for n in os.listdir(out) if not is_ours(n))
     if others:
-        raise OutputError(f"{out}: output folder holds other files ({', '.join(others[:3])}); "
+        raise OutputError(out, f"output folder holds other files ({', '.join(others[:3])}); "
                           f"use an empty or new folder")
 
 
@@ -124,7 +124,7 @@ def output_lock(out: Path, command: str | None = None) -> Iterator[None]:
             if fd is not None:
                 break
             if not _holder_dead(holder) or time.monotonic() > deadline:
-                raise OutputError(f"{out}: another conversion is using this output folder "
+                raise OutputError(out, "another conversion is using this output folder "
                                   f"({_holder_text(holder)}); wait for it to end or stop it")
             time.sleep(0.05)
         info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -160,7 +160,7 @@ def remove_ours(out: Path) -> None:
 
 
 def _refuse(out: Path, what: str, why: str) -> OutputError:
-    return OutputError(f"{out}: holds {what} of another source ({why}); use a new folder, "
+    return OutputError(out, f"holds {what} of another source ({why}); use a new folder, "
                        f"or --force to start over")
 
 
@@ -171,9 +171,9 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
         try:
             idx = load_index(out)
         except Exception as e:
-            raise OutputError(f"{out / MANIFEST_NAME}: unreadable index ({e})") from None
+            raise OutputError(out / MANIFEST_NAME, f"unreadable index ({e})") from None
         if idx.options != options:
-            raise OutputError(f"{out}: holds a finished conversion made with other options {idx.options}; "
+            raise OutputError(out, f"holds a finished conversion made with other options {idx.options}; "
                               f"use a new folder, or --force to start over")
         why = fingerprint_diff(idx.source.get("fingerprint") if isinstance(idx.source, dict) else None,
                                fingerprint, spec)
@@ -187,7 +187,7 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
         if opt_path.exists():
             old = _read_json(opt_path)
             if old != options:
-                raise OutputError(f"{out}: holds an unfinished conversion made with other options; "
+                raise OutputError(out, "holds an unfinished conversion made with other options; "
                                   f"rerun with those ({opt_path}), use a new folder, or --force to start over")
             why = fingerprint_diff(_read_json(fp_path) if fp_path.exists() else None, fingerprint, spec)
             if why is not None:

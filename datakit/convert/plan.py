@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.shards.writer import BLOCK, npy_header
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 from datakit.stages.colour import stored_shape

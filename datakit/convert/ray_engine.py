@@ -30,28 +30,23 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
+from datakit.convert.engine import Job
+from datakit.convert.fault_hooks import kill_markers, kill_once
 from datakit.convert.journal import Journal
-from datakit.convert.shard import OutputShard, check_committed, commit_shard, write_shard
+from datakit.convert.shard import OutputShard, commit_shard, write_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, scratch_root, split_below_shard, write_part
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
-Job = tuple[int, list[EpisodeRef]]  # (shard index, planned episodes)
 MAX_RETRIES = 3  # Ray re-runs a task whose worker died this many times
 CANCEL_WAIT_S = 30.0  # after an error: how long cancelled tasks get to remove their files
-# Test hook: "KIND:MARKER", KIND one of shard | episode | join. The first task of that kind to
-# create the marker file SIGKILLs its own worker (a shard task after its first episode, an
-# episode task after writing its part, a join task before its commit), so tests can check that
-# Ray's retry gives the same bytes.
-KILL_ONCE_ENV = "DATAKIT_TEST_KILL_TASK_ONCE"
 
 
 def import_ray() -> Any:
@@ -65,16 +60,6 @@ def import_ray() -> Any:
 
 # ---- the tasks (run in Ray worker processes) ------------------------------------------------
 
-def _kill_once(marker: str | None) -> None:
-    if not marker:
-        return
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _commit_from(out: Path, shard: OutputShard, j: Journal) -> None:
     """Commit a shard written in an attempt's folder: the rename lands it in OUT itself."""
     shard.path = Path(out) / shard.path.name
@@ -87,7 +72,7 @@ def shard_task(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, ref
     torch.set_num_threads(1)  # parallelism is across tasks; one core each
     scratch = new_scratch(out, f"shard-{index:06d}")
     try:
-        j, shard = write_shard(spec, cfg, scratch, index, refs, lambda n: _kill_once(kill_marker))
+        j, shard = write_shard(spec, cfg, scratch, index, refs, lambda n: kill_once(kill_marker))
         _commit_from(out, shard, j)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -99,7 +84,7 @@ def episode_task(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, r
     """One episode of shard `index` into a part file of its own: a Ray task."""
     torch.set_num_threads(1)
     part = write_part(spec, cfg, new_scratch(out, f"ep-{ref.episode_index:06d}"), index, ref)
-    _kill_once(kill_marker)  # after the part is written, before it is reported
+    kill_once(kill_marker)  # after the part is written, before it is reported
     return part
 
 
@@ -110,7 +95,7 @@ def join_task(cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
     scratch = new_scratch(out, f"join-{index:06d}")
     try:
         j, shard = join_parts(cfg, scratch, index, refs, parts, delete=False)
-        _kill_once(kill_marker)
+        kill_once(kill_marker)
         _commit_from(out, shard, j)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -185,8 +170,7 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
     opts: dict[str, Any] = dict(num_cpus=cfg.ray_cpus_per_task, max_retries=MAX_RETRIES, retry_exceptions=False)
     if cfg.ray_memory_per_task:
         opts["memory"] = cfg.ray_memory_per_task
-    kill_kind, _, marker = os.environ.get(KILL_ONCE_ENV, "").partition(":")
-    kill = {kill_kind: marker} if marker else {}
+    kill = kill_markers()
     check_fits(ray, cfg)
     spec_ref = ray.put(spec)  # once in the object store, not once per task
     split = split_below_shard(_task_slots(ray, cfg), jobs)
@@ -229,7 +213,6 @@ def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
         shutil.rmtree(scratch_root(out), ignore_errors=True)
         raise
     shutil.rmtree(scratch_root(out), ignore_errors=True)
-    check_committed(out, done)
     return done
 
 

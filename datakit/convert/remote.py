@@ -29,10 +29,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
 from datakit.convert.remote_publish import INDEX_ORDER, ShardStreamer, publish, remote_names, remove_remote
 from datakit.convert.remote_source import fetch_source
+from datakit.convert.run import ConvertSummary, convert_local
 from datakit.errors import IndexFileError, OutputError, SourceError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
 from datakit.storage.retry import DEFAULT_RETRY, with_retries
@@ -48,7 +49,7 @@ def remote_out(out: str | Path) -> str | None:
     if url is None:
         return None
     if scheme(url) == "hf":
-        raise OutputError(f"{url}: writing a conversion to the Hugging Face Hub is not supported; convert to a "
+        raise OutputError(url, "writing a conversion to the Hugging Face Hub is not supported; convert to a "
                           "folder or a bucket, then upload it with huggingface_hub")
     return url.rstrip("/")
 
@@ -70,8 +71,8 @@ def _key(url: str) -> str:
 
 
 def _named(e: OutputError, local: str | Path, url: str) -> OutputError:
-    """The same error with the local staging path replaced by the URL it stands for."""
-    return OutputError(str(e).replace(str(local), url))
+    """The same error naming the URL that the local staging path stands for."""
+    return OutputError(e.where.replace(str(local), url), e.problem.replace(str(local), url))
 
 
 def _source_named(e: SourceError, local: Path, url: str) -> SourceError:
@@ -102,11 +103,11 @@ def _claim_remote(url: str) -> list[str]:
         fs, path = filesystem(url)
         bucket = path.strip("/").split("/", 1)[0]
         if not with_retries(lambda: fs.exists(bucket), url, "bucket check", DEFAULT_RETRY):
-            raise OutputError(f"{url}: bucket {bucket} does not exist (or these credentials cannot see it); "
+            raise OutputError(url, f"bucket {bucket} does not exist (or these credentials cannot see it); "
                               "create it first")
     others = [n for n in names if not is_ours(n)]
     if others:
-        raise OutputError(f"{url}: holds other files ({', '.join(others[:3])}); use an empty or new prefix")
+        raise OutputError(url, f"holds other files ({', '.join(others[:3])}); use an empty or new prefix")
     return names
 
 
@@ -134,8 +135,8 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
 
 
 def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, force: bool = False,
-                   command: str | None = None):
-    """`convert` for a remote SRC and/or OUT (see the module docstring); a ConvertSummary."""
+                   command: str | None = None) -> ConvertSummary:
+    """`convert` for a remote SRC and/or OUT (see the module docstring)."""
     t0 = time.perf_counter()
     src_url = resolve(str(src)).rstrip("/") if is_remote(src) else None
     out_url = remote_out(out)
@@ -157,13 +158,11 @@ def convert_remote(src: str | Path, out: str | Path, cfg: ConvertConfig, *, forc
 
 
 def _convert_staged(local_src: Path, out: str | Path, out_url: str | None, staging: Path | None, present: list[str],
-                    cfg: ConvertConfig, force: bool, command: str | None):
+                    cfg: ConvertConfig, force: bool, command: str | None) -> ConvertSummary:
     """Convert the local (or fetched) source into OUT; a remote OUT through the local `staging`
     folder, `present` being the names its prefix held at the start."""
-    from datakit.convert import ConvertSummary, convert
-
     if out_url is None or staging is None:
-        return convert(local_src, Path(resolve(str(out))), cfg, force=force, command=command)
+        return convert_local(local_src, Path(resolve(str(out))), cfg, force=force, command=command)
     with _locked(staging, out_url, command):
         local_out, record = staging / "out", staging / "uploaded.json"
         if force:
@@ -176,7 +175,7 @@ def _convert_staged(local_src: Path, out: str | Path, out_url: str | None, stagi
             return ConvertSummary(_finished(out_url, local_src, cfg), 0.0, already_complete=True)
         try:
             with ShardStreamer(local_out, out_url, record):  # each committed shard goes up at once
-                summary = convert(local_src, local_out, cfg, command=command)
+                summary = convert_local(local_src, local_out, cfg, command=command)
         except OutputError as e:
             raise _named(e, local_out, out_url) from None
         publish(local_out, out_url, record)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import Journal, PlacedEpisode, SkippedEpisode, journal_path, write_journal
-from datakit.episode_convert import EpisodeResult, convert_episode
+from datakit.convert.episode import EpisodeResult, convert_episode
 from datakit.errors import OutputError, output_error
 from datakit.shards.index import SHARD_PATTERN
 from datakit.shards.writer import ShardFile
@@ -140,14 +140,6 @@ def commit_shard(out: Path, shard: ShardFile, j: Journal) -> None:
         raise output_error(journal_path(out, j.index), e) from e
 
 
-def convert_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, refs: list[EpisodeRef],
-                  progress: Callable[[int], None] = lambda n: None) -> Journal:
-    """Write and commit one shard: what a task of any engine runs."""
-    j, shard = write_shard(spec, cfg, out, index, refs, progress)
-    commit_shard(out, shard, j)
-    return j
-
-
 def is_committed(out: Path, j: Journal) -> bool:
     return (Path(out) / j.name).exists() and journal_path(out, j.index).exists()
 
@@ -156,5 +148,5 @@ def check_committed(out: Path, journals: list[Journal]) -> None:
     """Every shard reported done must be renamed and journaled (a commit can fail late)."""
     missing = [j.name for j in journals if not is_committed(out, j)]
     if missing:
-        raise OutputError(f"{Path(out) / missing[0]}: shard was written but not committed (fsync/rename/journal "
-                          f"failed); rerun the same command to redo it")
+        raise OutputError(Path(out) / missing[0], "shard was written but not committed (fsync/rename/journal "
+                          "failed); rerun the same command to redo it")

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import STAGING, Journal
 from datakit.convert.shard import OutputShard, ShardTally
-from datakit.episode_convert import EpisodeResult, convert_episode
+from datakit.convert.episode import EpisodeResult, convert_episode
 from datakit.errors import output_error
 from datakit.shards.index import SHARD_PATTERN
 from datakit.sources.episode import DatasetSpec, EpisodeRef

@@ -3,7 +3,7 @@
 Modules, in the order a run uses them:
 - videos.py: the generated test videos (cached) or the user's files / dataset samples;
 - patterns.py: access patterns (sequential, clip, strided, single, multiview) as reads;
-- plan.py: which measurements: the main matrix, then one-setting-at-a-time sweeps;
+- matrix.py: which measurements: the main matrix, then one-setting-at-a-time sweeps;
 - measure.py: a job, and the timing loop inside the measured process (with frame checks);
 - worker.py / runner.py: one fresh process per measurement, crashes become error records;
 - crosscheck.py: PSNR between backends on the same frames;

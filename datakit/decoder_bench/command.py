@@ -25,7 +25,7 @@ from pathlib import Path
 
 from datakit.durable import write_atomic
 from datakit.machine import available_cpus
-from datakit.decoder_bench import crosscheck, plan, recommend, report, runner, videos
+from datakit.decoder_bench import crosscheck, matrix, recommend, report, runner, videos
 from datakit.decoder_bench.patterns import PATTERNS
 
 SCHEMA = "datakit.bench-decoders/1"
@@ -143,11 +143,11 @@ def _measure(args, console) -> Results:
     opts = _resolve(args)
     machine = machine_info()
     backends = _names(args.backends or default_backends())
-    cfg = plan.PlanConfig(backends=backends, patterns=tuple(PATTERNS[p].name for p in _names(args.patterns)),
-                          thread_sweep=_ints(opts["thread_sweep"]), seek_modes=_names(args.seek_modes),
-                          reopen=not args.no_reopen,
-                          workers=_ints(opts["workers"]) if opts["workers"] else plan.default_workers(),
-                          sweep_video=args.sweep_video, repeats=opts["repeats"], max_s=opts["max_s"])
+    cfg = matrix.MatrixConfig(backends=backends, patterns=tuple(PATTERNS[p].name for p in _names(args.patterns)),
+                              thread_sweep=_ints(opts["thread_sweep"]), seek_modes=_names(args.seek_modes),
+                              reopen=not args.no_reopen,
+                              workers=_ints(opts["workers"]) if opts["workers"] else matrix.default_workers(),
+                              sweep_video=args.sweep_video, repeats=opts["repeats"], max_s=opts["max_s"])
     with console.status("preparing videos") as st:
         vids = _videos(args, opts, lambda m: st.update(m))
         if not vids:
@@ -163,7 +163,7 @@ def _measure(args, console) -> Results:
                   [{"label": v.label, "path": str(v.path), "codec": v.codec, "height": v.height, "width": v.width,
                     "frames": v.num_frames, "gop": v.gop, "numbered": v.numbered} for v in vids],
                   [], " ".join(["datakit bench-decoders", *map(shlex.quote, argv)]), partial=True)
-    jobs = plan.build(vids, cfg)
+    jobs = matrix.build(vids, cfg)
     probe_dir = Path(tempfile.mkdtemp(prefix="bench-decoders-"))
     probe_files: dict[tuple[str, str], Path] = {}
     live = None if args.no_live or not console.is_terminal else Live(console=console, refresh_per_second=4)

@@ -42,7 +42,7 @@ class Job:
     video: BenchVideo
     pattern: str
     setting: Setting = field(default_factory=Setting)
-    group: str = "main"  # which part of the plan asked for it: main, threads, seek, reuse, workers
+    group: str = "main"  # which part of the matrix asked for it: main, threads, seek, reuse, workers
     repeats: int = 5  # timed repeats at most (a warm-up repeat comes first and is not counted)
     min_repeats: int = 2  # timed repeats at least, even past max_s
     max_s: float = 8.0  # stop adding repeats once this much decode time is spent

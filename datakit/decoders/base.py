@@ -83,8 +83,3 @@ def frame_indices_check(indices: Sequence[int], n: int, path: Path) -> list[int]
         raise SourceError(path, f"frame index {bad[0]} outside the video (0..{n - 1})")
     return idx
 
-
-def as_rgb_uint8(frames: np.ndarray) -> np.ndarray:
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"decoder returned {frames.dtype} {frames.shape}, expected (N,H,W,3) uint8")
-    return frames

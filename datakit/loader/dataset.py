@@ -10,8 +10,8 @@ Nothing is decoded; no tar is scanned.
 A remote root (`s3://...`, `gs://...`) is read through a node-local download cache
 (`storage.roots.open_root`, `cfg.cache_dir` / `cache_bytes`): its index files from the cache
 folder, each shard's descriptor from the cache, which downloads the whole shard when needed.
-DataLoader workers get the cache without its prefetch thread and download on demand; the main
-process prefetches ahead of the sampler (`loader/prefetch.py`).
+DataLoader workers get the cache without its download thread and download on demand; the main
+process downloads ahead of the sampler (`loader/downloads.py`).
 
 Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
   images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored
@@ -95,7 +95,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self._open()
 
     def close(self) -> None:
-        """Close this process's shard files and stop the cache's prefetch thread."""
+        """Close this process's shard files and stop the cache's download thread."""
         self.files.close()
         if self.cache is not None:
             self.cache.close()

@@ -14,7 +14,7 @@ so batches prefetched before a checkpoint are produced again after a resume and 
 resumed at step k sees exactly the batches of an unbroken run from step k on.
 
 On a remote root (`s3://...`) the batch sampler also drives the shard cache's downloads ahead
-of the reads (`prefetch.EpochPrefetch`); `close()` stops them.
+of the reads (`downloads.EpochDownloads`); `close()` stops them.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher
 from datakit.loader.normalise import Normaliser
-from datakit.loader.prefetch import EpochPrefetch
+from datakit.loader.downloads import EpochDownloads
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.loader.shm_pool import BufferPool, PooledDataset, WorkerFailure, check_shm_space, pool_shape
 
@@ -71,7 +71,7 @@ class ShardLoader:
                             f"{workers} workers x {buffers} buffers x {nbytes / 2**20:.1f} MiB per batch")
         self.num_skipped = 0
         # remote root: download shards ahead of this rank's order
-        self.prefetch = EpochPrefetch(ds.cache, ds.shard[ds.anchors], self.sampler) if ds.cache else None
+        self.downloads = EpochDownloads(ds.cache, ds.shard[ds.anchors], self.sampler) if ds.cache else None
         self._host: tuple[tuple[int, int], Iterator[dict[str, torch.Tensor]]] | None = None
 
     def __len__(self) -> int:
@@ -122,7 +122,7 @@ class ShardLoader:
         # (loader -> _host -> generator -> loader), and a DataLoader iterator freed by the
         # cycle collector finds its queues already finalised and waits 5 s per worker to join
         return host_batches(self.dataset, self.sampler, self.cfg, epoch, step, borrow=borrow,
-                            on_batch=self.prefetch.at if self.prefetch is not None else None)
+                            on_batch=self.downloads.at if self.downloads is not None else None)
 
     def _delivered(self, batch: dict[str, torch.Tensor]) -> None:
         self.num_skipped += int(batch["num_skipped"])
@@ -134,9 +134,6 @@ class ShardLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.sampler.load_state_dict(state)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.epoch, self.sampler.step = epoch, 0
 
     def close(self) -> None:
         """Stop the worker processes, close this process's shard files and stop the cache's
@@ -152,7 +149,7 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
     ring buffers (`shm_pool`): copied out at once, or with `borrow` yielded as a view of the buffer,
     valid until the next batch is asked for (the device batcher copies it into pinned
     memory before that), which saves one 10 MB copy per step. `on_batch(epoch, step)` is called
-    as each batch's positions are handed to the DataLoader (remote roots: `EpochPrefetch.at`)."""
+    as each batch's positions are handed to the DataLoader (remote roots: `EpochDownloads.at`)."""
     pool, dataset = None, ds
     if cfg.num_workers:
         pool = BufferPool(*pool_shape(cfg, ds))

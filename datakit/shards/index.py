@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
-from datakit.errors import IndexFileError
+from datakit.errors import IndexFileError, Problem
 from datakit.shards.manifest_check import CAMERA_STATUSES, check_manifest
 
 FORMAT_NAME = "datakit-shards"
@@ -112,7 +112,7 @@ class ShardIndex:
 
     @classmethod
     def from_json(cls, text: str | bytes, path: str | Path = MANIFEST_NAME,
-                  problems: list[str] | None = None) -> "ShardIndex":
+                  problems: list[Problem] | None = None) -> "ShardIndex":
         """Parse and check a manifest (`manifest_check`); any problem raises IndexFileError
         naming `path` and the field, before a reader trusts a name or a number in it. With
         `problems` (for `verify`), values that only disagree with each other are listed there."""
@@ -231,7 +231,7 @@ def is_finished(out: Path) -> bool:
     return (Path(out) / CHECKSUMS_NAME).exists()
 
 
-def load_index(out: Path, problems: list[str] | None = None) -> ShardIndex:
+def load_index(out: Path, problems: list[Problem] | None = None) -> ShardIndex:
     """The checked manifest of `out`; IndexFileError naming index.json when it is missing or bad
     (with `problems`, inconsistent values are listed there instead: see `ShardIndex.from_json`)."""
     path = Path(out) / MANIFEST_NAME

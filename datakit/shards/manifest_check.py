@@ -11,7 +11,7 @@ deep in a reader or a path outside the output folder:
 - shard row ranges tile the frames table in order, every episode's rows lie inside its
   shard's, episodes tile the table in order, totals match the lists.
 What this cannot see (a wrong offset or state value inside `frames.arrow`, a damaged shard) is
-`datakit verify`'s job (`datakit/verify.py`).
+`datakit verify`'s job (`datakit/verify/folder.py`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from datakit.errors import IndexFileError
+from datakit.errors import IndexFileError, Problem
 
 # what each camera is in an episode (and, over all episodes, in the dataset); the index's vocabulary
 CAMERA_STATUSES = ("real", "blank", "missing")
@@ -37,7 +37,7 @@ class _Check:
     (syntax, types, unsafe names): always raises. `bad`: a value disagrees with another (ranges,
     shapes, totals): raises, or with `collect` is listed and the check goes on (`datakit verify`)."""
 
-    def __init__(self, path: Path, collect: list[str] | None = None):
+    def __init__(self, path: Path, collect: list[Problem] | None = None):
         self.path, self.collect = path, collect
 
     def fail(self, field: str, problem: str) -> None:
@@ -46,7 +46,7 @@ class _Check:
     def bad(self, field: str, problem: str) -> None:
         if self.collect is None:
             self.fail(field, problem)
-        self.collect.append(f"{self.path}: {field}: {problem}")
+        self.collect.append(Problem(str(self.path), f"{field}: {problem}"))
 
     def obj(self, v: Any, field: str) -> dict:
         if not isinstance(v, dict):
@@ -93,7 +93,7 @@ def safe_camera_name(name: str) -> bool:
             and not any(ch in name for ch in "/\\\0") and name.isprintable())
 
 
-def check_manifest(d: Any, path: Path, schema: dict[str, Fields], collect: list[str] | None = None) -> None:
+def check_manifest(d: Any, path: Path, schema: dict[str, Fields], collect: list[Problem] | None = None) -> None:
     """Raise IndexFileError naming `path` and the field for the first problem in the parsed
     manifest; with `collect`, inconsistent values are appended there instead (types, syntax and
     unsafe names still raise: nothing else can be checked, or trusted, after them).

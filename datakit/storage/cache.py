@@ -2,7 +2,7 @@
 safely by every rank (process) on the node.
 
     cache = ShardCache("s3://bucket/droid-224", "/local/nvme/datakit-cache", max_bytes=200 << 30)
-    cache.prefetch(shard_ids_in_read_order)      # background downloads ahead of the sampler
+    cache.download_ahead(shard_ids_in_read_order)      # background downloads ahead of the sampler
     fd = cache.open(cache.index.shards[k])       # or cache.local_path(entry) -> Path
 
 Layout: `cache_dir/<root key>/<index sha256[:16]>/` mirrors the remote root (index.json,
@@ -16,12 +16,12 @@ folder lock, download to `<name>.<pid>.tmp`, check its size (and sha256 with ver
 fsync, rename to `<name>`. A final name is therefore always a whole, checked shard; a download
 killed mid-way leaves only a temp file that the next user cleans. Room is made by deleting the
 least recently used shards (file mtime, touched on every use), never one that this process's
-prefetch window holds; temp files count at their shard's full size, so concurrent downloads
+download window holds; temp files count at their shard's full size, so concurrent downloads
 cannot overshoot the limit. A reader holding an open descriptor to an evicted shard keeps
 reading it (POSIX unlink); its disk space is freed when the descriptor closes.
 
 Sizing: `max_bytes` must hold at least (processes downloading at once) x (largest shard) plus
-the prefetch window; `datakit plan` prints the working set of an epoch.
+the download window; `datakit plan` prints the working set of an epoch.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
 def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
     """The order in which shards are needed, from the shard of every sample read in order (e.g.
     `shard[anchors[order]]` of one rank's epoch): consecutive repeats collapsed, later returns to
-    a shard kept, which is what `ShardCache.prefetch` takes."""
+    a shard kept, which is what `ShardCache.download_ahead` takes."""
     a = np.asarray(shard_of_each_read, np.int64)
     return a[np.r_[True, a[1:] != a[:-1]]].tolist() if a.size else []
 
@@ -100,7 +100,7 @@ class ShardCache:
         if largest > self.max_bytes:
             raise ValueError(f"cache max_bytes={self.max_bytes} is smaller than the largest shard of "
                              f"{self.root_url} ({largest} bytes)")
-        # prefetch keeps at most this many bytes of upcoming shards (the rest is for readers)
+        # downloads ahead keep at most this many bytes of upcoming shards (the rest is for readers)
         self.ahead_bytes = max(largest, self.max_bytes // 2 if ahead_bytes is None else int(ahead_bytes))
         self._init_thread_state()
 
@@ -211,7 +211,7 @@ class ShardCache:
 
     def _make_room(self, entry: ShardEntry) -> None:
         """Under the folder lock: drop dead writers' temp files, then least recently used shards
-        until `entry` fits (shards in this process's prefetch window are kept)."""
+        until `entry` fits (shards in this process's download window are kept)."""
         whole, temps = self._scan()
         for name in list(temps):
             shard = name.rsplit(".", 2)[0]
@@ -231,47 +231,47 @@ class ShardCache:
             (self.folder / name).unlink(missing_ok=True)
             used -= size
 
-    # --- prefetch ------------------------------------------------------------------------------
+    # --- downloads ahead of the reader ----------------------------------------------------
     def _init_thread_state(self) -> None:
         self._pid = os.getpid()
         self._cv = threading.Condition()
-        self._plan: list[int] = []
-        self._pos = 0  # position in the plan of the shard the reader uses now
-        self._next = 0  # next position the prefetch thread fetches
+        self._order: list[int] = []
+        self._pos = 0  # position in the order of the shard the reader uses now
+        self._next = 0  # next position the download thread fetches
         self._protected: set[str] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._driven = False  # reader_at() reports progress; opens do not
-        self.prefetch_errors: list[BaseException] = []
+        self.download_errors: list[BaseException] = []
 
-    def prefetch(self, shard_ids_in_order: Sequence[int]) -> None:
+    def download_ahead(self, shard_ids_in_order: Sequence[int]) -> None:
         """Download shards on a background thread in the order the sampler will read them
         (repeats allowed), staying at most `ahead_bytes` ahead of the reader. Reader progress
-        is learnt from `local_path`/`open` calls. A new call replaces the previous plan."""
+        is learnt from `local_path`/`open` calls. A new call replaces the previous order."""
         if self._pid != os.getpid():
             self._init_thread_state()
-        plan = [int(s) for s in shard_ids_in_order]
+        order = [int(s) for s in shard_ids_in_order]
         with self._cv:
-            self._plan, self._pos, self._next, self._closed = plan, 0, 0, False
+            self._order, self._pos, self._next, self._closed = order, 0, 0, False
             self._update_protected()
             self._cv.notify_all()
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._prefetch_loop, name="shard-prefetch", daemon=True)
+            self._thread = threading.Thread(target=self._download_loop, name="shard-download", daemon=True)
             self._thread.start()
 
     def reader_at(self, position: int) -> None:
-        """The reader has reached `position` of the current prefetch plan. The loader says so per
+        """The reader has reached `position` of the current download order. The loader says so per
         batch, because reads in DataLoader workers are not seen by this process; once called,
-        opens no longer move the position (a batch opens its shards in file order, not plan order)."""
+        opens no longer move the position (a batch opens its shards in file order, not download order)."""
         with self._cv:
             self._driven = True
-            self._pos = min(max(int(position), 0), len(self._plan))
+            self._pos = min(max(int(position), 0), len(self._order))
             self._next = max(self._next, self._pos)
             self._update_protected()
             self._cv.notify_all()
 
     def close(self) -> None:
-        """Stop the prefetch thread (downloads in flight finish or are cleaned by the next user)."""
+        """Stop the download thread (downloads in flight finish or are cleaned by the next user)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
@@ -279,13 +279,13 @@ class ShardCache:
             self._thread.join(timeout=60)
 
     def _consumed(self, entry: ShardEntry) -> None:
-        """The reader is at `entry`: move the plan position to its next occurrence."""
+        """The reader is at `entry`: move the order position to its next occurrence."""
         sid = self._id.get(entry.name)
-        if self._pid != os.getpid() or sid is None or not self._plan or self._driven:
+        if self._pid != os.getpid() or sid is None or not self._order or self._driven:
             return
         with self._cv:
             try:
-                pos = self._plan.index(sid, self._pos)
+                pos = self._order.index(sid, self._pos)
             except ValueError:
                 return
             self._pos = pos
@@ -294,10 +294,10 @@ class ShardCache:
             self._cv.notify_all()
 
     def _window_end(self) -> int:
-        """First plan position past the bytes budget counted from the reader's position."""
+        """First order position past the bytes budget counted from the reader's position."""
         total, seen, j = 0, set(), self._pos
-        while j < len(self._plan):
-            sid = self._plan[j]
+        while j < len(self._order):
+            sid = self._order[j]
             if sid not in seen:
                 total += self.index.shards[sid].bytes
                 if total > self.ahead_bytes and j > self._pos:
@@ -307,20 +307,20 @@ class ShardCache:
         return j
 
     def _update_protected(self) -> None:
-        self._protected = {self.index.shards[s].name for s in self._plan[self._pos:self._window_end()]}
+        self._protected = {self.index.shards[s].name for s in self._order[self._pos:self._window_end()]}
 
-    def _prefetch_loop(self) -> None:
+    def _download_loop(self) -> None:
         while True:
             with self._cv:
                 while not self._closed and self._next >= self._window_end():
                     self._cv.wait()
                 if self._closed:
                     return
-                sid, self._next = self._plan[self._next], self._next + 1
+                sid, self._next = self._order[self._next], self._next + 1
             try:
                 self._ensure(self.index.shards[sid])
             except Exception as e:  # noqa: BLE001 - the reader's own call retries and raises it
-                self.prefetch_errors.append(e)
+                self.download_errors.append(e)
 
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:

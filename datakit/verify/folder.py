@@ -1,4 +1,5 @@
-"""`datakit verify OUT`: prove the output folder is what the conversion wrote, or name what is not.
+"""Every check of `datakit verify` on one folder of index files and shards: the folder is what
+the conversion wrote, or each problem is named (a `Problem(where, what)`).
 
 In order:
 1. checksums.json (written last) holds the sha256 of index.json and frames.arrow: an edited
@@ -16,7 +17,7 @@ to match it; checksum problems are listed after the specific ones. A manifest th
 a frames table that cannot be read raises IndexFileError (the CLI prints it and exits 2).
 
 A remote root (`verify("s3://bucket/out")`) gets the same checks through `check_folder`, one
-shard on local disk at a time (`storage/verify_remote.py`).
+shard on local disk at a time (`verify/remote.py`).
 
 What it cannot prove: that the source was converted correctly (the tests do that against
 independent decoders), or anything about a folder whose checksums.json, index.json,
@@ -24,18 +25,17 @@ frames.arrow and shards were all rewritten consistently.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import ContextManager
 
 import numpy as np
 
-from datakit.durable import check_size, file_sha256, file_size
-from datakit.errors import IndexFileError, ShardError
+from datakit.durable import check_size, file_sha256
+from datakit.errors import IndexFileError, Problem, ShardError
 from datakit.shards.frames_check import table_problems
 from datakit.shards.index import (
     CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, ShardEntry, check_frames_schema, column,
@@ -50,29 +50,29 @@ class VerifyReport:
     bytes: int = 0
     frames: int = 0
     offsets_checked: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def checksum_problems(out: Path) -> list[str]:
+def checksum_problems(out: Path) -> list[Problem]:
     """index.json and frames.arrow against the sha256 that checksums.json records."""
     path = out / CHECKSUMS_NAME
     try:
         sums = json.loads(path.read_text())["sha256"]
         want = {name: sums[name] for name in (MANIFEST_NAME, FRAMES_NAME)}
     except FileNotFoundError:
-        return [f"{path}: missing: the conversion did not finish (or the file was removed)"]
+        return [Problem(str(path), "missing: the conversion did not finish (or the file was removed)")]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return [f"{path}: unreadable ({type(e).__name__}: {e})"]
+        return [Problem(str(path), f"unreadable ({type(e).__name__}: {e})")]
     problems = []
     for name, digest in want.items():
         if not (out / name).exists():
             continue  # named by the load that follows
         if file_sha256(out / name) != digest:
-            problems.append(f"{out / name}: sha256 differs from {CHECKSUMS_NAME} (the file was modified)")
+            problems.append(Problem(str(out / name), f"sha256 differs from {CHECKSUMS_NAME} (the file was modified)"))
     return problems
 
 
@@ -83,25 +83,25 @@ def _tar_members(path: Path) -> dict[str, int]:
 
 
 def _camera_problems(path: Path, data: np.ndarray, found: dict[str, int], expected: dict[str, int],
-                     headers: dict[str, bytes]) -> list[str]:
+                     headers: dict[str, bytes]) -> list[Problem]:
     """Every indexed camera member sits exactly at its indexed offset, and its .npy header
     declares the index's frame_shape (a transposed shape fails here)."""
     problems = []
     for name, off in expected.items():
         hdr = headers[name]
         if name not in found:
-            problems.append(f"{path}: member {name} is missing")
+            problems.append(Problem(str(path), f"member {name} is missing"))
         elif found[name] + len(hdr) != off:
-            problems.append(f"{path}: member {name} is at {found[name]}, the index says {off - len(hdr)}")
+            problems.append(Problem(str(path), f"member {name} is at {found[name]}, the index says {off - len(hdr)}"))
         elif data[found[name] : found[name] + len(hdr)].tobytes() != hdr:
-            problems.append(f"{path}: member {name} is not a uint8 array of the index's frame_shape")
+            problems.append(Problem(str(path), f"member {name} is not a uint8 array of the index's frame_shape"))
         if len(problems) > 5:
             break
     return problems
 
 
 def _vector_problems(path: Path, data: np.ndarray, found: dict[str, int], keys: list[str], field: str,
-                     want: np.ndarray, rows: np.ndarray) -> list[str]:
+                     want: np.ndarray, rows: np.ndarray) -> list[Problem]:
     """The `<key>.<field>.npy` members (state, action) hold, bit for bit, the frames table's
     values: an edited value in frames.arrow is caught even with checksums.json rewritten."""
     dim = want.shape[1]
@@ -109,31 +109,31 @@ def _vector_problems(path: Path, data: np.ndarray, found: dict[str, int], keys: 
     names = [f"{k}.{field}.npy" for k in keys]
     missing = [n for n in names if n not in found]
     if missing:
-        return [f"{path}: member {missing[0]} is missing ({len(missing)} {field} members)"]
+        return [Problem(str(path), f"member {missing[0]} is missing ({len(missing)} {field} members)")]
     pos = np.array([found[n] for n in names], np.int64)
     if not pos.size:
         return []
     if int(pos.max()) + hdr.size + 4 * dim > data.size:
-        return [f"{path}: a {field} member runs past the end of the shard"]
+        return [Problem(str(path), f"a {field} member runs past the end of the shard")]
     bad = np.flatnonzero((data[pos[:, None] + np.arange(hdr.size)] != hdr).any(axis=1))
     if bad.size:
-        return [f"{path}: member {names[bad[0]]} is not a float32 array of {dim} values"]
+        return [Problem(str(path), f"member {names[bad[0]]} is not a float32 array of {dim} values")]
     got = data[pos[:, None] + hdr.size + np.arange(4 * dim)].view("<u4")  # (n, dim) bits
     diff = np.flatnonzero((got != np.ascontiguousarray(want, "<f4").view("<u4")).any(axis=1))
     if diff.size:
         i = int(diff[0])
-        return [f"{path}: member {names[i]} differs from {FRAMES_NAME} column {field!r} row {int(rows[i])} "
-                f"({diff.size} frames)"]
+        return [Problem(str(path), f"member {names[i]} differs from {FRAMES_NAME} column {field!r} row "
+                        f"{int(rows[i])} ({diff.size} frames)")]
     return []
 
 
 def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[str, np.ndarray],
-                    offsets: dict[str, np.ndarray]) -> tuple[list[str], int]:
+                    offsets: dict[str, np.ndarray]) -> tuple[list[Problem], int]:
     """Every member the frames table implies, against the tar: (problems, camera offsets checked)."""
     try:
         found = _tar_members(path)
     except (tarfile.TarError, OSError) as e:
-        return [f"{path}: unreadable tar ({e})"], 0
+        return [Problem(str(path), f"unreadable tar ({e})")], 0
     keys = [FRAME_KEY.format(episode=int(e), frame=int(f)) for e, f in zip(cols["episode_index"][rows],
                                                                          cols["frame_index"][rows])]
     expected: dict[str, int] = {}
@@ -153,26 +153,6 @@ def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[s
     return problems, len(expected)
 
 
-def verify(out: str | Path, progress: bool = False, *, storage_options: dict[str, Any] | None = None,
-           scratch: str | Path | None = None) -> VerifyReport:
-    """Check a converted folder, or a remote root (`s3://...`; see `storage/verify_remote.py`),
-    and list every problem found (`report.ok` when none)."""
-    from datakit.storage.roots import remote_url
-
-    url = remote_url(out)
-    if url is not None:
-        from datakit.storage.verify_remote import verify_remote
-
-        return verify_remote(url, storage_options=storage_options, scratch=scratch)
-    out = Path(out)
-    return check_folder(out, lambda entry: _local_shard(out / entry.name))
-
-
-@contextlib.contextmanager
-def _local_shard(path: Path) -> Iterator[tuple[Path, int | None]]:
-    yield path, file_size(path)
-
-
 ShardFile = Callable[[ShardEntry], ContextManager[tuple[Path, "int | None"]]]
 
 
@@ -182,7 +162,7 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     holding the file there while it is checked (a remote check downloads one shard at a time)."""
     rep = VerifyReport()
     sums = checksum_problems(out)  # listed last: the specific problems below say more
-    manifest_problems: list[str] = []
+    manifest_problems: list[Problem] = []
     index = load_index(out, manifest_problems)
     rep.frames = index.num_frames
     rep.problems += manifest_problems
@@ -193,10 +173,10 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     except IndexFileError as e:
         if not manifest_problems:
             raise  # a frames table that does not fit a sound manifest: unreadable, exit 2
-        rep.problems.append(str(e))  # most likely the manifest's totals are what is wrong
+        rep.problems.append(Problem.of(e))  # most likely the manifest's totals are what is wrong
         rows_usable = False
     if rows_usable and not manifest_problems:  # the row checks rely on the manifest's ranges
-        rep.problems += [f"{out / FRAMES_NAME}: {p}" for p in table_problems(index, frames)]
+        rep.problems += [Problem(str(out / FRAMES_NAME), p) for p in table_problems(index, frames)]
     if rows_usable:  # each column once, not per shard
         cols = {k: column(frames, k) for k in ("shard", "episode_index", "frame_index", "state", "action")}
         offsets = {cam: column(frames, OFFSET_PREFIX + cam) for cam in index.cameras}
@@ -206,11 +186,11 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
             try:
                 check_size(path, size, entry.bytes)
             except ShardError as e:
-                rep.problems.append(str(e))
+                rep.problems.append(Problem.of(e))
                 continue
             rep.bytes += size
             if file_sha256(path) != entry.sha256:
-                rep.problems.append(f"{path}: sha256 differs from the index (the shard is damaged)")
+                rep.problems.append(Problem(str(path), "sha256 differs from the index (the shard is damaged)"))
                 continue
             if not rows_usable:
                 continue
@@ -220,8 +200,3 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
         rep.offsets_checked += checked
     rep.problems += sums
     return rep
-
-
-def raise_if_damaged(rep: VerifyReport) -> None:
-    if rep.problems:
-        raise ShardError(rep.problems[0].split(": ")[0], rep.problems[0].split(": ", 1)[1])

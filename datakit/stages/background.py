@@ -25,7 +25,7 @@ def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
     return False
 
 
-def prefetch(items: Iterator[T], depth: int = 4, name: str = "prefetch") -> Iterator[T]:
+def in_background(items: Iterator[T], depth: int = 4, name: str = "background") -> Iterator[T]:
     """Yield `items`, produced on a thread up to `depth` ahead. The producer's end, and any
     error it raises, are handed over like items: when the consumer stops early (another
     camera ran short, an output error, Ctrl-C) the producer sees `stop` and ends too."""

@@ -30,7 +30,7 @@ def default_workers() -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlanConfig:
+class MatrixConfig:
     backends: tuple[str, ...]
     patterns: tuple[str, ...]
     thread_sweep: tuple[int, ...] = (0, 2, 4)  # besides 1, which the main matrix has
@@ -65,7 +65,7 @@ def pick_sweep_video(videos: list[BenchVideo], choice: str) -> BenchVideo | None
     return min(videos, key=score)
 
 
-def build(videos: list[BenchVideo], cfg: PlanConfig) -> list[Job]:
+def build(videos: list[BenchVideo], cfg: MatrixConfig) -> list[Job]:
     """All jobs, main matrix first (smallest videos first) so early results are useful."""
     common = dict(repeats=cfg.repeats, min_repeats=cfg.min_repeats, max_s=cfg.max_s, seed=cfg.seed)
     jobs = [Job(backend=b, video=v, pattern=p, group="main", **common)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from datakit.errors import ConfigError
 from datakit.machine import available_cpus
 from datakit.stages.resize import parse_size
 
@@ -14,6 +15,7 @@ ON_ERROR = ("fail", "skip")
 NONFINITE = ("reject", "keep")
 FORMATS = ("auto", "lerobot", "droid")
 ENGINES = ("local", "ray")
+RENAMED = {"prefetch": "camera_threads"}  # old TOML key -> its name now, for the error that refuses it
 
 
 @dataclass(kw_only=True)
@@ -29,7 +31,7 @@ class ConvertConfig:
     # NaN/inf (or float64 beyond float32) in state/action: reject the episode as bad input, or
     # keep the values, leave them out of the statistics and count them there ("nonfinite")
     nonfinite: str = "reject"
-    prefetch: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
+    camera_threads: bool | None = None  # decode each camera on its own thread; None: only when workers < cores
     progress: bool = True  # progress bar on stderr
     engine: str = "local"  # local: a process pool on this machine; ray: one Ray task per shard (pip install .[ray])
     ray_address: str | None = None  # Ray cluster to join (e.g. "auto", "10.0.0.1:6379"); None: start a local Ray
@@ -37,29 +39,30 @@ class ConvertConfig:
     ray_memory_per_task: int | None = None  # bytes of memory Ray reserves for each task; None: no reservation
 
     def __post_init__(self) -> None:
-        if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
-        if self.nonfinite not in NONFINITE:
-            raise ValueError(f"nonfinite must be one of {NONFINITE}, got {self.nonfinite!r}")
+        for name, allowed in (("format", FORMATS), ("layout", LAYOUTS), ("on_error", ON_ERROR),
+                              ("nonfinite", NONFINITE), ("engine", ENGINES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, f"must be one of {allowed}, got {getattr(self, name)!r}")
         if self.resize is not None:
-            h, w = parse_size(self.resize)
+            try:
+                h, w = parse_size(self.resize)
+            except ValueError as e:
+                raise ConfigError("resize", str(e)) from None
             if self.layout == "nv12" and (h % 2 or w % 2):
-                raise ValueError(f"nv12 needs an even size, got --resize {self.resize}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if self.ray_cpus_per_task <= 0 or (self.ray_memory_per_task is not None and self.ray_memory_per_task < 1):
-            raise ValueError("ray_cpus_per_task > 0 and ray_memory_per_task >= 1 (bytes) are required")
-        if self.workers < 1 or self.decoder_threads < 0 or self.shard_size < 1:
-            raise ValueError("workers >= 1, decoder_threads >= 0 and shard_size >= 1 are required")
+                raise ConfigError("resize", f"nv12 needs an even size, got --resize {self.resize}")
+        memory = self.ray_memory_per_task
+        for name, value, least in (("workers", self.workers, 1), ("shard_size", self.shard_size, 1),
+                                   ("decoder_threads", self.decoder_threads, 0),
+                                   ("ray_memory_per_task", 1 if memory is None else memory, 1)):
+            if value < least:
+                raise ConfigError(name, f"must be >= {least}, got {value}")
+        if self.ray_cpus_per_task <= 0:
+            raise ConfigError("ray_cpus_per_task", f"must be > 0, got {self.ray_cpus_per_task}")
 
     @property
-    def use_prefetch(self) -> bool:
+    def use_camera_threads(self) -> bool:
         """Per-camera decode threads pay off only where cores are left over by the workers."""
-        return self.prefetch if self.prefetch is not None else self.workers < available_cpus()
+        return self.camera_threads if self.camera_threads is not None else self.workers < available_cpus()
 
     @property
     def size(self) -> tuple[int, int] | None:
@@ -70,7 +73,7 @@ class ConvertConfig:
         on_error and nonfinite are not: like --on-error skip, --nonfinite keep only admits
         episodes that the stricter run refused, so a run stopped by one may be resumed with it."""
         d = asdict(self)
-        for k in ("workers", "progress", "decoder_threads", "on_error", "nonfinite", "prefetch", "engine",
+        for k in ("workers", "progress", "decoder_threads", "on_error", "nonfinite", "camera_threads", "engine",
                   "ray_address", "ray_cpus_per_task", "ray_memory_per_task"):
             d.pop(k)
         return d
@@ -82,6 +85,7 @@ class ConvertConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+            renamed = "".join(f"; {k} is now {RENAMED[k]}" for k in sorted(unknown) if k in RENAMED)
+            raise ConfigError(path, f"unknown keys {sorted(unknown)} (known: {sorted(known)}){renamed}")
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**data)

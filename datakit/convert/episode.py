@@ -13,7 +13,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 import torch
 
-from datakit.config import ConvertConfig
+from datakit.convert.config import ConvertConfig
 from datakit.decoders import BackendUnavailable, open_decoder, probe_video
 from datakit.errors import DatakitError, OutputError, SourceError
 from datakit.shards.writer import FrameWriter, ShardFile
@@ -21,7 +21,7 @@ from datakit.sources import load_episode
 from datakit.sources.checks import check_episode_table, raise_first_error
 from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
 from datakit.stages.colour import rgb_to_nv12
-from datakit.stages.prefetch import prefetch
+from datakit.stages.background import in_background
 from datakit.stages.resize import resize_frames
 from datakit.stages.camera_status import StatusDetector
 
@@ -142,11 +142,11 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
         if cam in table.images:
             declared = (spec.cameras[cam].height, spec.cameras[cam].width)
             frames = _image_frames(cam, table.images[cam], cfg, ref.source, declared)
-            streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, ref.source)
+            streams[cam] = FrameStream(in_background(frames, name=cam) if cfg.use_camera_threads else frames, ref.source)
         elif ref.videos.get(cam) is not None:
             vs = ref.videos[cam]
             frames = _video_frames(cam, vs, spec, T, cfg, res.decoders)
-            streams[cam] = FrameStream(prefetch(frames, name=cam) if cfg.use_prefetch else frames, vs.path)
+            streams[cam] = FrameStream(in_background(frames, name=cam) if cfg.use_camera_threads else frames, vs.path)
     detectors = {cam: StatusDetector() for cam in streams}
     res.offsets = {cam: np.full(T, -1, np.int64) for cam in spec.cameras}
     writer = FrameWriter(sink)

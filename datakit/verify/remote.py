@@ -1,8 +1,8 @@
-"""`datakit verify s3://bucket/out`: every check of `datakit.verify` on a remote root, with
+"""`datakit verify s3://bucket/out`: every check of `verify/folder.py` on a remote root, with
 bounded local disk.
 
 The index files (checksums.json, index.json, frames.arrow) are downloaded to a scratch folder,
-then `verify.check_folder` runs the same checks, in the same order, as on a local folder. Shards
+then `folder.check_folder` runs the same checks, in the same order, as on a local folder. Shards
 are reached one at a time: the remote object's size is compared with the index before anything
 is downloaded (a truncated or missing shard costs one HEAD), then the shard is downloaded whole,
 checked (sha256, tar members against the index, state / action bit for bit) and deleted before
@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from datakit.errors import IndexFileError
+from datakit.errors import IndexFileError, Problem
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy
 from datakit.storage.transfer import download, remote_size
 from datakit.storage.urls import join
-from datakit.verify import VerifyReport, check_folder
+from datakit.verify.folder import VerifyReport, check_folder
 
 
 def verify_remote(url: str, *, storage_options: dict[str, Any] | None = None, scratch: str | Path | None = None,
@@ -61,5 +61,5 @@ def verify_remote(url: str, *, storage_options: dict[str, Any] | None = None, sc
             rep = check_folder(folder, shard_file)
         except IndexFileError as e:
             raise IndexFileError(shown(e.path), shown(e.problem)) from None
-        rep.problems = [shown(p) for p in rep.problems]
+        rep.problems = [Problem(shown(p.where), shown(p.what)) for p in rep.problems]
         return rep

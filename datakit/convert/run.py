@@ -1,0 +1,107 @@
+"""The orchestrator of a local conversion (SRC and OUT folders on this machine): scan, plan,
+run an engine, check the commits, write the index. `datakit.convert.convert` calls it, and
+so does `remote.py` between its staging folders.
+
+Flow: scan the source -> plan shards (consecutive episodes, closed after the episode whose
+predicted bytes reach --shard-size; the plan depends only on the source metadata and the
+options) -> each shard is written by one worker, episode after episode, straight into
+`shard-N.tar.tmp` (hashed on the fly, fsynced, renamed, then journaled) -> every shard the
+engine reports done is checked committed -> after every shard is closed, frames.arrow, then
+index.json. A rerun after a crash or kill -9 keeps the journaled shards that still hash right
+and redoes the others: the same bytes as an unbroken run, with any number of workers.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from datakit.convert.config import ConvertConfig
+from datakit.convert.assemble import build_index, empty_shards
+from datakit.convert.fingerprint import source_fingerprint
+from datakit.convert.journal import STAGING, load_journals
+from datakit.convert.local import run_shards
+from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
+from datakit.convert.plan import plan_shards
+from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
+from datakit.convert.shard import check_committed
+from datakit.errors import output_error
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
+from datakit.sources import scan
+
+@dataclass
+class ConvertSummary:
+    index: ShardIndex
+    seconds: float
+    resumed_shards: int = 0
+    already_complete: bool = False
+    decoders: dict[str, int] = field(default_factory=dict)  # backend -> camera-episodes decoded
+    traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
+
+
+INDEX_FILES = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # in the order write_index writes them
+
+
+def _remove_unfinished(out: Path) -> None:
+    """What a stopped run left in OUT: temporary files, and index files without the checksums
+    file that would make them a finished conversion."""
+    for pattern in ("shard-*.tar.tmp", "frames.arrow.tmp", "index.json.*.tmp", "checksums.json.*.tmp"):
+        for tmp in out.glob(pattern):
+            tmp.unlink(missing_ok=True)
+    for name in INDEX_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
+def _write_index(out: Path, index: ShardIndex, table) -> None:
+    """write_index, with an OSError named after the index file it was writing (pyarrow's and
+    file.write's errors carry no file name): the first one not in place yet."""
+    try:
+        write_index(out, index, table)
+    except OSError as e:
+        failed = next((out / n for n in INDEX_FILES if not (out / n).exists()), out)
+        _remove_unfinished(out)
+        raise output_error(failed, e) from e
+
+
+def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = False,
+                  command: str | None = None) -> ConvertSummary:
+    """Convert the folder SRC into shards in the folder OUT, resuming an interrupted run of the
+    same source with the same options; `force` starts over (our own files in OUT are removed
+    first). `command` is recorded in OUT's lock, to name this run to a second one."""
+    t0 = time.perf_counter()
+    spec = scan(src, cfg.format)
+    claim_output(out)  # OUT is ours (or empty) before anything is written into it
+    with output_lock(out, command):
+        if force:
+            remove_ours(out)
+        fingerprint = source_fingerprint(spec, cfg.decoder)
+        if open_output(out, cfg.output_options(), fingerprint, spec):
+            shutil.rmtree(out / STAGING, ignore_errors=True)  # a crash after the checksums left it behind
+            return ConvertSummary(load_index(out), time.perf_counter() - t0, already_complete=True)
+
+        plan = plan_shards(spec, cfg)
+        kept = load_journals(out, plan, list(spec.cameras), len(spec.state_names), len(spec.action_names))
+        _remove_unfinished(out)  # left by a killed run
+        jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
+        tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
+        with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
+                  disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
+            new = (run_shards_ray if cfg.engine == "ray" else run_shards)(spec, cfg, out, jobs, bar)
+        check_committed(out, new)  # a commit can fail late, after its shard was reported done
+
+        journals = sorted([*kept.values(), *new], key=lambda j: j.index)
+        index, table = build_index(spec, cfg, journals, fingerprint)
+        _write_index(out, index, table)  # last: the checksums file it ends with means finished
+        for name in empty_shards(journals):  # all its episodes skipped: not in the index
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / STAGING, ignore_errors=True)
+    decoders: dict[str, int] = {}
+    for j in new:
+        for b, n in j.decoders.items():
+            decoders[b] = decoders.get(b, 0) + n
+    traces = {s.episode_index: s.trace for j in journals for s in j.skipped if s.trace}
+    return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=len(kept), decoders=decoders,
+                          traces=traces)
