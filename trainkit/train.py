@@ -3,14 +3,17 @@
     torchrun --nproc-per-node 2 -m trainkit.cli run trainkit/configs/pi05_optimised.toml --set data.shards=out/
     python -m trainkit.cli run trainkit/configs/pi05_tiny.toml ...      # one process, no torchrun
 
-Every input is checked before the GPU is touched (the config, the shard folder and its cameras,
-world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at once
-with one line. At the end rank 0 writes `summary.json` (steady state, trainkit/summary.py) and prints it as a table.
+Every input is checked before the GPU is touched (the config, output.dir, the shard folder and its
+cameras, world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at
+once with one line; then output.dir is locked for the run (run_lock.py). At the end rank 0 writes
+`summary.json` (steady state, trainkit/summary.py) and prints it as a table.
 The model is built on the meta device, parallelized (parallel/__init__.py says in
 which order and why), materialised on the device and initialised from the seed; the loop takes
-`micro_batch`-sized batches from the loader, accumulates to the global batch, clips, steps
-AdamW and the schedule, and hands each step to `Metrics`. Checkpoints (DCP) are written every
-`output.checkpoint_every` steps and a run resumes from the newest one in `output.dir`.
+`micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
+loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
+schedule, and hands each step to `Metrics`. Checkpoints (DCP + trainkit.json, checkpoint.py) are
+written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
+resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
 """
 from __future__ import annotations
 
@@ -89,7 +92,7 @@ def check_memory(cfg: RunConfig, world_size: int) -> None:
 
 
 def run(cfg: RunConfig) -> RunResult:
-    rank, world_size, local_rank = world()
+    _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.shards)
