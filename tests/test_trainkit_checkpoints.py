@@ -175,7 +175,7 @@ def test_no_intact_checkpoint_is_one_line(base_run, tmp_path, capsys):  # noqa: 
         _zero(out / "checkpoints" / step / DISTCP)
     code, err = cli_run(capsys, *base_run.args(out))
     line = _one_line(err)
-    assert code == 2 and "no intact checkpoint" in line and "output.resume=false" in line, line
+    assert code == 2 and "no intact checkpoint" in line and "another output.dir" in line, line
     assert "step-000002" in line and "step-000004" in line, line
 
 
@@ -262,3 +262,13 @@ def test_two_ranks_fall_back_together(shards_rgb, tmp_path):  # noqa: F811
     [resumed] = run_distributed([tiny_config(shards_rgb, broken, *common, "train.steps=6")], world=2)
     assert "error" not in resumed and resumed["start_step"] == 2, resumed
     assert resumed["losses"] == {s: first[0]["losses"][s] for s in range(2, 6)}
+
+
+def test_rotation_never_deletes_the_checkpoint_just_written(base_run, tmp_path, capsys):  # noqa: F811
+    """A newer folder the resume skipped (here an empty step-000009) does not count as one of the
+    newest N: the run keeps its own latest checkpoint and leaves the skipped folder alone."""
+    out = base_run.copy(tmp_path / "run")
+    (out / "checkpoints" / "step-000009").mkdir()
+    code, err = cli_run(capsys, *base_run.args(out, "output.checkpoint_every=1", "output.keep_checkpoints=1"))
+    assert code == 0, err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000006", "step-000009"]

@@ -50,11 +50,10 @@ from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
 from trainkit.parallel.optim import apply_config
 from trainkit.ranks import barrier, broadcast, rank_world
-from trainkit.resume_rules import RunRecord
+from trainkit.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")
 _TMP = re.compile(r"^step-(\d{6,})\.tmp$")
-_START_OVER = "set output.resume=false to start over, or use another output.dir"
 
 
 @dataclass
@@ -109,15 +108,16 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         fsync_dir(root)
-        _rotate(root, keep)
+        _rotate(root, keep, step)
     barrier()
     return final
 
 
-def _rotate(root: Path, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints, and temporary folders of earlier crashed saves
-    (the run lock means no other save is under way)."""
-    done = _step_folders(root)
+def _rotate(root: Path, keep: int, step: int) -> None:
+    """Delete all but the newest `keep` checkpoints up to `step` (one just written), and temporary
+    folders of earlier crashed saves (the run lock means no other save is under way). Later steps
+    are left alone: a damaged one this run skipped, or another run's (output.resume=false)."""
+    done = [p for p in _step_folders(root) if int(_STEP.match(p.name).group(1)) <= step]
     for p in done[keep:] if keep else []:
         shutil.rmtree(p, ignore_errors=True)
     for p in root.iterdir():
@@ -157,7 +157,7 @@ def find_checkpoint(run_dir: Path) -> Found | None:
             continue
         return Found(path, manifest, skipped)
     if skipped:
-        raise CheckpointError(str(root), f"no intact checkpoint ({'; '.join(skipped)}); {_START_OVER}")
+        raise CheckpointError(str(root), f"no intact checkpoint ({'; '.join(skipped)}); {START_OVER}")
     return None
 
 
@@ -171,12 +171,12 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
         read_metadata(found.path, files)
     except UnsafeCheckpoint as e:
         raise CheckpointError(str(found.path / METADATA_NAME), f"refused: {e}; nothing from it was run (planted, "
-                              f"or not written by trainkit): move the folder away, or {_START_OVER}") from None
+                              f"or not written by trainkit): move the folder away, or {START_OVER}") from None
     state, param_groups = _tensor_state(model, opt)
     try:
         dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
     except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure; one line is what the user needs
-        raise CheckpointError(str(found.path), f"cannot be loaded into this model ({_cause(e)}); {_START_OVER}") from None
+        raise CheckpointError(str(found.path), f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
     set_state_dict(model, opt, model_state_dict=state["model"],
                    optim_state_dict={"state": state["optim"], "param_groups": param_groups})
     sched.load_state_dict(m.sched)

@@ -32,7 +32,9 @@ from trainkit.errors import CheckpointError, DataError
 
 REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle")
 APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite")
-_START_OVER = "set output.resume=false or use another output.dir to start a new run"
+# the way out of every refused resume (output.resume=false would leave the old checkpoints beside
+# the new run's, for a later resume to pick up)
+START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"
 
 
 @dataclass
@@ -71,11 +73,11 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
     this run; CheckpointError, one line, for a refused one (the first found is named)."""
     if saved.dataset != now.dataset:
         raise CheckpointError(str(where), f"written for another dataset than data.shards {now.config['data']['shards']} "
-                              f"(their checksums.json differ); resume with the checkpoint's dataset, or {_START_OVER}")
+                              f"(their checksums.json differ); resume with the checkpoint's dataset, or {START_OVER}")
     if saved.global_batch != now.global_batch:
         raise CheckpointError(str(where), f"written by {saved_world} ranks with global batch {saved.global_batch}, "
                               f"this run has {world} ranks and global batch {now.global_batch}; a resume needs the "
-                              f"same train.global_batch (world size and micro_batch may change), or {_START_OVER}")
+                              f"same train.global_batch (world size and micro_batch may change), or {START_OVER}")
     old, new = _flat(saved.config), _flat(now.config)
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
     refused = [k for k in changed if k.startswith(REFUSED)]
@@ -84,5 +86,5 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
         more = f" (and {', '.join(refused[1:])})" if len(refused) > 1 else ""
         raise CheckpointError(str(where), f"written with {k}={old.get(k)!r}, this run has {k}={new.get(k)!r}{more}; "
                               f"a resume keeps the model, seed, batch and data settings: use the checkpoint's, "
-                              f"or {_START_OVER}")
+                              f"or {START_OVER}")
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed if k.startswith(APPLIED)]
