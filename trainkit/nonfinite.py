@@ -42,7 +42,8 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 def _all_finite(tensors: list[torch.Tensor], device: torch.device) -> bool:
     """Every element of every (local shard of a) tensor is finite, on every rank."""
-    flags = [torch.isfinite(_local(t)).all() for t in tensors if t.is_floating_point()]
+    # .to(device): Adam's step counts may live on the CPU beside CUDA weights
+    flags = [torch.isfinite(_local(t)).all().to(device) for t in tensors if t.is_floating_point()]
     ok = torch.stack(flags).all().float().to(device) if flags else torch.ones((), device=device)
     if dist.is_initialized():
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
