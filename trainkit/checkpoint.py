@@ -71,7 +71,8 @@ class Found:
 
 
 def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(what DCP saves and loads: tensors only, the optimiser's param groups as they are now)."""
+    """DCP's share of the state (tensors only: weights and Adam state), and the optimiser's param
+    groups as they are now (they are rebuilt from the config on resume, never read back)."""
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd["state"]}
     stray = [k for k, v in _leaves(state) if not isinstance(v, torch.Tensor)]
@@ -176,7 +177,8 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
     try:
         dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
     except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure; one line is what the user needs
-        raise CheckpointError(str(found.path), f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
+        raise CheckpointError(str(found.path),
+                              f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
     set_state_dict(model, opt, model_state_dict=state["model"],
                    optim_state_dict={"state": state["optim"], "param_groups": param_groups})
     sched.load_state_dict(m.sched)

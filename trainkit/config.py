@@ -81,7 +81,8 @@ class TrainConfig:
         if self.micro_batch < 1:
             raise ConfigError("train.micro_batch", f"must be >= 1, got {self.micro_batch}")
         if self.global_batch < 0:
-            raise ConfigError("train.global_batch", f"must be >= 0 (0: micro_batch x world size), got {self.global_batch}")
+            raise ConfigError("train.global_batch",
+                              f"must be >= 0 (0: micro_batch x world size), got {self.global_batch}")
         _finite("train.grad_clip", self.grad_clip, low=0.0, what="a finite number >= 0 (0: no clipping)")
         _finite("train.memory_cap_gib", self.memory_cap_gib, low=0.0, what="a finite number >= 0 (0: off)")
 

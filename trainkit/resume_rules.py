@@ -72,7 +72,8 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
     """The applied changes ("optim.lr 0.003 -> 0.001", ...) of resuming checkpoint `where` with
     this run; CheckpointError, one line, for a refused one (the first found is named)."""
     if saved.dataset != now.dataset:
-        raise CheckpointError(str(where), f"written for another dataset than data.shards {now.config['data']['shards']} "
+        shards = now.config["data"]["shards"]
+        raise CheckpointError(str(where), f"written for another dataset than data.shards {shards} "
                               f"(their checksums.json differ); resume with the checkpoint's dataset, or {START_OVER}")
     if saved.global_batch != now.global_batch:
         raise CheckpointError(str(where), f"written by {saved_world} ranks with global batch {saved.global_batch}, "

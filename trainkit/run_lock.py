@@ -68,7 +68,8 @@ def _acquire(out: Path) -> tuple[int | None, str | None]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        why = f"in use by another trainkit run ({_holder(fd)}); wait for it to end or stop it, or use another output.dir"
+        why = (f"in use by another trainkit run ({_holder(fd)}); wait for it to end or stop it, "
+               f"or use another output.dir")
         os.close(fd)
         return None, why
     info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),

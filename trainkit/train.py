@@ -128,7 +128,8 @@ def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, acc
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(index_folder(cfg.data)), global_batch=global_batch)
+    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(index_folder(cfg.data)),
+                       global_batch=global_batch)
     start = 0
     found = find_checkpoint(out) if cfg.output.resume else None
     if found is not None:
