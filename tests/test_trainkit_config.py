@@ -78,3 +78,55 @@ def test_bad_toml_names_the_file(tmp_path):
     f.write_text("[train\nsteps = 3\n")
     with pytest.raises(ConfigError, match="broken.toml: not valid TOML"):
         load_config(f, BASE)
+
+
+# Values that parse but cannot train (issue 14, items 8 and 13): each is refused naming its key.
+@pytest.mark.parametrize("override, key", [
+    ("optim.lr=nan", "optim.lr"),
+    ("optim.lr=inf", "optim.lr"),
+    ("optim.lr=-1e-4", "optim.lr"),
+    ("optim.lr=0", "optim.lr"),
+    ("optim.weight_decay=nan", "optim.weight_decay"),
+    ("optim.weight_decay=-0.1", "optim.weight_decay"),
+    ("optim.betas=[1.5, 0.9]", "optim.betas"),
+    ("optim.betas=[0.9, nan]", "optim.betas"),
+    ("optim.betas=[-0.1, 0.9]", "optim.betas"),
+    ("optim.eps=-1", "optim.eps"),
+    ("optim.eps=0", "optim.eps"),
+    ("optim.min_lr_ratio=-5", "optim.min_lr_ratio"),  # a negative lr: gradient ascent
+    ("optim.min_lr_ratio=1.5", "optim.min_lr_ratio"),
+    ("optim.min_lr_ratio=nan", "optim.min_lr_ratio"),
+    ("optim.warmup_steps=-5", "optim.warmup_steps"),
+    ("train.grad_clip=nan", "train.grad_clip"),
+    ("train.grad_clip=-1", "train.grad_clip"),
+    ("train.grad_clip=inf", "train.grad_clip"),
+    ("train.on_nonfinite=ignore", "train.on_nonfinite"),
+    ("train.micro_batch=0", "train.micro_batch"),
+    ("train.global_batch=-4", "train.global_batch"),
+    ("data.shuffle=bogus", "data.shuffle"),
+    ("data.norm=bogus", "data.norm"),
+    ("data.shuffle=3", "data.shuffle"),
+    ("output.checkpoint_every=-1", "output.checkpoint_every"),
+    ("output.profile_steps=-1", "output.profile_steps"),
+    ("output.log_every=0", "output.log_every"),
+    ("output.keep_checkpoints=-1", "output.keep_checkpoints"),
+])
+def test_values_that_cannot_train_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*BASE, override])
+    assert str(err.value).startswith(f"{key}: "), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_loader_choices_are_datakit_s_own():
+    """data.shuffle / data.norm take exactly the words datakit's loader accepts (its constants are the oracle)."""
+    import typing
+
+    from datakit.loader.config import NORM_MODES, SHUFFLE_MODES
+    from trainkit.config import DataConfig
+
+    hints = typing.get_type_hints(DataConfig)
+    assert typing.get_args(hints["shuffle"]) == SHUFFLE_MODES
+    assert typing.get_args(hints["norm"]) == NORM_MODES
+    for mode in SHUFFLE_MODES:
+        assert load_config(None, [*BASE, f"data.shuffle={mode}"]).data.shuffle == mode

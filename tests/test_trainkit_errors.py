@@ -25,9 +25,11 @@ def _run(capsys, *overrides):
 
 
 def test_a_folder_that_is_not_datakit_output(tmp_path, capsys):
-    (tmp_path / "shard-000000.tar").write_bytes(b"not a tar")
-    code, err = _run(capsys, f"data.shards={tmp_path}", f"output.dir={tmp_path / 'o'}")
-    assert code == 2 and err.startswith(f"trainkit: {tmp_path}: not a finished datakit shard folder"), err
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-000000.tar").write_bytes(b"not a tar")
+    code, err = _run(capsys, f"data.shards={data}", f"output.dir={tmp_path / 'o'}")
+    assert code == 2 and err.startswith(f"trainkit: {data}: not a finished datakit shard folder"), err
     assert not (tmp_path / "o").exists()
 
 

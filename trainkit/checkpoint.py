@@ -1,16 +1,26 @@
-"""Checkpoints with torch.distributed.checkpoint (DCP): model, optimiser, scheduler, RNG, loader.
+"""Checkpoints: model and optimiser tensors with torch.distributed.checkpoint (DCP), everything
+else in trainkit's manifest.
 
-    save_checkpoint(run_dir, step, model, opt, sched, data_state, global_batch)   # every rank calls it
-    step, data_state = load_checkpoint(latest_checkpoint(run_dir), model, opt, sched, global_batch)
+    save_checkpoint(run_dir, step, model, opt, sched, data_state, record, keep=3)   # every rank calls it
+    found = find_checkpoint(run_dir)            # the newest intact one (and what was skipped), or None
+    step, data_state = load_checkpoint(found, model, opt, sched, cfg.optim)
 
-Layout: `run_dir/checkpoints/step-000100/` is one DCP folder. Each rank writes its own shards of
-the FSDP parameters and optimiser state (`get_state_dict` gives sharded DTensor state, so no rank
-gathers the 3B-parameter model), plus small per-rank entries for its RNG states and its loader
-position. The folder is written as `step-000100.tmp` and renamed by rank 0 after every rank has
-finished (a barrier), so a crash mid-save never leaves a folder that looks complete; resume takes
-the newest complete one. A resumed run gives the same losses as an unbroken one: weights,
-Adam moments, the schedule, the torch RNGs and the sampler position are all restored, and the
-flow noise is a function of the loader position (`data.flow_generator`).
+Layout: `run_dir/checkpoints/step-000100/` is one DCP folder plus `trainkit.json`. Each rank writes
+its own shards of the FSDP parameters and Adam moments (`get_state_dict` gives sharded DTensor
+state, so no rank gathers the 3B-parameter model); DCP holds tensors only. The small state (the
+schedule, each rank's RNG states and loader position, step, world size, global batch, the run's
+config and dataset identity) is JSON in the manifest, with the size and SHA-256 of every file
+(checkpoint_manifest.py). The folder is written as `step-000100.tmp`, sealed with the manifest and
+renamed by rank 0 after every rank has finished, so a crash mid-save never leaves a folder that
+looks complete; then all but the newest `output.keep_checkpoints` are deleted.
+
+Resume takes the newest intact checkpoint: a folder without a manifest, or whose files do not
+match it (truncated, zeroed, flipped, deleted), is skipped, and the caller says which and why; when
+none is intact the run refuses in one line. Nothing in a checkpoint folder can run code: see
+checkpoint_reader.py (a restricted unpickler for DCP's metadata, no bytes entries). What a resume
+may change is trainkit/resume_rules.py. A resumed run gives the same losses as an unbroken one:
+weights, Adam moments, the schedule, the torch RNGs and the sampler position are all restored,
+and the flow noise is a function of the loader position (`data.flow_generator`).
 
 Another world size (more or fewer nodes) resumes too, when the global batch is unchanged: DCP
 reshards the model and optimiser state to the new FSDP layout, and the loader position is the
@@ -18,121 +28,175 @@ number of samples consumed, the same on every rank and independent of the split 
 `datakit/loader/sampler.py`), so every rank takes rank 0's and the job continues the same global
 sample order. The RNG states are rank 0's too. Losses then differ from an unbroken run's in the
 last bits (other reduction order) and in the flow noise, which is drawn per rank and micro-batch.
-A different global batch is refused: the order and the optimiser's step size would change.
 """
 from __future__ import annotations
 
-import io
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from trainkit.errors import LaunchError
+from datakit.durable import fsync_dir
+from trainkit.checkpoint_manifest import (DamagedCheckpoint, Manifest, check_files, read_manifest, rng_state, seal,
+                                          set_rng_state)
+from trainkit.checkpoint_reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
+from trainkit.config import OptimConfig
+from trainkit.errors import CheckpointError
+from trainkit.parallel.optim import apply_config
+from trainkit.ranks import barrier, broadcast, rank_world
+from trainkit.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")
+_TMP = re.compile(r"^step-(\d{6,})\.tmp$")
 
 
-def _rank_world() -> tuple[int, int]:
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+@dataclass
+class Found:
+    """The checkpoint a resume uses, and the newer ones it skipped ("step-000004: why")."""
+
+    path: Path
+    manifest: Manifest
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def record(self) -> RunRecord:
+        m = self.manifest
+        return RunRecord(config=m.config, dataset=m.dataset, global_batch=m.global_batch)
 
 
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
+def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DCP's share of the state (tensors only: weights and Adam state), and the optimiser's param
+    groups as they are now (they are rebuilt from the config on resume, never read back)."""
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd["state"]}
+    stray = [k for k, v in _leaves(state) if not isinstance(v, torch.Tensor)]
+    if stray:  # DCP would write it as a pickled bytes entry, which checkpoint_reader.py refuses to read
+        raise TypeError(f"checkpoint state {stray[0]} is not a tensor")
+    return state, optim_sd["param_groups"]
 
 
-def _rng_state() -> dict[str, torch.Tensor]:
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _blob(obj: Any) -> io.BytesIO:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    buf.seek(0)
-    return buf
+def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in tree.items():
+        out += _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+    return out
 
 
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
-                    sched: torch.optim.lr_scheduler.LRScheduler, data_state: dict[str, int],
-                    global_batch: int) -> Path:
-    """Write the checkpoint after `step` optimiser steps (collective: every rank calls it);
-    `global_batch` is the optimiser's, recorded so a resume on another world size can check it."""
-    rank, _ = _rank_world()
+                    sched: torch.optim.lr_scheduler.LRScheduler, data_state: dict[str, int], record: RunRecord,
+                    keep: int = 0) -> Path:
+    """Write the checkpoint after `step` optimiser steps (collective: every rank calls it), then
+    keep only the newest `keep` (0: all)."""
+    rank, world = rank_world()
     root = Path(run_dir) / "checkpoints"
     final, tmp = root / f"step-{step:06d}", root / f"step-{step:06d}.tmp"
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    _barrier()
-    model_sd, optim_sd = get_state_dict(model, opt)
-    _, world = _rank_world()
-    state = {"model": model_sd, "optim": optim_sd, "sched": _blob(sched.state_dict()), "step": _blob(step),
-             "world_size": _blob(world), "global_batch": _blob(global_batch),
-             f"rank{rank}": _blob({"rng": _rng_state(), "data": data_state})}
+    barrier()
+    state, _ = _tensor_state(model, opt)
     dcp.save(state, checkpoint_id=str(tmp))
-    _barrier()
+    manifest = Manifest(step=step, world_size=world, global_batch=record.global_batch, dataset=record.dataset,
+                        config=record.config, sched=sched.state_dict(), ranks=[])
+    seal(tmp, manifest, {"rng": rng_state(), "data": data_state})
     if rank == 0:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-    _barrier()
+        fsync_dir(root)
+        _rotate(root, keep, step)
+    barrier()
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint folder under `run_dir`, or None."""
-    root = Path(run_dir) / "checkpoints"
+def _rotate(root: Path, keep: int, step: int) -> None:
+    """Delete all but the newest `keep` checkpoints up to `step` (one just written), and temporary
+    folders of earlier crashed saves (the run lock means no other save is under way). Later steps
+    are left alone: a damaged one this run skipped, or another run's (output.resume=false)."""
+    done = [p for p in _step_folders(root) if int(_STEP.match(p.name).group(1)) <= step]
+    for p in done[keep:] if keep else []:
+        shutil.rmtree(p, ignore_errors=True)
+    for p in root.iterdir():
+        if _TMP.match(p.name):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _step_folders(root: Path) -> list[Path]:
+    """Every `step-N` folder under `root`, newest first."""
     if not root.is_dir():
-        return None
-    done = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and p.is_dir())
-    return done[-1][1] if done else None
+        return []
+    steps = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(steps, reverse=True)]
 
 
-def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer,
-                    sched: torch.optim.lr_scheduler.LRScheduler, global_batch: int) -> tuple[int, dict[str, int]]:
-    """Restore everything from `path`; returns (steps done, this rank's loader state). A
-    checkpoint of another world size is accepted when it records the same `global_batch`."""
-    rank, world = _rank_world()
-    saved_world = _unblob(_load_one(path, "world_size"))
-    own = f"rank{rank}"
-    if saved_world != world:
-        saved_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-        # checkpoints from before the key existed cannot show that the global batch is the same
-        saved_batch = _unblob(_load_one(path, "global_batch")) if "global_batch" in saved_keys else None
-        if saved_batch != global_batch:
-            raise LaunchError(
-                f"{path}: written by {saved_world} ranks with global batch {saved_batch or 'unknown'}, this run has "
-                f"{world} ranks and global batch {global_batch}; a resume on another world size needs the same "
-                "train.global_batch (or set output.resume=false / another output.dir)")
-        own = "rank0"  # the loader position is global (samples consumed); rank 0's is every rank's
-    model_sd, optim_sd = get_state_dict(model, opt)
-    state = {"model": model_sd, "optim": optim_sd, "sched": io.BytesIO(), "step": io.BytesIO(), own: io.BytesIO()}
-    dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    sched.load_state_dict(_unblob(state["sched"]))
-    mine = _unblob(state[own])
-    torch.set_rng_state(mine["rng"]["cpu"])
-    if "cuda" in mine["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state(mine["rng"]["cuda"])
-    return int(_unblob(state["step"])), mine["data"]
+def _manifest_or_why(path: Path) -> Manifest | str:
+    try:
+        return read_manifest(path)
+    except DamagedCheckpoint as e:
+        return str(e)
 
 
-def _load_one(path: Path, key: str) -> io.BytesIO:
-    """One small replicated entry of the checkpoint at `path`."""
-    saved = {key: io.BytesIO()}
-    dcp.load(saved, checkpoint_id=str(path))
-    return saved[key]
+def find_checkpoint(run_dir: Path) -> Found | None:
+    """The newest checkpoint under `run_dir` whose files match its manifest (collective); None if
+    there is none at all, CheckpointError if there are some and none is intact."""
+    root = Path(run_dir) / "checkpoints"
+    rank, _ = rank_world()
+    skipped: list[str] = []
+    for path in broadcast(_step_folders(root) if rank == 0 else None):
+        manifest = broadcast(_manifest_or_why(path) if rank == 0 else None)
+        try:
+            if isinstance(manifest, str):
+                raise DamagedCheckpoint(manifest)
+            check_files(path, manifest)
+        except DamagedCheckpoint as e:
+            skipped.append(f"{path.name}: {e}")
+            continue
+        return Found(path, manifest, skipped)
+    if skipped:
+        raise CheckpointError(str(root), f"no intact checkpoint ({'; '.join(skipped)}); {START_OVER}")
+    return None
 
 
-def _unblob(buf: io.BytesIO) -> Any:
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)  # plain tensors, numbers, dicts: no code from a checkpoint folder
+def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
+                    sched: torch.optim.lr_scheduler.LambdaLR, optim_cfg: OptimConfig) -> tuple[int, dict[str, int]]:
+    """Restore model, optimiser, schedule and RNGs from `found` (collective); returns (steps done,
+    this rank's loader state). The optimiser's hyperparameters come from `optim_cfg`."""
+    rank, world = rank_world()
+    m, files = found.manifest, set(found.manifest.files)
+    try:  # before DCP touches the folder: a planted metadata is refused, never unpickled as it is
+        read_metadata(found.path, files)
+    except UnsafeCheckpoint as e:
+        raise CheckpointError(str(found.path / METADATA_NAME), f"refused: {e}; nothing from it was run (planted, "
+                              f"or not written by trainkit): move the folder away, or {START_OVER}") from None
+    state, param_groups = _tensor_state(model, opt)
+    try:
+        dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
+    except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure; one line is what the user needs
+        raise CheckpointError(str(found.path),
+                              f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
+    set_state_dict(model, opt, model_state_dict=state["model"],
+                   optim_state_dict={"state": state["optim"], "param_groups": param_groups})
+    sched.load_state_dict(m.sched)
+    apply_config(opt, sched, optim_cfg)
+    # another world size: the loader position is global and rank 0's RNG states are every rank's
+    own = m.ranks[rank] if m.world_size == world else m.ranks[0]
+    try:
+        set_rng_state(own["rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(str(found.path), f"trainkit.json holds no usable RNG state ({e})") from None
+    return m.step, own["data"]
+
+
+def _cause(e: BaseException) -> str:
+    """The first line of the underlying error of a DCP failure (DCP wraps each rank's as `failures`)."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = next(iter(failures.values()))
+        e = getattr(inner, "exception", inner)
+    first = next((x for x in str(e).splitlines() if x.strip()), "")
+    return f"{type(e).__name__}: {first[:300]}"

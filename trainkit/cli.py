@@ -4,8 +4,10 @@
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N]
 
-Bad input (config, shard folder, camera mapping, world size, memory cap) prints one line naming
-the key or file and the problem, and exits with code 2 before any GPU work.
+Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
+prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
+So do a run that cannot resume (no intact checkpoint, a planted or another run's checkpoint), a
+second run into a live output.dir, and a non-finite step under train.on_nonfinite="stop".
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import argparse
 import json
 import sys
 
+from datakit.errors import DatakitError
 from trainkit.errors import TrainkitError
-from trainkit.models.errors import ModelConfigError
+from trainkit.models.errors import ModelConfigError, TokenizerError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
-    except (TrainkitError, ModelConfigError) as e:  # a bad preset name or model field, too
+    # a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming
+    # its file (a garbage index.json, a damaged shard) are one line too
+    except (TrainkitError, ModelConfigError, TokenizerError, DatakitError) as e:
         print(f"trainkit: {e}", file=sys.stderr)
         return 2
     finally:

@@ -12,16 +12,21 @@ silently trains with a default. `--set` values are parsed as TOML values (`true`
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from trainkit.errors import ConfigError
 
 REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
-DTYPES = ("bfloat16", "float32")
+Dtype = Literal["bfloat16", "float32"]
+# datakit.loader.config's SHUFFLE_MODES / NORM_MODES (importing it would import the loader and
+# torch into every config load; tests/test_trainkit_config.py checks the two stay equal)
+Shuffle = Literal["random", "shard_block", "sequential"]
+Norm = Literal["mean_std", "quantile", "none"]
 
 
 @dataclass(kw_only=True)
@@ -41,14 +46,14 @@ class DataConfig:
     # never fills; empty list: one slot per index camera, in index order.
     slots: list[str] = field(default_factory=list)
     prune_slots: bool = True  # drop per batch the slots no sample fills (fewer image tokens)
-    h2d_dtype: str = "uint8"  # "uint8": normalise on the GPU; "float32": on the host (baseline)
+    h2d_dtype: Literal["uint8", "float32"] = "uint8"  # "uint8": normalise on the GPU; "float32": on the host (baseline)
     num_workers: int = 2  # loader worker processes per rank
     prefetch_factor: int = 2  # batches each worker keeps ready
-    shuffle: str = "random"  # datakit sampler mode: random | shard_block | sequential
-    norm: str = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
+    shuffle: Shuffle = "random"  # datakit sampler mode
+    norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
 
     def __post_init__(self) -> None:
-        _choice("data.h2d_dtype", self.h2d_dtype, ("uint8", "float32"))
+        _choices(self, "data")
         if self.num_workers < 0 or self.prefetch_factor < 1:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
         if self.cache_bytes < 0:
@@ -65,12 +70,21 @@ class TrainConfig:
     global_batch: int = 0
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
     memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
+    # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
+    # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/nonfinite.py).
+    on_nonfinite: Literal["stop", "skip"] = "stop"
 
     def __post_init__(self) -> None:
+        _choices(self, "train")
         if self.steps < 1:
             raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
-        if self.micro_batch < 1 or self.global_batch < 0:
-            raise ConfigError("train.micro_batch", "micro_batch must be >= 1 and global_batch >= 0")
+        if self.micro_batch < 1:
+            raise ConfigError("train.micro_batch", f"must be >= 1, got {self.micro_batch}")
+        if self.global_batch < 0:
+            raise ConfigError("train.global_batch",
+                              f"must be >= 0 (0: micro_batch x world size), got {self.global_batch}")
+        _finite("train.grad_clip", self.grad_clip, low=0.0, what="a finite number >= 0 (0: no clipping)")
+        _finite("train.memory_cap_gib", self.memory_cap_gib, low=0.0, what="a finite number >= 0 (0: off)")
 
 
 @dataclass(kw_only=True)
@@ -81,20 +95,29 @@ class OptimConfig:
     eps: float = 1e-8
     fused: bool = False  # fused AdamW kernel (one launch for all parameters)
     warmup_steps: int = 0  # linear warm-up from 0
-    schedule: str = "cosine"  # after warm-up: "cosine" down to min_lr_ratio x lr, or "constant"
-    min_lr_ratio: float = 0.1
+    schedule: Literal["cosine", "constant"] = "cosine"  # after warm-up: cosine down to min_lr_ratio x lr, or flat
+    min_lr_ratio: float = 0.1  # in [0, 1]: the cosine's floor as a fraction of lr
 
     def __post_init__(self) -> None:
-        _choice("optim.schedule", self.schedule, ("cosine", "constant"))
-        if len(self.betas) != 2:
-            raise ConfigError("optim.betas", f"needs 2 values, got {self.betas}")
+        _choices(self, "optim")
+        # a NaN or negative value here trains on without an error: NaN weights, or gradient ascent
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError("optim.lr", f"must be a finite number > 0, got {self.lr}")
+        _finite("optim.weight_decay", self.weight_decay, low=0.0, what="a finite number >= 0")
+        if len(self.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError("optim.betas", f"needs 2 values in [0, 1), got {self.betas}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ConfigError("optim.eps", f"must be a finite number > 0, got {self.eps}")
+        if self.warmup_steps < 0:
+            raise ConfigError("optim.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        _finite("optim.min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0, what="a number in [0, 1]")
 
 
 @dataclass(kw_only=True)
 class ParallelConfig:
     # FSDP2 wrapping: "none" (plain module, one process or replicated), "root" (one unit for the
     # whole model: one all-gather of everything), "block" (one unit per group of blocks + root).
-    fsdp: str = "block"
+    fsdp: Literal["none", "root", "block"] = "block"
     group: dict[str, int] = field(default_factory=dict)  # block list -> blocks per FSDP unit (default 1)
     prefetch: bool = True  # explicit forward/backward prefetch of the next unit's all-gather
     # Free a block unit's gathered parameters after its forward (and all-gather them again in
@@ -103,14 +126,12 @@ class ParallelConfig:
     ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
     compile: bool = False  # torch.compile each block
     cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)
-    param_dtype: str = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
-    reduce_dtype: str = "float32"  # dtype of gradient reduce-scatter
+    param_dtype: Dtype = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
+    reduce_dtype: Dtype = "float32"  # dtype of gradient reduce-scatter
     expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
     def __post_init__(self) -> None:
-        _choice("parallel.fsdp", self.fsdp, ("none", "root", "block"))
-        _choice("parallel.param_dtype", self.param_dtype, DTYPES)
-        _choice("parallel.reduce_dtype", self.reduce_dtype, DTYPES)
+        _choices(self, "parallel")
         for name, d in (("group", self.group), ("ac_stride", self.ac_stride)):
             for k, v in d.items():
                 if v < (1 if name == "group" else 0):
@@ -122,7 +143,8 @@ class OutputConfig:
     dir: str = ""  # metrics.jsonl, checkpoints/ and profile files go here
     log_every: int = 10  # steps between metric lines (each one synchronises the GPU once)
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only none
-    resume: bool = True  # continue from the newest complete checkpoint in dir, if any
+    keep_checkpoints: int = 3  # the newest N checkpoints are kept, older ones deleted; 0 = keep all
+    resume: bool = True  # continue from the newest intact checkpoint in dir, if any (trainkit/checkpoint.py)
     progress: bool = True  # a progress bar on rank 0
     profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
     # Debug: every rank appends the frame-table rows of each micro-batch it trained on to
@@ -130,8 +152,11 @@ class OutputConfig:
     record_samples: bool = False
 
     def __post_init__(self) -> None:
-        if self.log_every < 1 or self.checkpoint_every < 0 or self.profile_steps < 0:
-            raise ConfigError("output.log_every", "log_every must be >= 1, checkpoint_every/profile_steps >= 0")
+        if self.log_every < 1:
+            raise ConfigError("output.log_every", f"must be >= 1, got {self.log_every}")
+        for key in ("checkpoint_every", "keep_checkpoints", "profile_steps"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"output.{key}", f"must be >= 0 (0: off), got {getattr(self, key)}")
 
 
 @dataclass(kw_only=True)
@@ -195,7 +220,7 @@ def _set(raw: dict[str, Any], key: str, text: str) -> None:
 
 
 def _parse(tp: Any, text: str) -> Any:
-    if tp is str:
+    if tp is str or typing.get_origin(tp) is Literal:
         return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -224,6 +249,8 @@ def _build(cls: Any, raw: Any, prefix: str) -> Any:
 def _check(tp: Any, value: Any, key: str) -> Any:
     """`value` converted to `tp` where that loses nothing (int -> float), else ConfigError."""
     origin = typing.get_origin(tp)
+    if origin is Literal:
+        return value  # checked against the choices by the section's __post_init__ (`_choices`)
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(key, f"expected a list, got {value!r}")
@@ -257,6 +284,14 @@ def _has(raw: dict[str, Any], dotted: str) -> bool:
     return True
 
 
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+def _choices(section: Any, prefix: str) -> None:
+    """Refuse a word that is not one of its `Literal[...]` field's choices (also on direct construction)."""
+    for name, tp in _hints(type(section)).items():
+        value = getattr(section, name)
+        if typing.get_origin(tp) is Literal and value not in typing.get_args(tp):
+            raise ConfigError(f"{prefix}.{name}", f"{value!r} is not one of {', '.join(typing.get_args(tp))}")
+
+
+def _finite(key: str, value: float, *, low: float, high: float = math.inf, what: str) -> None:
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(key, f"must be {what}, got {value}")

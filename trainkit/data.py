@@ -35,7 +35,8 @@ from datakit.errors import DatakitError
 from datakit.shards.index import is_finished, load_index
 from datakit.storage.roots import open_root
 from trainkit.config import DataConfig
-from trainkit.errors import DataError
+from trainkit.errors import BatchDataError, DataError
+from trainkit.models.errors import TokenizerError
 from trainkit.models.pi05 import Pi05Batch, sample_flow
 from trainkit.models.tokenizer import PromptTokenizer
 
@@ -141,7 +142,14 @@ class TrainData:
         """Host side, per batch: prompt tokens and flow noise/time (small tensors, copied with it)."""
         state = hb["state"][:, -1].float() * self.normaliser.state_affine[0] + self.normaliser.state_affine[1]
         tasks = [self.tasks[i] for i in hb["task_index"].tolist()]
-        tokens, token_mask = self.tokenizer.encode(tasks, state)
+        try:
+            tokens, token_mask = self.tokenizer.encode(tasks, state)
+        except TokenizerError:
+            bad = ~torch.isfinite(state).all(dim=1)
+            if not bad.any():
+                raise
+            rows = hb["row"]  # a NaN/inf state (shards converted with --nonfinite keep): name its rows
+            raise BatchDataError(rows.tolist(), rows[bad].tolist(), "non-finite state") from None
         b, c = state.shape[0], self.model_cfg
         g = flow_generator(self.seed, int(hb["epoch"]), int(hb["step"]), self.rank)
         noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), g)

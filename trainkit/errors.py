@@ -1,7 +1,9 @@
 """trainkit's errors: each `str(err)` is one line naming the thing at fault and the problem.
 
-They are raised before any GPU work (config, shard folder, slot mapping, world size, memory
-cap), so a bad launch fails in seconds on every rank with the same message."""
+Launch errors (config, shard folder, output.dir, slot mapping, world size, memory cap) are raised
+before any GPU work, so a bad launch fails in seconds on every rank with the same message; resume
+and non-finite errors are raised on every rank alike, since each decision is taken collectively.
+The CLI prints `trainkit: <message>` and exits 2."""
 from __future__ import annotations
 
 
@@ -29,3 +31,36 @@ class DataError(TrainkitError):
 
 class LaunchError(TrainkitError):
     """The launch does not fit the job: world size vs batch, memory estimate vs cap."""
+
+
+class CheckpointError(TrainkitError):
+    """A checkpoint cannot be resumed: none intact, planted (it would run code), or another run's
+    (another dataset, model, seed or batch)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class NonFiniteError(TrainkitError):
+    """A step's loss or gradient norm is NaN or inf (train.on_nonfinite = "stop"), the parameters
+    diverged, or a batch's state holds NaN/inf; the message names the step and the batch's rows."""
+
+
+class BatchDataError(TrainkitError):
+    """A batch cannot be built from its rows (a state holding NaN/inf cannot be tokenized); the
+    trainer turns it into a NonFiniteError naming the step."""
+
+    def __init__(self, rows: list[int], bad_rows: list[int], problem: str):
+        self.rows, self.bad_rows, self.problem = rows, bad_rows, problem
+        super().__init__(f"{problem} in rows {bad_rows} (batch rows {rows})")
+
+
+class OutputDirError(TrainkitError):
+    """output.dir cannot hold this run: a file, under a file, inside data.shards, or in use by another run."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"output.dir {self.path}: {problem}")

@@ -3,20 +3,24 @@
     torchrun --nproc-per-node 2 -m trainkit.cli run trainkit/configs/pi05_optimised.toml --set data.shards=out/
     python -m trainkit.cli run trainkit/configs/pi05_tiny.toml ...      # one process, no torchrun
 
-Every input is checked before the GPU is touched (the config, the shard folder and its cameras,
-world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at once
-with one line. At the end rank 0 writes `summary.json` (steady state, trainkit/summary.py) and prints it as a table.
+Every input is checked before the GPU is touched (the config, output.dir, the shard folder and its
+cameras, world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at
+once with one line; then output.dir is locked for the run (run_lock.py). At the end rank 0 writes
+`summary.json` (steady state, trainkit/summary.py) and prints it as a table.
 The model is built on the meta device, parallelized (parallel/__init__.py says in
 which order and why), materialised on the device and initialised from the seed; the loop takes
-`micro_batch`-sized batches from the loader, accumulates to the global batch, clips, steps
-AdamW and the schedule, and hands each step to `Metrics`. Checkpoints (DCP) are written every
-`output.checkpoint_every` steps and a run resumes from the newest one in `output.dir`.
+`micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
+loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
+schedule, and hands each step to `Metrics`. Checkpoints (DCP + trainkit.json, checkpoint.py) are
+written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
+resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,18 +32,21 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
-from trainkit.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainkit.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
-from trainkit.data import TrainData, check_shards
-from trainkit.errors import LaunchError
+from trainkit.data import TrainData, check_shards, index_folder
+from trainkit.errors import BatchDataError, LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import build_model
 from trainkit.models.pi05 import flops_per_sample, tokens_per_sample
+from trainkit.nonfinite import NonFiniteGuard, check_state
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.optim import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.profile import StepProfiler
+from trainkit.resume_rules import RunRecord, dataset_identity, resume_changes
+from trainkit.run_lock import check_output_dir, run_lock
 from trainkit.sample_log import SampleLog
 from trainkit.summary import format_summary, run_summary
 
@@ -85,15 +92,14 @@ def check_memory(cfg: RunConfig, world_size: int) -> None:
 
 
 def run(cfg: RunConfig) -> RunResult:
-    rank, world_size, local_rank = world()
+    _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
+    out = check_output_dir(cfg.output.dir, cfg.data.shards)
     accum = grad_accumulation(cfg, world_size)
-    global_batch = cfg.train.micro_batch * world_size * accum
     with torch.device("meta"):
         model = build_model(cfg.model.family, cfg.model.preset)
-    mcfg = model.cfg
-    check_shards(cfg.data, mcfg.max_slots)
+    check_shards(cfg.data, model.cfg.max_slots)
     check_memory(cfg, world_size)
     # --- devices and process group --------------------------------------------------------------
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
@@ -102,6 +108,15 @@ def run(cfg: RunConfig) -> RunResult:
     if cfg.parallel.fsdp == "none" and world_size > 1:
         raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
     init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
+    with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
+        return train(cfg, model, device, out, accum)
+
+
+def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, accum: int) -> RunResult:
+    """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours."""
+    rank, world_size, _ = world()
+    global_batch = cfg.train.micro_batch * world_size * accum
+    mcfg = model.cfg
     # --- build: parallelize on meta, then materialise and initialise from the seed --------------
     plan = parallelize(model, cfg.parallel, world_size)
     model.to_empty(device=device)
@@ -112,18 +127,26 @@ def run(cfg: RunConfig) -> RunResult:
     data = TrainData(cfg.data, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch)
-    out = Path(cfg.output.dir)
+    # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
+    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(index_folder(cfg.data)),
+                       global_batch=global_batch)
     start = 0
-    ckpt = latest_checkpoint(out) if cfg.output.resume else None
-    if ckpt is not None:
-        start, data_state = load_checkpoint(ckpt, model, opt, sched, global_batch)
+    found = find_checkpoint(out) if cfg.output.resume else None
+    if found is not None:
+        for why in found.skipped:
+            say(f"skipping checkpoint {out / 'checkpoints'}/{why}; resuming from {found.path.name}")
+        changes = resume_changes(found.path, found.record, found.manifest.world_size, record, world_size)
+        start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim)
         data.load_state_dict(data_state)
+        if changes:
+            say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
+    guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
     metrics.start(start)
@@ -133,10 +156,14 @@ def run(cfg: RunConfig) -> RunResult:
             wait, flops, tokens, samples, loss_sum = 0.0, 0.0, 0, 0, 0.0
             for micro in range(accum):
                 t0 = time.perf_counter()
-                batch = next(batches)
+                try:
+                    batch = next(batches)
+                except BatchDataError as e:  # a NaN state: the prompt cannot be built
+                    raise guard.data_error(step, e) from None
                 wait += time.perf_counter() - t0
                 if sample_log is not None:
                     sample_log.write(step, micro, *data.last)
+                guard.add(data.last[2], batch.actions)
                 b, slots = batch.images.shape[:2]
                 with cast:
                     loss = model(batch)
@@ -146,16 +173,22 @@ def run(cfg: RunConfig) -> RunResult:
                 flops += b * flops_per_sample(mcfg, slots)
                 tokens += b * tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
-            opt.step()
+            applied = guard.step_ok(step, loss_sum, grad_norm, params)  # NaN/inf: stop, or skip the update
+            if applied:
+                opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            metrics.record(StepRecord(step=step, loss=loss_sum, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
-                                      data_wait_s=wait, samples=samples, flops=flops, tokens=tokens, image_slots=slots))
+            if applied:
+                metrics.record(StepRecord(step=step, loss=loss_sum, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
+                                          data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
+                                          image_slots=slots))
             profiler.after_step(step - start)
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
                 metrics.flush()
             if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
-                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), global_batch)
+                check_state(step, model, opt, device)  # a non-finite state is never saved
+                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
+                                keep=cfg.output.keep_checkpoints)
         metrics.close()
     finally:
         counter.uninstall()
@@ -165,11 +198,21 @@ def run(cfg: RunConfig) -> RunResult:
     summary = run_summary(metrics.history, dict(metrics.losses), world_size=world_size, global_batch=global_batch,
                           start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
                                                   "parallel_applied": plan.applied})
+    summary["nonfinite_skipped"] = guard.skipped
+    if guard.skipped:
+        n = len(guard.skipped)
+        say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")
     if rank == 0:
         write_atomic(out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
         print(format_summary(summary), flush=True)
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary, summary=summary)
+
+
+def say(message: str) -> None:
+    """One line to the user on stderr, from rank 0 (resume notes, skipped steps)."""
+    if world()[0] == 0:
+        print(f"trainkit: {message}", file=sys.stderr, flush=True)
 
 
 def init_process_group(device: torch.device, world_size: int, *, needed: bool) -> None:

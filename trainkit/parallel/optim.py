@@ -1,4 +1,5 @@
-"""AdamW, fused or not, and the learning-rate schedule (linear warm-up, then cosine or flat).
+"""AdamW, fused or not, and the learning-rate schedule (linear warm-up, then cosine or flat);
+on resume, `apply_config` puts the config's settings on the restored optimiser (trainkit/resume_rules.py).
 
 Fused AdamW updates every parameter in one multi-tensor kernel instead of a few kernels per
 parameter: at 3.35B parameters in hundreds of tensors that is a visible share of a step.
@@ -32,3 +33,13 @@ def build_scheduler(opt: torch.optim.Optimizer, cfg: OptimConfig, steps: int) ->
         return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def apply_config(opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LambdaLR, cfg: OptimConfig) -> None:
+    """After a resume: the optimiser's hyperparameters from `cfg`, and its lr from `cfg.lr` and the
+    restored schedule position (a restored LambdaLR would keep the checkpoint's base lr). With an
+    unchanged config this computes the very value the checkpointed scheduler had set."""
+    sched.base_lrs = [cfg.lr] * len(opt.param_groups)
+    for group, factor in zip(opt.param_groups, sched.lr_lambdas):
+        group.update(lr=cfg.lr * factor(sched.last_epoch), initial_lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                     weight_decay=cfg.weight_decay)

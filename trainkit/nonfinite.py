@@ -1,0 +1,107 @@
+"""What a step with a NaN or inf loss or gradient norm does: `train.on_nonfinite`.
+
+    guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
+    guard.add(rows, batch.actions)                        # each micro-batch of the step
+    if guard.step_ok(step, loss, grad_norm, params):      # before opt.step(); "stop" raises NonFiniteError
+        opt.step()
+
+- "stop" (default): the run ends with one line naming the step, its loss and grad norm, the ranks
+  that saw a non-finite loss, this rank's batch rows and, among them, the rows whose actions are
+  non-finite (shards converted with `--nonfinite keep`).
+- "skip": the step is left out (no optimiser update, no metrics line) and counted (`skipped`,
+  written to summary.json and said at the end). The schedule and the sample order move on as if it
+  had been taken, so a resume lines up. Skipping cannot rescue a run that has diverged, so the run
+  stops too when the weights themselves are non-finite, or after `CONSECUTIVE_LIMIT` non-finite
+  steps in a row (a huge lr leaves the weights finite but every loss NaN).
+- A state holding NaN/inf cannot be tokenized into the prompt; it stops the run with the same one
+  line in either mode (`data_error`).
+Before every checkpoint `check_state` refuses to save non-finite weights or Adam moments, so no
+checkpoint is ever non-finite.
+
+Cost: one host sync per step (the decision must come before `opt.step()`) and, with several ranks,
+an all-reduce of one flag per rank, so every rank takes the same decision (a rank's loss is its
+own; the grad norm is global) and knows which ranks saw a non-finite loss.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.tensor import DTensor
+
+from trainkit.errors import BatchDataError, NonFiniteError
+from trainkit.ranks import rank_world
+
+_STOP = 'train.on_nonfinite="stop" ("skip" leaves such steps out)'
+CONSECUTIVE_LIMIT = 10  # non-finite steps in a row that "skip" takes for divergence, not bad batches
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _all_finite(tensors: list[torch.Tensor], device: torch.device) -> bool:
+    """Every element of every (local shard of a) tensor is finite, on every rank."""
+    # .to(device): Adam's step counts may live on the CPU beside CUDA weights
+    flags = [torch.isfinite(_local(t)).all().to(device) for t in tensors if t.is_floating_point()]
+    ok = torch.stack(flags).all().float().to(device) if flags else torch.ones((), device=device)
+    if dist.is_initialized():
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return bool(ok.item())
+
+
+class NonFiniteGuard:
+    """Per step: collects the micro-batches' rows and actions, then decides whether the step is applied."""
+
+    def __init__(self, mode: str, device: torch.device):
+        self.mode, self.device = mode, device
+        self.rank, self.world = rank_world()
+        self.skipped: list[int] = []  # steps left out under "skip"
+        self._run = 0  # non-finite steps in a row
+        self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def add(self, rows: torch.Tensor, actions: torch.Tensor) -> None:
+        self._micro.append((rows, actions))
+
+    def step_ok(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter]) -> bool:
+        """True: apply the step. False: skip it (counted). NonFiniteError under "stop", or when the
+        parameters have diverged."""
+        micro, self._micro = self._micro, []
+        flags = torch.zeros(self.world, device=self.device)
+        flags[self.rank] = (~torch.isfinite(torch.stack([loss.detach().float(), grad_norm.detach().float()]))).any()
+        if dist.is_initialized() and self.world > 1:
+            dist.all_reduce(flags)
+        bad_ranks = [r for r, f in enumerate(flags.tolist()) if f]
+        self._run = self._run + 1 if bad_ranks else 0
+        if not bad_ranks:
+            return True
+        diverged = ""
+        if self.mode == "skip":
+            if self._run >= CONSECUTIVE_LIMIT:
+                diverged = f"; {self._run} non-finite steps in a row: the run has diverged (lower optim.lr?)"
+            elif not _all_finite(list(params), self.device):
+                diverged = "; the weights are non-finite, skipping cannot help (lower optim.lr?)"
+            else:
+                self.skipped.append(step)
+                return False
+        rows = [int(r) for rows, _ in micro for r in rows.tolist()]
+        bad_rows = [int(r) for rows, actions in micro
+                    for r in rows[~torch.isfinite(actions).flatten(1).all(1).to(rows.device)].tolist()]
+        where = f"non-finite actions in rows {bad_rows}" if bad_rows else "no non-finite action in them"
+        mode = _STOP if self.mode == "stop" else 'train.on_nonfinite="skip"'
+        raise NonFiniteError(f"step {step}: non-finite loss {loss.item():g} or grad norm {grad_norm.item():g} "
+                             f"on ranks {bad_ranks}; rank {self.rank}'s batch rows {rows}, {where}{diverged}; {mode}")
+
+    def data_error(self, step: int, err: BatchDataError) -> NonFiniteError:
+        """The one line for a batch the loader could not build (a NaN/inf state)."""
+        return NonFiniteError(f"step {step}: {err} on rank {self.rank}; the prompt cannot be built from it "
+                              f"(in either train.on_nonfinite mode): convert without --nonfinite keep, or fix the data")
+
+
+def check_state(step: int, model: nn.Module, opt: torch.optim.Optimizer, device: torch.device) -> None:
+    """Refuse to checkpoint non-finite weights or optimiser moments (collective)."""
+    tensors = [p.detach() for p in model.parameters()]
+    tensors += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    if not _all_finite(tensors, device):
+        raise NonFiniteError(f"step {step}: the weights or optimiser moments are non-finite; no checkpoint saved "
+                             f"(lower optim.lr?)")

@@ -1,0 +1,91 @@
+"""What a resumed run may change, in one place, and the dataset identity it is checked against.
+
+A checkpoint's manifest records the run that wrote it (`RunRecord`: its config, its dataset's
+identity, its global batch). On resume the current run is compared with it, key by key:
+
+- Refused, in one line naming the key: another dataset, another model (`model.*`), seed
+  (`train.seed`), global batch, image slots, normalisation or sample order (`data.slots`,
+  `data.norm`, `data.shuffle`). They decide what the restored weights, Adam moments and sampler
+  position mean; going on under others would be a different run started from a state not its own.
+  The dataset is compared by identity, not path: the `sha256` entries of its `checksums.json`
+  (index.json and frames.arrow, and through the index every shard's hash), so a moved or
+  downloaded copy is the same dataset and a re-conversion of other data with the same frame count
+  is not.
+- Applied from the resumed step on, and said in one line: the optimiser and its schedule
+  (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`.
+  Lowering the lr after a loss spike or extending a run is a legitimate thing to want; the Adam
+  moments and step count are restored, the hyperparameters always come from the config.
+- Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
+  loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
+  the path in `data.shards`), `train.micro_batch` and the world size (the global batch is what
+  counts; see checkpoint.py), `train.memory_cap_gib`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datakit.shards.index import CHECKSUMS_NAME
+from trainkit.errors import CheckpointError, DataError
+
+REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle")
+APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite")
+# the way out of every refused resume (output.resume=false would leave the old checkpoints beside
+# the new run's, for a later resume to pick up)
+START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"
+
+
+@dataclass
+class RunRecord:
+    """What a checkpoint records about the run that wrote it."""
+
+    config: dict[str, Any]  # RunConfig.to_dict()
+    dataset: dict[str, Any]  # dataset_identity()
+    global_batch: int
+
+
+def dataset_identity(index_folder: Path) -> dict[str, Any]:
+    """The dataset's identity: the sha256 entries of its checksums.json (written last by datakit)."""
+    path = Path(index_folder) / CHECKSUMS_NAME
+    try:
+        sums = json.loads(path.read_bytes())["sha256"]
+        if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        raise DataError(str(path), "unreadable: not a finished datakit shard folder") from None
+    return {"sha256": dict(sorted(sums.items()))}
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunRecord, world: int) -> list[str]:
+    """The applied changes ("optim.lr 0.003 -> 0.001", ...) of resuming checkpoint `where` with
+    this run; CheckpointError, one line, for a refused one (the first found is named)."""
+    if saved.dataset != now.dataset:
+        shards = now.config["data"]["shards"]
+        raise CheckpointError(str(where), f"written for another dataset than data.shards {shards} "
+                              f"(their checksums.json differ); resume with the checkpoint's dataset, or {START_OVER}")
+    if saved.global_batch != now.global_batch:
+        raise CheckpointError(str(where), f"written by {saved_world} ranks with global batch {saved.global_batch}, "
+                              f"this run has {world} ranks and global batch {now.global_batch}; a resume needs the "
+                              f"same train.global_batch (world size and micro_batch may change), or {START_OVER}")
+    old, new = _flat(saved.config), _flat(now.config)
+    changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+    refused = [k for k in changed if k.startswith(REFUSED)]
+    if refused:
+        k = refused[0]
+        more = f" (and {', '.join(refused[1:])})" if len(refused) > 1 else ""
+        raise CheckpointError(str(where), f"written with {k}={old.get(k)!r}, this run has {k}={new.get(k)!r}{more}; "
+                              f"a resume keeps the model, seed, batch and data settings: use the checkpoint's, "
+                              f"or {START_OVER}")
+    return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed if k.startswith(APPLIED)]
