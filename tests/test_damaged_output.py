@@ -214,7 +214,7 @@ def test_every_episode_skipped_is_an_error(base, tmp_path, capsys):
     line = _one_line(rc, err)
     assert str(ds) in line and f"all {len(LENGTHS)} episodes" in line and "episode_000000.parquet" in line, line
     assert not (out / "checksums.json").exists() and not (out / "index.json").exists()
-    assert _cli(capsys, "verify", out)[0] == 1
+    assert _cli(capsys, "verify", out)[0] == 2  # not a finished conversion
     rc, _, err = _cli(capsys, "convert", ds, out, *FLAGS, "--on-error", "skip")  # a rerun says the same
     assert _one_line(rc, err) == line
 

@@ -4,7 +4,7 @@ the conversion wrote, or each problem is named (a `Problem(where, what)`).
 In order:
 1. checksums.json (written last) holds the sha256 of index.json and frames.arrow: an edited
    state value, offset or manifest field fails here first;
-2. index.json is checked field by field (`shards/manifest_check.py`): types, shard and camera
+2. index.json is checked field by field, and must hold at least one episode (`shards/manifest_check.py`): types, shard and camera
    names, frame_shape against the layout and size, frame_bytes = prod(frame_shape), shard row
    and episode ranges tiling the table, episode rows inside their shard, totals;
 3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
@@ -166,6 +166,8 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     index = load_index(out, manifest_problems)
     rep.frames = index.num_frames
     rep.problems += manifest_problems
+    if not index.episodes:  # what an earlier datakit wrote when every episode was skipped
+        rep.problems.append(Problem(str(out / MANIFEST_NAME), "holds no episode: nothing for a reader to read"))
     frames = load_frames(out)
     try:
         check_frames_schema(frames, index, out / FRAMES_NAME)
