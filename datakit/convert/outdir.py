@@ -71,7 +71,7 @@ def _holder(fd: int) -> dict[str, Any]:
     try:
         d = json.loads(os.pread(fd, 4096, 0).decode())
         return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return {}
 
 
@@ -222,7 +222,7 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return None
 
 

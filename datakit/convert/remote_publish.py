@@ -40,7 +40,7 @@ def _load_record(path: Path, url: str) -> dict[str, str]:
     """{shard name: sha256 uploaded} for `url` (empty when absent, unreadable or for another URL)."""
     try:
         d = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return {}
     if not isinstance(d, dict) or d.get("url") != url or not isinstance(d.get("shards"), dict):
         return {}
@@ -178,7 +178,7 @@ class ShardStreamer:
                     continue
                 d = json.loads(journal.read_text())
                 name, sha, size, placed = d["name"], d["sha256"], d["bytes"], d["placed"]
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 continue
             self._seen.add(journal.name)
             path = self.local_out / str(name)

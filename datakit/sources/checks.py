@@ -44,16 +44,32 @@ USTAR_NAME_BYTES = 100
 CAMERA_NAME_BYTES = USTAR_NAME_BYTES - len(FRAME_KEY.format(episode=0, frame=0).rsplit("/", 1)[-1] + "." + ".npy")
 
 
+# every kind of Finding, from these checks and from `datakit doctor` (its docstring says what each
+# means); `doctor --ignore` takes only these, so a typo is refused instead of filtering nothing
+FINDING_KINDS = (
+    "metadata", "empty_dataset", "duplicate_episode", "bad_episode_index", "bad_length", "bad_video_range",
+    "overlapping_video_range", "video_range_off_grid", "shared_video", "episode_count", "episode_gap",
+    "unsafe_camera_name", "missing_file", "table", "length_mismatch", "frame_index", "timestamp", "timestamp_gap",
+    "task_index", "vector_width", "nonfinite", "video_unreadable", "video_fps", "video_size", "video_decode_error",
+    "video_corrupt_frame", "video_frame_count", "video_timestamps", "image_unreadable", "image_size",
+    "blank_camera", "frozen_camera", "constant_column", "unused_task", "duplicate_episode_content", "audit_failed",
+)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One defect of a source: what kind, which file, a one-line message, where in the data."""
 
-    kind: str
+    kind: str  # one of FINDING_KINDS
     path: str
     message: str
     episode: int | None = None
     frame: int | None = None
     severity: str = ERROR  # "error" = convert rejects it, "warning" = silently hurts training
+
+    def __post_init__(self) -> None:
+        if self.kind not in FINDING_KINDS:  # register a new kind above, or --ignore refuses it
+            raise ValueError(f"unregistered finding kind {self.kind!r}")
 
 
 def finding_from_error(err: SourceError, kind: str, episode: int | None = None) -> Finding:
@@ -292,5 +308,5 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
     return out
 
 
-__all__ = ["ERROR", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset", "check_episode_table",
+__all__ = ["ERROR", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset", "check_episode_table",
            "camera_name_problem", "finding_from_error", "member_name_problem", "raise_first_error"]

@@ -67,6 +67,8 @@ def checksum_problems(out: Path) -> list[Problem]:
         return [Problem(str(path), "missing: the conversion did not finish (or the file was removed)")]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [Problem(str(path), f"unreadable ({type(e).__name__}: {e})")]
+    except RecursionError:
+        return [Problem(str(path), "unreadable (JSON nested too deeply to parse)")]
     problems = []
     for name, digest in want.items():
         if not (out / name).exists():
