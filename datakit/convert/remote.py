@@ -11,8 +11,9 @@ Hugging Face Hub repo id): a local conversion between two local scratch folders.
   checksums.json last) and the local copy is deleted. A remote OUT that holds checksums.json is
   finished: its index files are downloaded and checked as a local OUT's are (against
   checksums.json, this source's fingerprint, these options, and each shard's size from one
-  listing); it is already complete, or refused naming the damage. A remote OUT holding files a conversion does not write is
-  refused; `--force` deletes our own remote files (checksums.json first) and starts over.
+  listing); it is already complete, or refused naming the damage. A remote OUT holding files a
+  conversion does not write is refused; `--force` deletes our own remote files (checksums.json
+  first) and starts over.
 
 `<cache>` is `$DATAKIT_CACHE/convert`, else `$XDG_CACHE_HOME/datakit/convert`, else
 `~/.cache/datakit/convert`. One conversion per remote OUT at a time on a machine (a lock on the

@@ -38,7 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--frozen-seconds", type=positive(float), default=2.0,
                    help="report a camera showing identical frames for at least this long (default %(default)s)")
     p.add_argument("--ignore", action="append", default=[], metavar="KIND",
-                   type=names_of(FINDING_KINDS, "finding kind"), help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
+                   type=names_of(FINDING_KINDS, "finding kind"),
+                   help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
                         "are listed in `python -m pydoc datakit.doctor`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p

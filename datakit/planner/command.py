@@ -48,7 +48,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--samples-per-s", type=positive(float), required=True,
                    help="target samples per second, all ranks together")
     p.add_argument("--ranks", type=positive(int), default=1, help="training ranks (GPUs) in all (default 1)")
-    p.add_argument("--ranks-per-node", type=positive(int), default=8, help="ranks per node sharing one cache (default 8)")
+    p.add_argument("--ranks-per-node", type=positive(int), default=8,
+                   help="ranks per node sharing one cache (default 8)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="loader config preset")
     p.add_argument("--batch-size", type=int, help="samples per rank per step (default: the preset's)")
     p.add_argument("--frame-offsets", type=_offsets, help="frame offsets per camera, e.g. -8,-4,0")
@@ -58,11 +59,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, help="anchors per block in shard_block order")
     p.add_argument("--boundary", choices=["pad", "skip"], help="episode ends: pad or skip")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-bytes", type=positive(_size), help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
+    p.add_argument("--cache-bytes", type=positive(_size),
+                   help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
     p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth "
                                                           "on the shards (local folders only)")
-    p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30, help="bytes read by --measure (default 1GiB)")
-    p.add_argument("--h2d-gbps", type=positive(float), help="host-to-device GB/s of one GPU, to say whether the bus waits")
+    p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30,
+                   help="bytes read by --measure (default 1GiB)")
+    p.add_argument("--h2d-gbps", type=positive(float),
+                   help="host-to-device GB/s of one GPU, to say whether the bus waits")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 

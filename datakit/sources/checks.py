@@ -308,5 +308,6 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
     return out
 
 
-__all__ = ["ERROR", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset", "check_episode_table",
-           "camera_name_problem", "finding_from_error", "member_name_problem", "raise_first_error"]
+__all__ = ["ERROR", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset",
+           "check_episode_table", "camera_name_problem", "finding_from_error", "member_name_problem",
+           "raise_first_error"]

@@ -4,9 +4,10 @@ the conversion wrote, or each problem is named (a `Problem(where, what)`).
 In order:
 1. checksums.json (written last) holds the sha256 of index.json and frames.arrow: an edited
    state value, offset or manifest field fails here first;
-2. index.json is checked field by field, and must hold at least one episode (`shards/manifest_check.py`): types, shard and camera
+2. index.json is checked field by field (`shards/manifest_check.py`): types, shard and camera
    names, frame_shape against the layout and size, frame_bytes = prod(frame_shape), shard row
-   and episode ranges tiling the table, episode rows inside their shard, totals;
+   and episode ranges tiling the table, episode rows inside their shard, totals; and it must
+   hold at least one episode;
 3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
    frame, shard and task, and every offset either -1 or inside its shard;
 4. each shard: size (`durable.check_size`), sha256, every indexed offset against the tar
