@@ -67,7 +67,8 @@ def run_convert(args) -> int:
         ConvertConfig(**{k: v for k, v in over.items() if v is not None})
     s = convert(args.src, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))
     if s.already_complete:
-        print(f"{args.out}: already complete (checksums.json present, same source and options); nothing to do")
+        print(f"{args.out}: already complete (index files match checksums.json, every shard has its size, same "
+              f"source and options; `datakit verify` re-hashes the shards); nothing to do")
     elif s.resumed_shards:
         print(f"resumed: kept {s.resumed_shards} complete shard(s) from an earlier run")
     print_summary(s.index, None if s.already_complete else s.seconds)

@@ -57,6 +57,16 @@ def atomic_path(path: Path, *, durable: bool = True) -> Iterator[Path]:
         fsync_dir(path.parent)
 
 
+def discard(path: Path) -> None:
+    """Remove a file being abandoned after an error. OUT may be what failed (made read-only, its
+    disk gone): an error removing the file is ignored, so the error that stopped the run is the
+    one reported, and a rerun removes the leftover."""
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write bytes to `path` via `atomic_path`: never half-written."""
     with atomic_path(path, durable=durable) as tmp:

@@ -167,3 +167,46 @@ def test_huge_episode_index_is_a_gap_not_a_memory_blowup(ds):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(SourceError, match=r"info.json: episode_index has gaps: 999999999999999999 missing \(1, 2, 3, 4, 5, \.\.\.\)"):
         scan(ds)
+
+
+# ---- issue 14: JSON nested too deeply (item 20), a garbage line named by its number (item 22) ----
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse without a RecursionError
+
+
+def test_deeply_nested_info_json_is_one_line(ds, tmp_path, capsys):
+    from datakit.doctor import main as doctor
+
+    info = ds / "meta/info.json"
+    info.write_text(info.read_text().rstrip()[:-1] + ', "deep": ' + DEEP + "}")
+    with pytest.raises(SourceError) as e:
+        scan(ds)
+    assert str(e.value).startswith(str(info)) and "nested" in str(e.value), str(e.value)
+    rc = main(["convert", str(ds), str(tmp_path / "out"), "--workers", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "info.json" in err, err
+    report = tmp_path / "doctor.json"
+    assert doctor([str(ds), "--no-progress", "--workers", "1", "--json", str(report)]) == 1  # one finding
+    findings = json.loads(report.read_text())["findings"]
+    assert [(f["kind"], f["path"]) for f in findings] == [("metadata", str(info))], findings
+
+
+GARBAGE_LINES = {
+    "not_json": b'{"episode_index": 1, garbage',
+    "not_utf8": b'{"episode_index": 1, "tasks": ["\xff\xfe"]}',
+    "nested_too_deep": DEEP.encode(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE_LINES))
+def test_garbage_episodes_line_is_named_by_its_number(ds, tmp_path, capsys, case):
+    path = ds / "meta/episodes.jsonl"
+    lines = path.read_bytes().splitlines()
+    lines[1:2] = [b"", GARBAGE_LINES[case]]  # a blank line counts: the number is the one an editor shows
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(SourceError) as e:
+        scan(ds)
+    msg = str(e.value)
+    assert msg.startswith(str(path)) and "line 3" in msg and "line 1 " not in msg, msg
+    rc = main(["convert", str(ds), str(tmp_path / "out"), "--workers", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "line 3" in err, err

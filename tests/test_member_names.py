@@ -98,3 +98,52 @@ def test_accepted_odd_name_stays_in_its_sample(tmp_path):
     samples = list(wds.WebDataset(str(shard), shardshuffle=False, empty_check=False))
     assert [s["__key__"] for s in samples] == [FRAME_KEY.format(episode=0, frame=i) for i in range(3)]
     assert all(f"{cam}.npy" in s and "state.npy" in s for s in samples)
+
+
+# --- names too long for a ustar member name (issue 14 item 19) -----------------------------------
+def _ustar_accepts(name: str) -> bool:
+    """Oracle: stock tarfile writes frame 0's member of camera `name` in the USTAR format the shard
+    writer uses (no PAX long-name records)."""
+    try:
+        tarfile.TarInfo(f"{KEY}.{name}.npy").tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="strict")
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("name", ["c" * 85, "c" * 89, "c" * 90, "c" * 120, "é" * 44, "é" * 45, "é" * 44 + "c"],
+                         ids=lambda n: f"{len(n.encode())}B")
+def test_camera_name_rule_is_the_ustar_name_limit(name):
+    from datakit.sources.checks import camera_name_problem
+
+    problem = camera_name_problem(name)
+    assert (problem is None) == _ustar_accepts(name), problem
+    if problem:
+        assert "100 bytes" in problem and "89" in problem, problem
+
+
+def test_long_camera_name_is_refused_at_scan_and_by_doctor(base, tmp_path, capsys):
+    from datakit.doctor import main as doctor
+
+    name = "observation.images." + "x" * 71  # 90 bytes: one too many
+    ds = _rename_camera(base, tmp_path / "ds", name)
+    with pytest.raises(SourceError) as e:
+        scan(ds)
+    assert str(e.value).startswith(str(ds / "meta/info.json")) and repr(name) in str(e.value), str(e.value)
+    for extra in ([], ["--on-error", "skip"]):  # refused before any episode: skip cannot make it exit 0
+        rc = main(["convert", str(ds), str(tmp_path / "out"), "--workers", "1", "--no-progress", *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and "100 bytes" in err and "parquet" not in err, err
+    report = tmp_path / "doctor.json"
+    assert doctor([str(ds), "--no-progress", "--workers", "1", "--json", str(report)]) == 1
+    findings = json.loads(report.read_text())["findings"]
+    assert [f["kind"] for f in findings] == ["metadata"] and "100 bytes" in findings[0]["message"], findings
+
+
+def test_longest_camera_name_converts_and_stock_tarfile_reads_it(tmp_path):
+    cam = "observation.images." + "x" * 70  # 89 bytes: the longest that fits
+    ds = make_lerobot_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(2,), cameras=(cam,),
+                              blank_cameras=(), height=32, width=64, codec="h264")
+    assert main(["convert", str(ds), str(tmp_path / "out"), "--workers", "1", "--no-progress"]) == 0
+    with tarfile.open(sorted((tmp_path / "out").glob("*.tar"))[0]) as t:
+        assert f"{KEY}.{cam}.npy" in t.getnames()

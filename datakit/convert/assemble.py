@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import Journal
+from datakit.errors import SourceError
 from datakit.shards.index import CameraEntry, EpisodeEntry, ShardEntry, ShardIndex, frames_schema, member_schema
 from datakit.shards.stats import finite_vector_stats
 from datakit.sources.episode import DatasetSpec
@@ -32,11 +33,18 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
 
     A shard whose episodes were all skipped holds none: it is left out of the index, so every
     listed shard holds the episodes its range names (`empty_shards` lists those files for the
-    caller to remove). Frames and episodes name a shard by its position in `index.shards`."""
+    caller to remove). Frames and episodes name a shard by its position in `index.shards`.
+    No episode placed at all (every one skipped) is a SourceError naming the source: an index
+    of nothing would verify, then fail in the loader."""
     held = [j for j in journals if j.placed]
     position = {j.index: k for k, j in enumerate(held)}
     placed = [p for j in held for p in j.placed]
     skipped = [s for j in journals for s in j.skipped]
+    if not placed:
+        first = skipped[0] if skipped else None
+        why = f"; the first, episode {first.episode_index}: {first.reason}" if first else ""
+        raise SourceError(spec.root, f"all {len(skipped)} episodes were skipped as bad input (--on-error skip){why}; "
+                                     "an output without episodes is not written")
     shards, row = [], 0
     for j in held:
         n = sum(p.length for p in j.placed)
@@ -57,25 +65,21 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
         episodes.append(EpisodeEntry(p.episode_index, p.length, position[p.shard], row, p.task, p.camera_status))
         row += p.length
     sd, ad = len(spec.state_names), len(spec.action_names)
-    if placed:
-        state = np.concatenate([p.state for p in placed]).astype(np.float32).reshape(-1, sd)
-        action = np.concatenate([p.action for p in placed]).astype(np.float32).reshape(-1, ad)
-    else:
-        state, action = np.zeros((0, sd), np.float32), np.zeros((0, ad), np.float32)
+    state = np.concatenate([p.state for p in placed]).astype(np.float32).reshape(-1, sd)
+    action = np.concatenate([p.action for p in placed]).astype(np.float32).reshape(-1, ad)
     cols = {
-        "episode_index": np.concatenate([np.full(p.length, p.episode_index, np.int64) for p in placed] or [np.zeros(0, np.int64)]),
-        "frame_index": np.concatenate([p.frame_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
-        "timestamp": np.concatenate([p.timestamp for p in placed] or [np.zeros(0)]).astype(np.float64),
-        "task_index": np.concatenate([p.task_index for p in placed] or [np.zeros(0, np.int64)]).astype(np.int64),
+        "episode_index": np.concatenate([np.full(p.length, p.episode_index, np.int64) for p in placed]),
+        "frame_index": np.concatenate([p.frame_index for p in placed]).astype(np.int64),
+        "timestamp": np.concatenate([p.timestamp for p in placed]).astype(np.float64),
+        "task_index": np.concatenate([p.task_index for p in placed]).astype(np.int64),
     }
     arrays = [pa.array(cols[k]) for k in cols]
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(state.reshape(-1)), sd))
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(action.reshape(-1)), ad))
-    arrays.append(pa.array(np.concatenate([np.full(p.length, position[p.shard], np.int32) for p in placed]
-                                          or [np.zeros(0, np.int32)])))
+    arrays.append(pa.array(np.concatenate([np.full(p.length, position[p.shard], np.int32) for p in placed])))
     for cam in cams:
         offs = [np.where(p.offsets[cam] >= 0, p.offsets[cam] + p.base, -1) for p in placed]
-        arrays.append(pa.array(np.concatenate(offs or [np.zeros(0, np.int64)]).astype(np.int64)))
+        arrays.append(pa.array(np.concatenate(offs).astype(np.int64)))
     table = pa.Table.from_arrays(arrays, schema=frames_schema(cams, sd, ad))
     source: dict[str, Any] = {"format": spec.format, "version": spec.version, "name": spec.root.name}
     if fingerprint is not None:

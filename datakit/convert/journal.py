@@ -160,6 +160,8 @@ def journal_from_json(text: str, index: int, cameras: list[str], sd: int, ad: in
         d = json.loads(text)
     except ValueError as e:
         raise JournalInvalid(f"not JSON ({e})") from None
+    except RecursionError:  # valid JSON nested deeper than the parser recurses: unreadable, so redone
+        raise JournalInvalid("nested too deeply to parse") from None
     _need(isinstance(d, dict) and d.get("format") == JOURNAL_FORMAT and d.get("version") == JOURNAL_VERSION,
           "not a datakit journal of this version")
     _need(_get(d, "index", int) == index, "index differs from the file name")

@@ -31,6 +31,7 @@ from datakit.convert.journal import Journal
 from datakit.convert.local_split import run_split
 from datakit.convert.shard import commit_shard, write_shard
 from datakit.convert.split import split_below_shard
+from datakit.durable import discard
 from datakit.errors import DatakitError, OutputError
 from datakit.shards.index import SHARD_PATTERN
 from datakit.sources.episode import DatasetSpec, EpisodeRef
@@ -156,7 +157,7 @@ def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     except BaseException:
         stop_workers(pool, workers)
         for tmp in Path(out).glob("shard-*.tar.tmp"):
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
         raise
     if (failed := _commit_failure(out, jobs, board)) is not None:  # the last commits, at the workers' exit
         raise failed

@@ -31,6 +31,7 @@ from datakit.machine import start_method
 from datakit.convert.plan import predicted_bytes
 from datakit.convert.shard import commit_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, write_part
+from datakit.durable import discard
 from datakit.errors import DatakitError
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
@@ -110,7 +111,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     except BaseException:
         stop_workers(pool, workers)  # returns once no worker runs: none writes a part after this
         for tmp in Path(out).glob("shard-*.tar.tmp"):
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -20,16 +20,19 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from datakit.convert.fingerprint import fingerprint_diff
 from datakit.convert.journal import STAGING
-from datakit.durable import write_atomic
-from datakit.errors import OutputError, output_error
+from datakit.durable import file_size, write_atomic
+from datakit.errors import OutputError, Problem, output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, is_finished, load_index
 from datakit.sources.episode import DatasetSpec
+from datakit.verify.folder import checksum_problems
+from datakit.verify.quick import shard_size_problems
 
 OPTIONS_NAME = "options.json"
 FINGERPRINT_NAME = "source.json"
@@ -68,7 +71,7 @@ def _holder(fd: int) -> dict[str, Any]:
     try:
         d = json.loads(os.pread(fd, 4096, 0).decode())
         return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return {}
 
 
@@ -164,14 +167,26 @@ def _refuse(out: Path, what: str, why: str) -> OutputError:
                        f"or --force to start over")
 
 
-def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any], spec: DatasetSpec) -> bool:
+def _damaged(out: Path, problems: list[Problem]) -> OutputError:
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return OutputError(problems[0].where, f"{problems[0].what}{more}: the finished conversion in {out} is damaged "
+                       f"(`datakit verify {out}` lists every problem); --force converts again")
+
+
+def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any], spec: DatasetSpec,
+                shard_size: Callable[[str], int | None] | None = None) -> bool:
     """Check that OUT (claimed and locked) belongs to this conversion; True if it is already
-    complete, else the staging folder is ready (options and fingerprint recorded)."""
+    complete, else the staging folder is ready (options and fingerprint recorded). A finished OUT
+    is complete only if it passes the cheap checks (`verify/quick.py`: index files against
+    checksums.json, each shard's size, by `shard_size(name)`, default a stat in OUT); damage is
+    refused, naming it. (Redoing a damaged shard in place would rewrite a folder readers trust.)"""
     if is_finished(out):
         try:
             idx = load_index(out)
         except Exception as e:
             raise OutputError(out / MANIFEST_NAME, f"unreadable index ({e})") from None
+        if problems := checksum_problems(out):  # before the options: those of an edited index mean nothing
+            raise _damaged(out, problems)
         if idx.options != options:
             raise OutputError(out, f"holds a finished conversion made with other options {idx.options}; "
                               f"use a new folder, or --force to start over")
@@ -179,6 +194,8 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
                                fingerprint, spec)
         if why is not None:
             raise _refuse(out, "a finished conversion", why)
+        if problems := shard_size_problems(out, idx, shard_size or (lambda name: file_size(out / name))):
+            raise _damaged(out, problems)
         return True
     staging = out / STAGING
     opt_path, fp_path = staging / OPTIONS_NAME, staging / FINGERPRINT_NAME
@@ -205,7 +222,7 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return None
 
 

@@ -9,9 +9,11 @@ Hugging Face Hub repo id): a local conversion between two local scratch folders.
   is uploaded as soon as it is committed (`remote_publish.ShardStreamer`); at the end the rest is
   published in commit order (`remote_publish.publish`: shards, frames.arrow, index.json,
   checksums.json last) and the local copy is deleted. A remote OUT that holds checksums.json is
-  already complete: its index is downloaded and checked against this source's fingerprint and
-  these options, as a local OUT's is. A remote OUT holding files a conversion does not write is
-  refused; `--force` deletes our own remote files (checksums.json first) and starts over.
+  finished: its index files are downloaded and checked as a local OUT's are (against
+  checksums.json, this source's fingerprint, these options, and each shard's size from one
+  listing); it is already complete, or refused naming the damage. A remote OUT holding files a
+  conversion does not write is refused; `--force` deletes our own remote files (checksums.json
+  first) and starts over.
 
 `<cache>` is `$DATAKIT_CACHE/convert`, else `$XDG_CACHE_HOME/datakit/convert`, else
 `~/.cache/datakit/convert`. One conversion per remote OUT at a time on a machine (a lock on the
@@ -31,7 +33,9 @@ from pathlib import Path
 
 from datakit.convert.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
-from datakit.convert.remote_publish import INDEX_ORDER, ShardStreamer, publish, remote_names, remove_remote
+from datakit.convert.remote_publish import (
+    INDEX_ORDER, ShardStreamer, publish, remote_names, remote_sizes, remove_remote,
+)
 from datakit.convert.remote_source import fetch_source
 from datakit.convert.run import ConvertSummary, convert_local
 from datakit.errors import IndexFileError, OutputError, SourceError
@@ -113,7 +117,8 @@ def _claim_remote(url: str) -> list[str]:
 
 def _finished(url: str, local_src: Path, cfg: ConvertConfig):
     """The index of the finished remote OUT, after the same checks as a finished local OUT
-    (same options, same source fingerprint); OutputError naming the URL otherwise."""
+    (index files against checksums.json, same options, same source fingerprint, each shard's
+    size); OutputError naming the URL otherwise."""
     from datakit.convert.fingerprint import source_fingerprint
     from datakit.sources import scan
 
@@ -125,8 +130,9 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
                 download(join(url, name), Path(tmp) / name)
             except FileNotFoundError:
                 pass  # named by load_index below
+        sizes = remote_sizes(url)  # the shards' sizes, from one listing (not one HEAD per shard)
         try:
-            open_output(Path(tmp), cfg.output_options(), fingerprint, spec)
+            open_output(Path(tmp), cfg.output_options(), fingerprint, spec, shard_size=sizes.get)
             return load_index(Path(tmp))
         except OutputError as e:
             raise _named(e, tmp, url) from None

@@ -40,7 +40,7 @@ def _load_record(path: Path, url: str) -> dict[str, str]:
     """{shard name: sha256 uploaded} for `url` (empty when absent, unreadable or for another URL)."""
     try:
         d = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to parse
         return {}
     if not isinstance(d, dict) or d.get("url") != url or not isinstance(d.get("shards"), dict):
         return {}
@@ -51,20 +51,29 @@ def _save_record(path: Path, url: str, shards: dict[str, str]) -> None:
     write_atomic(path, json.dumps({"url": url, "shards": shards}, sort_keys=True).encode())
 
 
-def remote_names(url: str, *, storage_options: dict[str, Any] | None = None,
-                 policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
-    """Names directly under `url` (files and 'folders'), [] when nothing is there."""
+def remote_sizes(url: str, *, storage_options: dict[str, Any] | None = None,
+                 policy: RetryPolicy = DEFAULT_RETRY) -> dict[str, int]:
+    """{name: size} of what is directly under `url` (files, and 'folders' as size 0), from one
+    fresh listing; {} when nothing is there."""
     fs, base = filesystem(url, storage_options)
     base = base.rstrip("/")
 
-    def ls() -> list[str]:
+    def ls() -> dict[str, int]:
         fs.invalidate_cache()
         try:
-            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False) if p.rstrip("/") != base)
+            entries = fs.ls(base, detail=True)
         except FileNotFoundError:
-            return []
+            return {}
+        return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+                for e in entries if e["name"].rstrip("/") != base}
 
     return with_retries(ls, url, "listing", policy)
+
+
+def remote_names(url: str, *, storage_options: dict[str, Any] | None = None,
+                 policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
+    """Names directly under `url` (files and 'folders'), [] when nothing is there."""
+    return sorted(remote_sizes(url, storage_options=storage_options, policy=policy))
 
 
 def remove_remote(url: str, names: list[str], *, storage_options: dict[str, Any] | None = None,
@@ -169,7 +178,7 @@ class ShardStreamer:
                     continue
                 d = json.loads(journal.read_text())
                 name, sha, size, placed = d["name"], d["sha256"], d["bytes"], d["placed"]
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 continue
             self._seen.add(journal.name)
             path = self.local_out / str(name)

@@ -18,6 +18,7 @@ from typing import Callable
 from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import Journal, PlacedEpisode, SkippedEpisode, journal_path, write_journal
 from datakit.convert.episode import EpisodeResult, convert_episode
+from datakit.durable import discard
 from datakit.errors import OutputError, output_error
 from datakit.shards.index import SHARD_PATTERN
 from datakit.shards.writer import ShardFile
@@ -62,7 +63,7 @@ class OutputShard(ShardFile):
                 self.f.close()
             except OSError:
                 pass
-            self.tmp.unlink(missing_ok=True)
+            discard(self.tmp)
             raise output_error(self.path, e) from e
 
     def abort(self) -> None:
@@ -70,7 +71,7 @@ class OutputShard(ShardFile):
         try:
             super().abort()
         except OSError:
-            self.tmp.unlink(missing_ok=True)
+            discard(self.tmp)
 
 
 def _placed(res: EpisodeResult, shard: int) -> PlacedEpisode:

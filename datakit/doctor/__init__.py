@@ -14,8 +14,9 @@ Kinds of finding (severity "error": convert rejects it; "warning": convert accep
 silently hurts training). Metadata and table invariants come from `datakit.sources.checks`, the
 same functions convert applies:
 - metadata: `metadata` (scan failed), `empty_dataset`, `duplicate_episode`, `bad_episode_index`,
-  `bad_length`, `bad_video_range`, `overlapping_video_range`, `episode_count`, `episode_gap`,
-  `unsafe_camera_name`
+  `bad_length`, `bad_video_range`, `overlapping_video_range`, `video_range_off_grid` (a v3.0
+  from_timestamp between frames), `shared_video` (two episodes claim one whole video file),
+  `episode_count`, `episode_gap`, `unsafe_camera_name` (also: too long for a tar member name)
 - files: `missing_file` (table or video), `table` (table unreadable or inconsistent)
 - table values: `length_mismatch`, `frame_index`, `timestamp` (backwards or not finite),
   `timestamp_gap` (off the fps grid), `task_index`, `vector_width`, `nonfinite` (NaN/inf/float32

@@ -15,7 +15,9 @@ from pathlib import Path
 from datakit.doctor.audit import audit_dataset
 from datakit.doctor.report import print_report, write_json
 from datakit.errors import DatakitError
+from datakit.flag_types import names_of, positive
 from datakit.machine import available_cpus
+from datakit.sources.checks import FINDING_KINDS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -30,13 +32,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
         epilog="Exit code 0: no findings; 1: findings; 2: SRC is not a usable dataset folder.")
     p.add_argument("src", type=Path, help="source dataset folder")
     p.add_argument("--format", choices=["auto", "lerobot", "droid"], default="auto", help="source format (default auto)")
-    p.add_argument("--workers", type=int, default=None, help="parallel episode workers (default: all cores)")
+    p.add_argument("--workers", type=positive(int), default=None, help="parallel episode workers (default: all cores)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE ('-': stdout, "
                                                   "and the table goes to stderr)")
-    p.add_argument("--frozen-seconds", type=float, default=2.0,
+    p.add_argument("--frozen-seconds", type=positive(float), default=2.0,
                    help="report a camera showing identical frames for at least this long (default %(default)s)")
     p.add_argument("--ignore", action="append", default=[], metavar="KIND",
-                   help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera)")
+                   type=names_of(FINDING_KINDS, "finding kind"),
+                   help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
+                        "are listed in `python -m pydoc datakit.doctor`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -44,9 +48,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the audit for parsed arguments; print the table (and JSON); return the exit code."""
     workers = args.workers if args.workers is not None else available_cpus()
-    ignore = {k.strip() for item in args.ignore for k in item.split(",") if k.strip()}
+    ignore = {k for kinds in args.ignore for k in kinds}
     try:
-        report = audit_dataset(args.src, fmt=args.format, workers=max(1, workers),
+        report = audit_dataset(args.src, fmt=args.format, workers=workers,
                                frozen_seconds=args.frozen_seconds, progress=not args.no_progress)
     except DatakitError as e:
         print(f"datakit doctor: error: {e}", file=sys.stderr)

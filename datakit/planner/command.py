@@ -19,10 +19,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from datakit.flag_types import positive
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.planner.measure import Bandwidth, measure_bandwidth
 from datakit.planner.model import ThroughputPlan, plan_throughput
-from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
+from datakit.verify.quick import check_index_files
 
 PRESETS = {"default": LoaderConfig, "pi05": pi05_config, "dreamzero": dreamzero_config}
 
@@ -43,9 +45,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        description="Read an index (local folder or fsspec URL) and a loader config, and print what "
                                    "a target training throughput needs from storage, the shard cache and the bus.")
     p.add_argument("out", help="converted folder or URL (s3://..., gs://...)")
-    p.add_argument("--samples-per-s", type=float, required=True, help="target samples per second, all ranks together")
-    p.add_argument("--ranks", type=int, default=1, help="training ranks (GPUs) in all (default 1)")
-    p.add_argument("--ranks-per-node", type=int, default=8, help="ranks per node sharing one cache (default 8)")
+    p.add_argument("--samples-per-s", type=positive(float), required=True,
+                   help="target samples per second, all ranks together")
+    p.add_argument("--ranks", type=positive(int), default=1, help="training ranks (GPUs) in all (default 1)")
+    p.add_argument("--ranks-per-node", type=positive(int), default=8,
+                   help="ranks per node sharing one cache (default 8)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="loader config preset")
     p.add_argument("--batch-size", type=int, help="samples per rank per step (default: the preset's)")
     p.add_argument("--frame-offsets", type=_offsets, help="frame offsets per camera, e.g. -8,-4,0")
@@ -55,11 +59,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, help="anchors per block in shard_block order")
     p.add_argument("--boundary", choices=["pad", "skip"], help="episode ends: pad or skip")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-bytes", type=_size, help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
+    p.add_argument("--cache-bytes", type=positive(_size),
+                   help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
     p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth "
                                                           "on the shards (local folders only)")
-    p.add_argument("--measure-bytes", type=_size, default=1 << 30, help="bytes read by --measure (default 1GiB)")
-    p.add_argument("--h2d-gbps", type=float, help="host-to-device GB/s of one GPU, to say whether the bus waits")
+    p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30,
+                   help="bytes read by --measure (default 1GiB)")
+    p.add_argument("--h2d-gbps", type=positive(float),
+                   help="host-to-device GB/s of one GPU, to say whether the bus waits")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 
@@ -81,7 +88,7 @@ def _local_index(out: str, scratch: Path) -> Path:
     from datakit.storage.transfer import download
     from datakit.storage.urls import join, resolve
 
-    for name in (MANIFEST_NAME, FRAMES_NAME):
+    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):
         download(join(resolve(out), name), scratch / name)
     return scratch
 
@@ -159,6 +166,7 @@ def run(args) -> int:
     cfg = loader_config(args)
     with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
         folder = _local_index(args.out, Path(scratch))
+        check_index_files(folder, None if folder == Path(args.out) else args.out)  # never plan from an edited index
         index, frames = load_index(folder), load_frames(folder)
         plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
                                ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)

@@ -122,6 +122,8 @@ class ShardIndex:
             raise IndexFileError(path, f"not valid JSON ({e})") from None
         except _NotStrict as e:
             raise IndexFileError(path, f"holds {e}, which is not strict JSON") from None
+        except RecursionError:
+            raise IndexFileError(path, "not valid JSON (nested too deeply to parse)") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise IndexFileError(path, f"not a {FORMAT_NAME} index (format={got!r})")

@@ -4,8 +4,8 @@
 `datakit doctor` calls the same functions to report all of them. Two levels:
 
 - `check_dataset(spec)`: planning-time invariants over the scanned metadata (camera names that
-  would make unsafe tar members, no episodes, duplicated episodes, bad lengths, negative or
-  overlapping v3.0 video time ranges, episode count vs the declared total).
+  would make unsafe or too long tar members, no episodes, duplicated episodes, bad lengths,
+  negative or overlapping v3.0 video time ranges, episode count vs the declared total).
 - `check_episode_table(spec, ref, table)`: per-episode values (frame_index 0..n-1, timestamps
   going backwards, NaN/inf or float32-overflowing state/action, vector widths, task_index range).
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datakit.errors import SourceError
+from datakit.shards.index import FRAME_KEY
 from datakit.sources.episode import DatasetSpec, EpisodeRef, EpisodeTable
 
 ERROR = "error"  # convert rejects it
@@ -37,18 +38,38 @@ RANGE_SLACK_FRAMES = 0.5
 OFF_GRID_FRAMES = 0.25
 # fields of every sample besides the cameras (shards/writer.py): a camera may not take their names
 RESERVED_MEMBER_FIELDS = ("state", "action", "json")
+# a USTAR header (shards/writer.py) holds a member name split at a '/' into a 155-byte prefix and a
+# 100-byte name: `<frame:06d>.<camera>.npy` must fit the 100 (frame numbers up to 999999)
+USTAR_NAME_BYTES = 100
+CAMERA_NAME_BYTES = USTAR_NAME_BYTES - len(FRAME_KEY.format(episode=0, frame=0).rsplit("/", 1)[-1] + "." + ".npy")
+
+
+# every kind of Finding, from these checks and from `datakit doctor` (its docstring says what each
+# means); `doctor --ignore` takes only these, so a typo is refused instead of filtering nothing
+FINDING_KINDS = (
+    "metadata", "empty_dataset", "duplicate_episode", "bad_episode_index", "bad_length", "bad_video_range",
+    "overlapping_video_range", "video_range_off_grid", "shared_video", "episode_count", "episode_gap",
+    "unsafe_camera_name", "missing_file", "table", "length_mismatch", "frame_index", "timestamp", "timestamp_gap",
+    "task_index", "vector_width", "nonfinite", "video_unreadable", "video_fps", "video_size", "video_decode_error",
+    "video_corrupt_frame", "video_frame_count", "video_timestamps", "image_unreadable", "image_size",
+    "blank_camera", "frozen_camera", "constant_column", "unused_task", "duplicate_episode_content", "audit_failed",
+)
 
 
 @dataclass(frozen=True)
 class Finding:
     """One defect of a source: what kind, which file, a one-line message, where in the data."""
 
-    kind: str
+    kind: str  # one of FINDING_KINDS
     path: str
     message: str
     episode: int | None = None
     frame: int | None = None
     severity: str = ERROR  # "error" = convert rejects it, "warning" = silently hurts training
+
+    def __post_init__(self) -> None:
+        if self.kind not in FINDING_KINDS:  # register a new kind above, or --ignore refuses it
+            raise ValueError(f"unregistered finding kind {self.kind!r}")
 
 
 def finding_from_error(err: SourceError, kind: str, episode: int | None = None) -> Finding:
@@ -87,13 +108,25 @@ def member_name_problem(name: object) -> str | None:
     return None
 
 
+def camera_name_problem(name: object) -> str | None:
+    """Why a camera name cannot be part of every tar member name `<episode>/<frame>.<name>.npy`
+    the shard writer makes (USTAR headers), or None if it can: `member_name_problem`, and the
+    length: ustar keeps the part after the key's '/' in USTAR_NAME_BYTES bytes."""
+    if problem := member_name_problem(name):
+        return f"{problem}: it would give a tar member outside its sample"
+    size = len(name.encode("utf-8"))  # member_name_problem: a str
+    if size > CAMERA_NAME_BYTES:
+        return (f"is {size} bytes long: a tar member name ('<frame>.<camera>.npy', ustar) holds "
+                f"{USTAR_NAME_BYTES} bytes, which leaves at most {CAMERA_NAME_BYTES} for the camera name")
+    return None
+
+
 def _camera_findings(spec: DatasetSpec, where: str) -> list[Finding]:
     out = []
     for cam in spec.cameras:
-        problem = member_name_problem(cam)
+        problem = camera_name_problem(cam)
         if problem:
-            out.append(Finding("unsafe_camera_name", where,
-                               f"camera name {cam!r} {problem}: it would give a tar member outside its sample"))
+            out.append(Finding("unsafe_camera_name", where, f"camera name {cam!r} {problem}"))
     return out
 
 
@@ -275,5 +308,6 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
     return out
 
 
-__all__ = ["ERROR", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset", "check_episode_table",
-           "finding_from_error", "member_name_problem", "raise_first_error"]
+__all__ = ["ERROR", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset",
+           "check_episode_table", "camera_name_problem", "finding_from_error", "member_name_problem",
+           "raise_first_error"]

@@ -24,6 +24,8 @@ def _metadata(path: Path) -> dict:
         meta = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise SourceError(path, f"unreadable metadata json: {e}") from None
+    except RecursionError:  # valid JSON, but nested deeper than the parser recurses
+        raise SourceError(path, "unreadable metadata json: nested too deeply to parse") from None
     if not isinstance(meta, dict):
         raise SourceError(path, "metadata is not a json object")
     return meta

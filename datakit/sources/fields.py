@@ -18,20 +18,41 @@ def read_json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise SourceError(path, f"unreadable json: {e}") from None
+    except RecursionError:  # valid JSON, but nested deeper than the parser recurses
+        raise SourceError(path, "unreadable json: nested too deeply to parse") from None
+
+
+def _json_line(line: bytes) -> object:
+    """One jsonl line parsed; ValueError saying what is wrong with it (position within the line)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:  # its own "line 1 column c" counts within the line: keep the column
+        raise ValueError(f"column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """The json objects of a jsonl file, one per non-empty line; a missing file, invalid json or a
-    line that is not an object is a SourceError."""
+    line that is not an object is a SourceError naming the line (counting blank lines, as an
+    editor does)."""
     if not path.is_file():
         raise SourceError(path, f"missing {path.parent.name}/{path.name}")
     try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as e:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
         raise SourceError(path, f"unreadable jsonl: {e}") from None
-    for i, row in enumerate(rows):
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = _json_line(line)
+        except ValueError as e:  # UnicodeDecodeError included
+            raise SourceError(path, f"unreadable jsonl: line {n}: {e}") from None
         if not isinstance(row, dict):
-            raise SourceError(path, f"line {i + 1} is not a json object")
+            raise SourceError(path, f"line {n} is not a json object")
+        rows.append(row)
     return rows
 
 

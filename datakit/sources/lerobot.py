@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from datakit import source_paths
 from datakit.errors import SourceError
-from datakit.sources.checks import member_name_problem
+from datakit.sources.checks import camera_name_problem
 from datakit.sources.columns import image_bytes, scalar_column, vector_column
 from datakit.sources.fields import float_field, format_path, int_field, read_json, read_jsonl, read_parquet
 from datakit.sources.episode import CameraSpec, DatasetSpec, EpisodeRef, EpisodeTable, VideoSlice, task_text
@@ -73,9 +73,8 @@ def scan_lerobot(root: Path) -> DatasetSpec:
     cameras = {name: CameraSpec(name, *_camera_hw(name, ft, info_path), storage=ft["dtype"])
                for name, ft in features.items() if ft.get("dtype") in ("video", "image")}
     for name in cameras:  # before any path is built from it
-        if problem := member_name_problem(name):
-            raise SourceError(info_path, f"camera name {name!r} {problem}: it would give a tar member "
-                                         f"outside its sample")
+        if problem := camera_name_problem(name):
+            raise SourceError(info_path, f"camera name {name!r} {problem}")
     for key in (source_paths.LEROBOT_STATE_KEY, source_paths.LEROBOT_ACTION_KEY):
         if key not in features:
             raise SourceError(info_path, f"no {key!r} feature")

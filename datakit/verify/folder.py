@@ -6,7 +6,8 @@ In order:
    state value, offset or manifest field fails here first;
 2. index.json is checked field by field (`shards/manifest_check.py`): types, shard and camera
    names, frame_shape against the layout and size, frame_bytes = prod(frame_shape), shard row
-   and episode ranges tiling the table, episode rows inside their shard, totals;
+   and episode ranges tiling the table, episode rows inside their shard, totals; and it must
+   hold at least one episode;
 3. frames.arrow row by row against the manifest (`shards/frames_check.py`): each row's episode,
    frame, shard and task, and every offset either -1 or inside its shard;
 4. each shard: size (`durable.check_size`), sha256, every indexed offset against the tar
@@ -67,6 +68,8 @@ def checksum_problems(out: Path) -> list[Problem]:
         return [Problem(str(path), "missing: the conversion did not finish (or the file was removed)")]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [Problem(str(path), f"unreadable ({type(e).__name__}: {e})")]
+    except RecursionError:
+        return [Problem(str(path), "unreadable (JSON nested too deeply to parse)")]
     problems = []
     for name, digest in want.items():
         if not (out / name).exists():
@@ -166,6 +169,8 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     index = load_index(out, manifest_problems)
     rep.frames = index.num_frames
     rep.problems += manifest_problems
+    if not index.episodes:  # what an earlier datakit wrote when every episode was skipped
+        rep.problems.append(Problem(str(out / MANIFEST_NAME), "holds no episode: nothing for a reader to read"))
     frames = load_frames(out)
     try:
         check_frames_schema(frames, index, out / FRAMES_NAME)

@@ -1,0 +1,46 @@
+"""argparse `type=` functions that refuse an absurd value while the command line is parsed, so the
+error names the flag (`datakit plan: error: argument --h2d-gbps: must be a finite number > 0, got
+'0'`, exit 2) instead of a ZeroDivisionError, or a plan printed from nonsense with exit 0.
+
+    p.add_argument("--h2d-gbps", type=positive(float))
+    p.add_argument("--ignore", type=names_of(FINDING_KINDS, "finding kind"), action="append")
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
+
+
+def positive(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """`parse` (int, float, a size parser), then refuse anything but a finite number > 0."""
+
+    def check(text: str) -> T:
+        try:
+            value = parse(text)
+        except (ValueError, OverflowError):  # OverflowError: int(float("inf")) in a size parser
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+        return value
+
+    check.__name__ = f"positive {getattr(parse, '__name__', 'number')}"
+    return check
+
+
+def names_of(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
+    """A comma list of names, each one of `allowed` (a typo would otherwise match nothing, silently)."""
+    known = sorted(set(allowed))
+
+    def check(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})")
+        return names
+
+    check.__name__ = f"{what} list"
+    return check
