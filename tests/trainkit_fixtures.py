@@ -31,7 +31,7 @@ NAN_ACTION_ANCHORS = set(range(sum(LENGTHS[:NAN_EPISODE]), NAN_ROW + 1))
 def _converted(root: Path, column: str, value: float) -> Path:
     import pyarrow.parquet as pq
 
-    from datakit.config import ConvertConfig
+    from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
     from datakit.synth.damage import set_table_values
