@@ -1,19 +1,26 @@
 """Lent host batches (`datakit.loader.loans`, `LoaderConfig.lend_batches`): the bytes are right,
-a batch stays intact for as long as any part of it is held, and `lend_batches=False` copies.
+a batch stays intact for as long as any part of it is held, and `lend_batches=False` copies; on a
+GPU, the device path copies straight from the registered ring (`register_ring`) and is exact.
 
 Oracles: the shard files read with numpy at the byte offsets of the index's frames table (no
 loader code), and the workers' ring itself (its address range) for whether a batch was lent.
+GPU tests carry `@pytest.mark.gpu` and skip when CUDA is absent.
 """
 import numpy as np
 import pytest
 import torch
 
 from datakit.loader import LoaderConfig, ShardLoader
+from datakit.loader import gpu_batch
 from datakit.loader import loader as loader_mod
+from datakit.loader.gpu_batch import PinnedRing, pin_host
 from datakit.loader.loans import HostRing, Loans
 from datakit.loader.shm_pool import BufferPool
 from datakit.shards.index import OFFSET_PREFIX, load_frames, load_index
 from test_loader_fixtures import CAMS, shards_rgb  # noqa: F401
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 class ShardBytes:
@@ -127,3 +134,45 @@ def test_the_plain_loop_copies_nothing_and_lend_batches_false_copies_every_batch
             flags.append(in_ring(b["images"]))
             oracle.check(b)
         assert flags == [lend] * len(flags), lend
+
+
+# --- the device path ------------------------------------------------------------------------
+@pytest.mark.gpu
+@cuda
+def test_pin_host_page_locks_shared_memory_and_unpin_lets_go():
+    pool = BufferPool(num_workers=1, buffers=2, buffer_bytes=1 << 20)
+    assert not pool.buf.is_pinned()
+    unpin = pin_host(pool.buf, "LoaderConfig.register_ring")
+    assert pool.buf.is_pinned() and pool.view(0, 1, (64, 8)).is_pinned()
+    unpin()
+    assert not pool.buf.is_pinned()
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("workers,register,in_place", [(2, True, True), (2, False, False), (0, True, True)])
+def test_device_batches_equal_the_shard_bytes_and_images_skip_staging_when_pinned(shards_rgb, monkeypatch,
+                                                                               workers, register, in_place):
+    """Three epochs through the device path (the ring cycles many times). Normalised with mean 0,
+    std 1 in float32, x * 255 gives back the exact bytes."""
+    passed = []
+
+    class Spy(PinnedRing):
+        def stage(self, batch):
+            out, n = super().stage(batch)
+            passed.append(out["images"] is batch["images"])  # used in place, not copied into staging
+            return out, n
+    monkeypatch.setattr(gpu_batch, "PinnedRing", Spy)
+    cfg = LoaderConfig(batch_size=8, seed=3, num_workers=workers, register_ring=register, image_dtype="float32",
+                       image_mean=(0.0, 0.0, 0.0), image_std=(1.0, 1.0, 1.0))
+    loader = ShardLoader(shards_rgb, cfg)
+    steps = 3 * loader.sampler.steps_per_epoch
+    oracle = ShardBytes(shards_rgb)
+    n = 0
+    for b in loader.device_batches("cuda", steps=steps):
+        assert b["images"].is_cuda
+        u8 = (b["images"] * 255).round().to(torch.uint8).permute(0, 1, 2, 4, 5, 3).cpu()  # (B,K,T,H,W,3)
+        oracle.check({"images": u8, "row": b["row"].cpu(), "slot_index": b["slot_index"].cpu()})
+        n += 1
+    assert n == steps and loader.state_dict()["epoch"] == 3
+    assert passed and set(passed) == {in_place}

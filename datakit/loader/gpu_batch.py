@@ -140,17 +140,21 @@ class DeviceBatcher:
 
     def _cuda(self, host_batches: Iterable[HostBatch], on_take: OnTake | None) -> Iterator[HostBatch]:
         """A feeder thread stages into pinned memory, launches the copy and the normalisation
-        on its own stream; the training thread's `next()` only takes a finished batch and
-        makes its stream wait on the batch's event.
+        on its own stream and marks the outputs as used by the training stream; the training
+        thread's `next()` only takes a finished batch and makes its stream wait on its event.
 
         The feeder holds `depth` credits and gets one back only when a batch is handed over,
         as the last thing `next()` does: the feeder's Python work (unpickling from workers,
         staging, launching) then runs during the training step instead of competing for the
-        GIL inside `next()`. Every torch call of `next()` (each lets go of the GIL) comes before."""
+        GIL inside `next()`. A torch call lets go of the GIL, and a feeder woken by then would
+        keep it for a stretch of its Python; so `next()` makes its one torch call (the wait on
+        the event) before the credit, and hands the loader its bookkeeping as Python ints."""
         ready: queue.Queue = queue.Queue()
         credits = threading.Semaphore(self.depth)
         stop = threading.Event()
-        feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, credits, stop), daemon=True)
+        consumer = torch.cuda.current_stream(self.device)  # the feeder marks the batches used by it
+        feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, credits, stop, consumer),
+                                  daemon=True)
         feeder.start()
         try:
             while True:
@@ -162,9 +166,8 @@ class DeviceBatcher:
                 batch, ev, meta = item
                 stream = torch.cuda.current_stream(self.device)
                 stream.wait_event(ev)
-                for v in batch.values():
-                    if v.is_cuda:
-                        v.record_stream(stream)  # the caching allocator must not recycle it under this step
+                if stream != consumer:  # the caller switched streams: the feeder marked the other one
+                    _record(batch, stream)
                 if on_take is not None:
                     on_take(*meta)
                 credits.release()
@@ -175,7 +178,7 @@ class DeviceBatcher:
             feeder.join(timeout=5.0)
 
     def _feed(self, it: Iterator[HostBatch], ready: queue.Queue, credits: threading.Semaphore,
-              stop: threading.Event) -> None:
+              stop: threading.Event, consumer: torch.cuda.Stream) -> None:
         ring = None
         try:
             torch.cuda.set_device(self.device)
@@ -191,7 +194,7 @@ class DeviceBatcher:
                 if hb is None:
                     ready.put(_END)
                     return
-                ready.put(self._launch(hb, ring, copy_stream))
+                ready.put(self._launch(hb, ring, copy_stream, consumer))
                 del hb  # the ring holds what a copy still reads; the rest may go back now
         except BaseException as err:  # surfaced in the training thread
             ready.put(err)
@@ -199,9 +202,10 @@ class DeviceBatcher:
             if ring is not None:
                 ring.drain()  # no copy may still read a buffer once the host stream lets go of it
 
-    def _launch(self, hb: HostBatch, ring: PinnedRing | None,
-                copy_stream: torch.cuda.Stream) -> tuple[HostBatch, torch.cuda.Event, tuple[int, ...]]:
-        """Stage, copy and normalise one batch on `copy_stream`; (device batch, its event, host ints)."""
+    def _launch(self, hb: HostBatch, ring: PinnedRing | None, copy_stream: torch.cuda.Stream,
+                consumer: torch.cuda.Stream) -> tuple[HostBatch, torch.cuda.Event, tuple[int, ...]]:
+        """Stage, copy and normalise one batch on `copy_stream`, its outputs marked as used by
+        `consumer`; returns (device batch, its event, host ints)."""
         meta = {k: hb[k] for k in HOST_KEYS if k in hb}  # stay on the host: no sync to read them
         dev_keys = {k: v for k, v in hb.items() if k not in meta}
         src, buffer_set = ring.stage(dev_keys) if ring is not None else (dev_keys, -1)
@@ -210,6 +214,7 @@ class DeviceBatcher:
             out = self.normaliser(dev, epoch=_int(hb, "epoch"), step=_int(hb, "step"))
             ev = torch.cuda.Event()
             ev.record(copy_stream)
+        _record(out, consumer)
         if ring is not None:
             ring.release(buffer_set, ev)
         return {**out, **meta}, ev, tuple(_int(hb, k) for k in HOST_KEYS)
@@ -217,6 +222,14 @@ class DeviceBatcher:
 
 HOST_KEYS = ("epoch", "step", "num_skipped")
 _END = object()
+
+
+def _record(batch: HostBatch, stream: torch.cuda.Stream) -> None:
+    """The caching allocator must not recycle a batch's memory under work queued on `stream`
+    (the tensors were allocated on the copy stream)."""
+    for v in batch.values():
+        if v.is_cuda:
+            v.record_stream(stream)
 
 
 def _int(batch: HostBatch, key: str) -> int:
