@@ -133,13 +133,19 @@ def data_wait(fixture: Path, workers: int, target_ms: float, steps: int, variant
 
 def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
     """What the training thread's `next()` is made of (workers 2, 30 ms steps): perf_counter
-    around the parts it calls - the queue of finished batches, the stream's wait on the batch's
-    event, the loader's bookkeeping (`_delivered` in older checkouts, `_took` now) - and the rest
-    (generator hops, and the GIL when another thread holds it)."""
+    around the parts it calls - the queue of finished batches, a stream's wait on the batch's
+    event, the loader's bookkeeping (`_delivered` in older checkouts, `_took` now) - the garbage
+    collector's passes inside it, and the rest (generator hops, the GIL held by another thread).
+    Beside it, how long the feeder thread works per batch (the host stream's `next()`, and the
+    launch where the loader has one) and how much of that falls inside the training thread's
+    `next()` windows."""
+    import gc
     from datakit.loader import gpu_batch, loader as loader_mod
 
     main = threading.get_ident()
     parts: dict[str, float] = {}
+    feeder: list[tuple[str, float, float]] = []  # (what, start, end) in the feeder thread
+    state = {"in_next": False, "gc_t0": 0.0}
 
     def timed(name, fn):
         def wrapper(*a, **kw):
@@ -152,45 +158,91 @@ def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
                 parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
+    def feeder_timed(name, fn):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if threading.get_ident() != main:
+                    feeder.append((name, t, time.perf_counter()))
+        return wrapper
+
+    def on_gc(phase, info):
+        if threading.get_ident() == main and state["in_next"]:
+            if phase == "start":
+                state["gc_t0"] = time.perf_counter()
+            else:
+                parts["gc"] = parts.get("gc", 0.0) + time.perf_counter() - state["gc_t0"]
+
     class TimedQueue(queue.Queue):
         get = timed("ready.get", queue.Queue.get)
 
-    saved = (gpu_batch.queue, torch.cuda.Stream.wait_event)
-    gpu_batch.queue = types.SimpleNamespace(Queue=TimedQueue)
+    class TimedSimpleQueue(queue.SimpleQueue):
+        get = timed("ready.get", queue.SimpleQueue.get)
+
+    def timed_stream(orig):
+        def _stream(self, *a, **kw):
+            it = orig(self, *a, **kw)
+            nxt = feeder_timed("host next()", lambda: next(it, None))
+            while (b := nxt()) is not None:
+                yield b
+        return _stream
+
+    Loader, Batcher = loader_mod.ShardLoader, gpu_batch.DeviceBatcher
+    books = [n for n in ("_delivered", "_took") if hasattr(Loader, n)]
+    saved = [(gpu_batch, "queue", gpu_batch.queue), (torch.cuda.Stream, "wait_event", torch.cuda.Stream.wait_event),
+             (torch.cuda, "current_stream", torch.cuda.current_stream),
+             (Loader, "_stream", Loader._stream), *[(Loader, n, getattr(Loader, n)) for n in books]]
+    if hasattr(Batcher, "_launch"):
+        saved.append((Batcher, "_launch", Batcher._launch))
+        Batcher._launch = feeder_timed("launch", Batcher._launch)
+    gpu_batch.queue = types.SimpleNamespace(Queue=TimedQueue, SimpleQueue=TimedSimpleQueue)
     torch.cuda.Stream.wait_event = timed("stream.wait_event", torch.cuda.Stream.wait_event)
-    books = [n for n in ("_delivered", "_took") if hasattr(loader_mod.ShardLoader, n)]
-    saved_books = {n: getattr(loader_mod.ShardLoader, n) for n in books}
+    torch.cuda.current_stream = timed("cuda.current_stream", torch.cuda.current_stream)
+    Loader._stream = timed_stream(Loader._stream)
     for n in books:
-        setattr(loader_mod.ShardLoader, n, timed(f"ShardLoader.{n}", saved_books[n]))
+        setattr(Loader, n, timed(f"ShardLoader.{n}", getattr(Loader, n)))
+    gc.callbacks.append(on_gc)
     try:
         step = make_step(30.0)
         cfg = pi05_config(batch_size=32, num_workers=2, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
         it = ShardLoader(fixture, cfg).device_batches("cuda")
         for _ in range(5):
             step(next(it))
-        rows = []
+        rows, windows = [], []
         for _ in range(steps):
             parts.clear()
+            state["in_next"] = True
             t0 = time.perf_counter()
             batch = next(it)
-            total = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            state["in_next"] = False
             step(batch)
-            rows.append({**parts, "total": total})
+            rows.append({**parts, "total": t1 - t0})
+            windows.append((t0, t1))
     finally:
-        gpu_batch.queue, torch.cuda.Stream.wait_event = saved
-        for n, fn in saved_books.items():
-            setattr(loader_mod.ShardLoader, n, fn)
-    names = ["total", "ready.get", "stream.wait_event", *[f"ShardLoader.{n}" for n in books]]
+        gc.callbacks.remove(on_gc)
+        for obj, name, val in saved:
+            setattr(obj, name, val)
+    names = ["total", "ready.get", "stream.wait_event", "cuda.current_stream", *[f"ShardLoader.{n}" for n in books],
+             "gc"]
     lines = [f"variant {variant}: next() of the training thread, workers 2, 30 ms steps, {steps} steps (ms)",
              f"  {'part':<24} {'median':>8} {'mean':>8} {'p90':>8} {'max':>8}"]
-    for name in [*names, "rest"]:
-        if name == "rest":
-            vals = sorted(r["total"] - sum(r.get(n, 0.0) for n in names[1:]) for r in rows)
-        else:
-            vals = sorted(r.get(name, 0.0) for r in rows)
-        ms = [1e3 * v for v in vals]
+
+    def stats(name, vals):
+        ms = sorted(1e3 * v for v in vals)
         lines.append(f"  {name:<24} {statistics.median(ms):8.3f} {statistics.fmean(ms):8.3f} "
                      f"{ms[int(0.9 * len(ms))]:8.3f} {ms[-1]:8.3f}")
+    for name in names:
+        stats(name, [r.get(name, 0.0) for r in rows])
+    stats("rest", [r["total"] - sum(r.get(n, 0.0) for n in names[1:]) for r in rows])
+    lines.append("  feeder thread, per batch:")
+    for what in sorted({w for w, _, _ in feeder}):
+        stats(what, [b - a for w, a, b in feeder if w == what])
+    overlap = [sum(max(0.0, min(b, w1) - max(a, w0)) for _, a, b in feeder) for w0, w1 in windows]
+    stats("feeder busy in next()", overlap)
+    lines.append(f"  next() windows with the feeder busy: {sum(o > 0 for o in overlap)} of {len(windows)}")
     return "\n".join(lines)
 
 
