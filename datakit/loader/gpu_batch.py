@@ -8,9 +8,9 @@ straight from where the workers read them. Every other tensor (and the images of
 not registered) is staged into one of a few reused pinned buffers (`PinnedRing`). A source is
 held, and a staging buffer reused, only until the event recorded behind its copy has fired.
 Device side: copies run on their own stream, issued by a feeder thread together with the
-staging and the normalisation; the feeder waits for them and hands over only finished batches,
-so with depth 2 the next batches are already on the device while the current step computes,
-and the training thread's `next()` makes no CUDA call. Without CUDA the same iterator normalises on the CPU, so tests exercise the same code.
+staging and the normalisation; the training stream waits on the copy's event only when it takes
+the batch, so with depth 2 the next batches are already on the device while the current step
+computes. Without CUDA the same iterator normalises on the CPU, so tests exercise the same code.
 """
 from __future__ import annotations
 
@@ -130,33 +130,27 @@ class DeviceBatcher:
         in the caller's thread as each batch is handed over (the loader's bookkeeping, with
         Python ints: reading a tensor there would let the feeder thread take the GIL)."""
         if self.device.type != "cuda":
-            return self._cpu(host_batches, on_take)
-        return self._cuda(host_batches, on_take)
-
-    def _cpu(self, host_batches: Iterable[HostBatch], on_take: OnTake | None) -> Iterator[HostBatch]:
-        for hb in host_batches:
-            out = self.normaliser(hb, epoch=_int(hb, "epoch"), step=_int(hb, "step"))
-            if on_take is not None:
-                on_take(*(_int(hb, k) for k in HOST_KEYS))
-            yield out
+            for hb in host_batches:
+                out = self.normaliser(hb, epoch=_int(hb, "epoch"), step=_int(hb, "step"))
+                if on_take is not None:
+                    on_take(*(_int(hb, k) for k in HOST_KEYS))
+                yield out
+            return
+        yield from self._cuda(host_batches, on_take)
 
     def _cuda(self, host_batches: Iterable[HostBatch], on_take: OnTake | None) -> Iterator[HostBatch]:
-        """A feeder thread stages into pinned memory, launches the copy and the normalisation on
-        its own stream, marks the outputs as used by the training stream and waits for the copy
-        to finish; the training thread's `next()` only takes a finished batch.
+        """A feeder thread stages into pinned memory, launches the copy and the normalisation
+        on its own stream and marks the outputs as used by the training stream; the training
+        thread's `next()` only takes a finished batch and makes its stream wait on its event.
 
-        The feeder holds `depth` credits and gets one back only when a batch is handed over, as
-        the last thing `next()` does: the feeder's Python work (unpickling from workers, staging,
-        launching) then runs during the training step instead of competing for the GIL inside
-        `next()`. A torch call lets go of the GIL, and a feeder woken by then would keep it for a
-        stretch of its Python; so `next()` makes no torch call after the credit (none at all
-        unless the caller changed streams), hands the loader its bookkeeping as Python ints, and
-        both queues are the C `SimpleQueue`. That took the data wait of a 30 ms step from 2.5%
-        to (bench/results/loader.md)."""
-        ready: queue.SimpleQueue = queue.SimpleQueue()
-        credits: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(self.depth):
-            credits.put(True)
+        The feeder holds `depth` credits and gets one back only when a batch is handed over,
+        as the last thing `next()` does: the feeder's Python work (unpickling from workers,
+        staging, launching) then runs during the training step instead of competing for the
+        GIL inside `next()`. A torch call lets go of the GIL, and a feeder woken by then would
+        keep it for a stretch of its Python; so `next()` makes its one torch call (the wait on
+        the event) before the credit, and hands the loader its bookkeeping as Python ints."""
+        ready: queue.Queue = queue.Queue()
+        credits = threading.Semaphore(self.depth)
         stop = threading.Event()
         consumer = torch.cuda.current_stream(self.device)  # the feeder marks the batches used by it
         feeder = threading.Thread(target=self._feed, args=(iter(host_batches), ready, credits, stop, consumer),
@@ -169,36 +163,39 @@ class DeviceBatcher:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                batch, meta = item
-                if torch.cuda.current_stream(self.device) != consumer:  # the feeder marked another stream
-                    _record(batch, torch.cuda.current_stream(self.device))
+                batch, ev, meta = item
+                stream = torch.cuda.current_stream(self.device)
+                stream.wait_event(ev)
+                if stream != consumer:  # the caller switched streams: the feeder marked the other one
+                    _record(batch, stream)
                 if on_take is not None:
                     on_take(*meta)
-                credits.put(True)
+                credits.release()
                 yield batch
         finally:
             stop.set()
-            credits.put(False)  # wakes a feeder waiting for a credit
+            credits.release()
             feeder.join(timeout=5.0)
 
-    def _feed(self, it: Iterator[HostBatch], ready: queue.SimpleQueue, credits: queue.SimpleQueue,
+    def _feed(self, it: Iterator[HostBatch], ready: queue.Queue, credits: threading.Semaphore,
               stop: threading.Event, consumer: torch.cuda.Stream) -> None:
         ring = None
         try:
             torch.cuda.set_device(self.device)
             copy_stream = torch.cuda.Stream(self.device)
             ring = PinnedRing(self.depth + 1) if self.pin else None
-            while credits.get() and not stop.is_set():
+            while True:
+                credits.acquire()
+                if stop.is_set():
+                    return
                 if ring is not None:
                     ring.drop_copied()  # lent buffers whose copies are done go back before the next read
                 hb = next(it, None)
                 if hb is None:
                     ready.put(_END)
                     return
-                batch, ev, meta = self._launch(hb, ring, copy_stream, consumer)
+                ready.put(self._launch(hb, ring, copy_stream, consumer))
                 del hb  # the ring holds what a copy still reads; the rest may go back now
-                ev.synchronize()  # here, not in the training thread: a batch handed over is complete
-                ready.put((batch, meta))
         except BaseException as err:  # surfaced in the training thread
             ready.put(err)
         finally:

@@ -111,7 +111,7 @@ class ShardLoader:
         host = self._stream(*start, pin=batcher.pin)
         self._host = None  # the batcher owns this stream (it reads ahead)
         # islice: the batch after the last one wanted is never taken, so never counted delivered
-        return islice(batcher(host, on_take=self._took), steps)
+        yield from islice(batcher(host, on_take=self._took), steps)
 
     def _next_host(self) -> dict[str, torch.Tensor]:
         """The batch at the sampler's state, from a DataLoader kept alive while the caller
