@@ -73,7 +73,7 @@ class LoaderConfig:
     # no tensor refers to it (the batch, a slice, a `.numpy()` of it), so a batch stays intact
     # for as long as any part of it is held. A worker's last free buffer is never lent, so
     # keeping every batch falls back to copies. False: every batch is copied into new memory
-    # (2.2x fewer items/s at 480x640 on 2 cores; bench/results/loader.md).
+    # (2.3x fewer items/s at 480x640 with 2 workers on 2 cores; bench/results/loader.md).
     lend_batches: bool = True
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
     # sample is dropped from its batch and counted in `batch["num_skipped"]`. A remote shard
