@@ -15,9 +15,12 @@ Host batches are lent, not copied (`LoaderConfig.lend_batches`, `loans`): `batch
 the buffer the worker read into (without workers, a reused buffer of this process), and that
 buffer is refilled only once no tensor refers to it - the batch, a slice, a `.numpy()` of it. So
 a batch stays intact for as long as you hold any part of it, kept in a list or not; in the plain
-`for batch in loader` loop the buffers cycle and no byte is copied (2.3x the items/s of copying
-at 480x640 with 2 workers on 2 cores, 131% of a one-thread page-cache read; bench/results/loader.md). Holding many batches costs copies, not correctness: a worker's last free buffer is
-never lent. `lend_batches=False` copies every batch into new memory. The sampler's state advances only when a batch reaches the caller,
+`for batch in loader` loop the buffers cycle and no byte is copied (at 480x640 with 2 workers on
+2 cores: 2.3x the items/s of copying, 131% of a one-thread page-cache read; bench/results/loader.md).
+Holding many batches costs copies, not correctness: a worker's last free buffer is never lent.
+`lend_batches=False` copies every batch into new memory.
+
+The sampler's state advances only when a batch reaches the caller,
 so batches prefetched before a checkpoint are produced again after a resume and a run
 resumed at step k sees exactly the batches of an unbroken run from step k on.
 
