@@ -1,15 +1,21 @@
-"""Loader benchmark on the CPU machine: items/s against stock LeRobotDataset, image bytes/s
-against the page-cache read bandwidth, and host-to-device bytes per batch.
+"""Loader benchmark on the CPU machine: image bytes/s of `for batch in ShardLoader(...)` against a
+single-thread page-cache read of the same shards, at native 480x640 and at 224x224; items/s
+against stock LeRobotDataset; host-to-device bytes per batch.
 
-    .venv/bin/python bench/bench_loader.py                    # writes bench/results/loader_cpu.json
+    .venv/bin/python bench/bench_loader.py                 # writes a fresh /tmp/bench_loader/run-<time>/
+    .venv/bin/python bench/bench_loader.py --out DIR       # writes DIR/loader_cpu.json
+    .venv/bin/python bench/bench_loader.py --record        # writes bench/results/loader_cpu.json (the record)
     .venv/bin/python bench/bench_loader.py --device-fixture .loader-fixtures   # data for the GPU run
 
-Both loaders read the same synthetic LeRobot v3.0 dataset (datakit.synth; AV1, 3 cameras at
-224x224, one of them black): LeRobotDataset decodes the mp4s, ours reads the shards that
-`datakit.convert` made of it. Same cameras, resolution, batch size (32), samples (Pi0.5:
-current frame + 50 future actions, padded at episode ends), worker count and cores. Every
-ratio is against a baseline measured in the same run. LeRobot runs in its own Python 3.12
-venv (tools/lerobot_oracle) through a subprocess.
+Data: synthetic LeRobot v3.0 datasets (datakit.synth; AV1, 3 cameras, one of them black),
+converted to rgb shards and cached under --work between runs: 8 episodes x 100 frames at 480x640
+(2.1 GB of shards, 25 batches an epoch) and 12 x 80 at 224x224. The page cache must hold them
+(checked). Samples are Pi0.5-shaped (current frame of 3 slots, the blank one pruned, 50 future
+actions), batch 32, shuffled. Each setting is timed for --seconds in all, split over --rounds
+rounds; every round reads the shards from the page cache first, so each loader number has the
+page-cache read of the same minute beside it (medians over rounds). `copy` is
+`lend_batches=False`: every batch copied into new memory, the loader's behaviour before lending.
+LeRobot runs in its own Python 3.12 venv (tools/lerobot_oracle) through a subprocess.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import argparse
 import json
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -33,58 +40,95 @@ from datakit.shards.index import load_index  # noqa: E402
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
 LEROBOT_PY = Path("/tmp/lerobot-venv/bin/python")
 ORACLE = ROOT / "tools" / "lerobot_oracle" / "lerobot_oracle.py"
+# (name, episodes, frames per episode, height, width)
+DATASETS = (("480x640", 8, 100, 480, 640), ("224x224", 12, 80, 224, 224))
+SETTINGS = (("lent", 2, True), ("copy", 2, False), ("lent", 0, True), ("copy", 0, False))  # (name, workers, lend)
 
 
-def build(work: Path, episodes: int, length: int, size: int, layout: str, rebuild: bool) -> tuple[Path, Path]:
+def build(work: Path, episodes: int, length: int, height: int, width: int, layout: str,
+          rebuild: bool) -> tuple[Path, Path]:
     from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
     from datakit.synth import make_lerobot_dataset
 
     src, out = work / "src", work / f"out-{layout}"
     if rebuild or not (src / "meta" / "info.json").exists():
-        make_lerobot_dataset(src, version="v3.0", episode_lengths=(length,) * episodes, height=size, width=size,
+        make_lerobot_dataset(src, version="v3.0", episode_lengths=(length,) * episodes, height=height, width=width,
                              cameras=CAMS, blank_cameras=(CAMS[2],))
         shutil.rmtree(out, ignore_errors=True)
     if not (out / "index.json").exists():
         convert(src, out, ConvertConfig(workers=available_cpus(), progress=False, layout=layout,
-                                        shard_size=64 << 20))
+                                        shard_size=256 << 20))
     return src, out
 
 
-def page_cache_bandwidth(out: Path, repeats: int = 3) -> float:
-    """Bytes/s of reading every shard once from the page cache (warmed first), 8 MiB reads."""
-    files = [out / s.name for s in load_index(out).shards]
+def check_page_cache(folders: list[Path]) -> None:
+    """Exit 2 unless the shards fit in memory with room to spare: a read from disk is no page-cache read."""
+    need = sum(s.bytes for out in folders for s in load_index(out).shards)
+    avail = next(int(ln.split()[1]) << 10 for ln in open("/proc/meminfo") if ln.startswith("MemAvailable:"))
+    if need * 3 // 2 > avail:
+        sys.exit(f"bench_loader: the shards ({need / 2**30:.1f} GiB) do not fit the page cache "
+                 f"({avail / 2**30:.1f} GiB available); use a machine with more memory")
+
+
+def page_cache_read(out: Path, seconds: float) -> float:
+    """Bytes/s of reading every shard from the page cache, one thread, 8 MiB `readinto`, in
+    whole passes until `seconds` have gone by."""
     buf = bytearray(8 << 20)
-    best = 0.0
-    for r in range(repeats + 1):
-        total, t0 = 0, time.perf_counter()
-        for f in files:
-            with open(f, "rb", buffering=0) as fh:
+    names = [out / s.name for s in load_index(out).shards]
+    total, t0 = 0, time.perf_counter()
+    while total == 0 or time.perf_counter() - t0 < seconds:
+        for name in names:
+            with open(name, "rb", buffering=0) as fh:
                 while n := fh.readinto(buf):
                     total += n
-        if r:  # the first pass only warms the cache
-            best = max(best, total / (time.perf_counter() - t0))
-    return best
+    return total / (time.perf_counter() - t0)
 
 
-def ours(out: Path, workers: int, batches: int, cfg_kw: dict) -> dict:
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, seed=0, **cfg_kw)
+def loader_rate(out: Path, workers: int, lend: bool, seconds: float) -> dict:
+    """`for batch in loader` for `seconds` (after 3 warm-up batches), across epochs."""
+    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, seed=0, lend_batches=lend)
     loader = ShardLoader(out, cfg)
-    items, img_bytes, n = 0, 0, 0
-    t0 = None
-    while n < batches + 3:
+    items = img_bytes = n = 0
+    t0 = end = None
+    while end is None or time.perf_counter() < end:
         for batch in loader:
+            n += 1
             if n == 3:  # the first batches start the workers; not steady state
                 t0 = time.perf_counter()
-            if n >= 3:
+                end = t0 + seconds
+            elif n > 3:
                 items += batch["row"].numel()
                 img_bytes += batch["images"].nbytes
-            n += 1
-            if n >= batches + 3:
+            if end is not None and time.perf_counter() >= end:
                 break
     dt = time.perf_counter() - t0
-    return {"workers": workers, "items": items, "seconds": dt, "items_per_s": items / dt,
-            "image_bytes_per_s": img_bytes / dt, "kept_slots": int(batch["images"].shape[1])}
+    loader.close()
+    return {"items_per_s": items / dt, "image_bytes_per_s": img_bytes / dt, "seconds": dt,
+            "batches": n - 3, "kept_slots": int(batch["images"].shape[1])}
+
+
+def compare(out: Path, seconds: float, rounds: int) -> dict:
+    """Every setting and the page-cache read, interleaved over `rounds` rounds."""
+    page_cache_read(out, 0)  # warm: the first pass may still touch the disk
+    res = {"page_cache_bytes_per_s": [], **{f"{name}_w{w}": [] for name, w, _ in SETTINGS}}
+    for _ in range(rounds):
+        res["page_cache_bytes_per_s"].append(page_cache_read(out, seconds / rounds))
+        for name, w, lend in SETTINGS:
+            res[f"{name}_w{w}"].append(loader_rate(out, w, lend, seconds / rounds))
+    pc = res["page_cache_bytes_per_s"]
+    summary = {"page_cache_bytes_per_s": statistics.median(pc), "page_cache_rounds": pc}
+    for name, w, lend in SETTINGS:
+        runs = res[f"{name}_w{w}"]
+        summary[f"{name}_w{w}"] = {
+            "workers": w, "lend_batches": lend, "seconds": sum(r["seconds"] for r in runs),
+            "items_per_s": statistics.median(r["items_per_s"] for r in runs),
+            "image_bytes_per_s": statistics.median(r["image_bytes_per_s"] for r in runs),
+            # each round against the page-cache read of the same round
+            "fraction_of_page_cache": statistics.median(r["image_bytes_per_s"] / p for r, p in zip(runs, pc)),
+            "rounds": runs,
+        }
+    return summary
 
 
 def lerobot(src: Path, workers: int, batches: int, tmp: Path) -> dict:
@@ -124,7 +168,7 @@ def device_fixture(dest: Path) -> None:
         shutil.rmtree(dest / layout, ignore_errors=True)
         build_test(dest / layout, layout)
         shutil.rmtree(dest / layout / "src")
-    _, out = build(dest / "bench", episodes=4, length=30, size=224, layout="nv12", rebuild=True)
+    _, out = build(dest / "bench", episodes=4, length=30, height=224, width=224, layout="nv12", rebuild=True)
     shutil.rmtree(dest / "bench" / "src")
     total = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"device fixtures in {dest}: {total / 2**20:.1f} MiB")
@@ -132,37 +176,54 @@ def device_fixture(dest: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--work", type=Path, default=Path("/tmp/bench_loader"))
-    p.add_argument("--episodes", type=int, default=12)
-    p.add_argument("--length", type=int, default=80)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batches", type=int, default=40)
+    p.add_argument("--work", type=Path, default=Path("/tmp/bench_loader"), help="datasets are built and cached here")
+    p.add_argument("--seconds", type=float, default=6.0, help="timed seconds per setting, over all rounds")
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--lerobot-batches", type=int, default=8)
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--device-fixture", type=Path, default=None)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "loader_cpu.json")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=None, help="folder for loader_cpu.json (default: a fresh one)")
+    where.add_argument("--record", action="store_true", help="write bench/results/loader_cpu.json")
     args = p.parse_args()
     if args.device_fixture:
         return device_fixture(args.device_fixture)
+    dest = ROOT / "bench" / "results" if args.record else args.out or args.work / time.strftime("run-%Y%m%d-%H%M%S")
 
-    src, out = build(args.work, args.episodes, args.length, 224, "rgb", args.rebuild)
-    info = load_index(out).info()
+    built = {name: build(args.work / name, eps, length, h, w, "rgb", args.rebuild)
+             for name, eps, length, h, w in DATASETS}
+    check_page_cache([out for _, out in built.values()])
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": _machine(), "loadavg_start": _loadavg(), "dataset": {k: info[k] for k in ("num_episodes", "num_frames", "bytes")},
-           "page_cache_bytes_per_s": page_cache_bandwidth(out)}
-    res["ours"] = ours(out, args.workers, args.batches, {})
-    res["ours_single_process"] = ours(out, 0, args.batches, {})
-    res["ours_cpu_normalised"] = _ours_normalised(out, args.workers, args.batches)
-    res["lerobot"] = lerobot(src, args.workers, args.lerobot_batches, args.work)
-    res["h2d_bytes"] = h2d_table(out)
+           "machine": _machine(), "loadavg_start": _loadavg(), "datasets": {}, "loader": {}}
+    for name, (src, out) in built.items():
+        info = load_index(out).info()
+        res["datasets"][name] = {k: info[k] for k in ("num_episodes", "num_frames", "bytes")}
+        res["loader"][name] = compare(out, args.seconds, args.rounds)
+    src224, out224 = built["224x224"]
+    res["ours_cpu_normalised"] = _ours_normalised(out224, 2, 40)
+    res["lerobot"] = lerobot(src224, 2, args.lerobot_batches, args.work)
     if "items_per_s" in res["lerobot"]:
-        res["ratio_items_per_s"] = res["ours"]["items_per_s"] / res["lerobot"]["items_per_s"]
-        res["ratio_cpu_normalised"] = res["ours_cpu_normalised"]["items_per_s"] / res["lerobot"]["items_per_s"]
-    res["bandwidth_fraction"] = res["ours"]["image_bytes_per_s"] / res["page_cache_bytes_per_s"]
+        res["ratio_items_per_s"] = res["loader"]["224x224"]["lent_w2"]["items_per_s"] / res["lerobot"]["items_per_s"]
+    res["h2d_bytes"] = h2d_table(out224)
     res["loadavg_end"] = _loadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "loader_cpu.json").write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
+    print(f"\nwritten: {dest / 'loader_cpu.json'}; load average {res['loadavg_start']} -> {res['loadavg_end']}")
+    print(table(res))
+
+
+def table(res: dict) -> str:
+    """The loader settings beside the page-cache read, per resolution (medians over rounds)."""
+    lines = ["| data | setting | workers | items/s | image GB/s | of page-cache read |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, r in res["loader"].items():
+        lines.append(f"| {name} | page-cache read, 1 thread | - | - | {r['page_cache_bytes_per_s'] / 1e9:.2f} | 100% |")
+        for key, s in r.items():
+            if isinstance(s, dict):
+                lines.append(f"| {name} | {key.split('_')[0]} | {s['workers']} | {s['items_per_s']:,.0f} | "
+                             f"{s['image_bytes_per_s'] / 1e9:.2f} | {100 * s['fraction_of_page_cache']:.0f}% |")
+    return "\n".join(lines)
 
 
 def _ours_normalised(out: Path, workers: int, batches: int) -> dict:

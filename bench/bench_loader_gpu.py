@@ -1,22 +1,31 @@
 """Loader benchmark on the GPU machine: host-to-device copy (pinned vs pageable, uint8 vs
 float32, pruned vs all slots), on-device normalisation time, and the data wait of a dummy
-training step with 1, 2 and 4 DataLoader workers.
+training step with 1, 2 and 4 DataLoader workers, per loader variant.
 
     python3 bench/bench_loader_gpu.py --fixtures .loader-fixtures/bench/out-nv12 --out $OUT/loader_gpu.json
+    python3 bench/bench_loader_gpu.py ... --parts wait --variants default ring_off --profile $OUT/profile.txt
+    python3 bench/bench_loader_gpu.py --compare before.json after.json     # the data-wait table of both
 
 The fixture is made on a machine with a video decoder (`bench/bench_loader.py --device-fixture`):
 3 cameras at 224x224 (one blank), stored NV12. The dummy consumer launches bf16 matmuls
 sized to a target step time, reads the batch, and synchronises once per step as a training
 loop logging its loss does. Data wait = host time blocked in `next()` of the device batch
 iterator, as a share of the whole step. Timings use CUDA events or synchronised wall clocks.
+A variant is a set of LoaderConfig overrides (`default`: none, so the script also measures an
+older checkout of the loader: run this file with that checkout's datakit first on sys.path).
+`--profile` records, with torch.profiler, the ops of every thread that run inside the training
+thread's `next()` (workers 2, 30 ms steps): what the data wait is made of.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import queue
 import statistics
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -24,12 +33,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from datakit import open_shards  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402
-from datakit import open_shards
 from datakit.loader import Normaliser, ShardLoader, pi05_config  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+# LoaderConfig overrides; `ring_off`: stage every batch into the pinned ring (the copy before)
+VARIANTS = {"default": {}, "ring_off": {"register_ring": False}}
 
 
 def cuda_ms(fn, reps: int = 30, warmup: int = 5) -> float:
@@ -97,9 +108,9 @@ def make_step(target_ms: float):
     return step
 
 
-def data_wait(fixture: Path, workers: int, target_ms: float, steps: int) -> dict:
+def data_wait(fixture: Path, workers: int, target_ms: float, steps: int, variant: str) -> dict:
     step = make_step(target_ms)
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4)
+    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
     loader = ShardLoader(fixture, cfg)
     it = loader.device_batches("cuda")
     for _ in range(5):  # workers start, allocator warms
@@ -113,16 +124,132 @@ def data_wait(fixture: Path, workers: int, target_ms: float, steps: int) -> dict
         t2 = time.perf_counter()
         waits.append(t1 - t0)
         totals.append(t2 - t0)
-    return {"workers": workers, "target_step_ms": target_ms, "steps": steps,
-            "step_ms_median": 1e3 * statistics.median(totals), "wait_ms_median": 1e3 * statistics.median(waits),
-            "wait_ms_max": 1e3 * max(waits), "wait_fraction": sum(waits) / sum(totals),
-            "kept_slots": int(batch["images"].shape[1])}
+    waits_ms = sorted(1e3 * w for w in waits)
+    return {"variant": variant, "workers": workers, "target_step_ms": target_ms, "steps": steps,
+            "step_ms_median": 1e3 * statistics.median(totals), "wait_ms_median": statistics.median(waits_ms),
+            "wait_ms_p90": waits_ms[int(0.9 * len(waits_ms))], "wait_ms_max": waits_ms[-1],
+            "wait_fraction": sum(waits) / sum(totals), "kept_slots": int(batch["images"].shape[1])}
 
 
-def throughput(fixture: Path, workers: int, batches: int) -> dict:
+def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
+    """What the training thread's `next()` is made of (workers 2, 30 ms steps): perf_counter
+    around the parts it calls - the queue of finished batches, a stream's wait on the batch's
+    event, the loader's bookkeeping (`_delivered` in older checkouts, `_took` now) - the garbage
+    collector's passes inside it, and the rest (generator hops, the GIL held by another thread).
+    Beside it, how long the feeder thread works per batch (the host stream's `next()`, and the
+    launch where the loader has one) and how much of that falls inside the training thread's
+    `next()` windows."""
+    import gc
+    from datakit.loader import gpu_batch, loader as loader_mod
+
+    main = threading.get_ident()
+    parts: dict[str, float] = {}
+    feeder: list[tuple[str, float, float]] = []  # (what, start, end) in the feeder thread
+    state = {"in_next": False, "gc_t0": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            if threading.get_ident() != main:
+                return fn(*a, **kw)
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    def feeder_timed(name, fn):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if threading.get_ident() != main:
+                    feeder.append((name, t, time.perf_counter()))
+        return wrapper
+
+    def on_gc(phase, info):
+        if threading.get_ident() == main and state["in_next"]:
+            if phase == "start":
+                state["gc_t0"] = time.perf_counter()
+            else:
+                parts["gc"] = parts.get("gc", 0.0) + time.perf_counter() - state["gc_t0"]
+
+    class TimedQueue(queue.Queue):
+        get = timed("ready.get", queue.Queue.get)
+
+    class TimedSimpleQueue(queue.SimpleQueue):
+        get = timed("ready.get", queue.SimpleQueue.get)
+
+    def timed_stream(orig):
+        def _stream(self, *a, **kw):
+            it = orig(self, *a, **kw)
+            nxt = feeder_timed("host next()", lambda: next(it, None))
+            while (b := nxt()) is not None:
+                yield b
+        return _stream
+
+    Loader, Batcher = loader_mod.ShardLoader, gpu_batch.DeviceBatcher
+    books = [n for n in ("_delivered", "_took") if hasattr(Loader, n)]
+    saved = [(gpu_batch, "queue", gpu_batch.queue), (torch.cuda.Stream, "wait_event", torch.cuda.Stream.wait_event),
+             (torch.cuda, "current_stream", torch.cuda.current_stream),
+             (Loader, "_stream", Loader._stream), *[(Loader, n, getattr(Loader, n)) for n in books]]
+    if hasattr(Batcher, "_launch"):
+        saved.append((Batcher, "_launch", Batcher._launch))
+        Batcher._launch = feeder_timed("launch", Batcher._launch)
+    gpu_batch.queue = types.SimpleNamespace(Queue=TimedQueue, SimpleQueue=TimedSimpleQueue)
+    torch.cuda.Stream.wait_event = timed("stream.wait_event", torch.cuda.Stream.wait_event)
+    torch.cuda.current_stream = timed("cuda.current_stream", torch.cuda.current_stream)
+    Loader._stream = timed_stream(Loader._stream)
+    for n in books:
+        setattr(Loader, n, timed(f"ShardLoader.{n}", getattr(Loader, n)))
+    gc.callbacks.append(on_gc)
+    try:
+        step = make_step(30.0)
+        cfg = pi05_config(batch_size=32, num_workers=2, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
+        it = ShardLoader(fixture, cfg).device_batches("cuda")
+        for _ in range(5):
+            step(next(it))
+        rows, windows = [], []
+        for _ in range(steps):
+            parts.clear()
+            state["in_next"] = True
+            t0 = time.perf_counter()
+            batch = next(it)
+            t1 = time.perf_counter()
+            state["in_next"] = False
+            step(batch)
+            rows.append({**parts, "total": t1 - t0})
+            windows.append((t0, t1))
+    finally:
+        gc.callbacks.remove(on_gc)
+        for obj, name, val in saved:
+            setattr(obj, name, val)
+    names = ["total", "ready.get", "stream.wait_event", "cuda.current_stream", *[f"ShardLoader.{n}" for n in books],
+             "gc"]
+    lines = [f"variant {variant}: next() of the training thread, workers 2, 30 ms steps, {steps} steps (ms)",
+             f"  {'part':<24} {'median':>8} {'mean':>8} {'p90':>8} {'max':>8}"]
+
+    def stats(name, vals):
+        ms = sorted(1e3 * v for v in vals)
+        lines.append(f"  {name:<24} {statistics.median(ms):8.3f} {statistics.fmean(ms):8.3f} "
+                     f"{ms[int(0.9 * len(ms))]:8.3f} {ms[-1]:8.3f}")
+    for name in names:
+        stats(name, [r.get(name, 0.0) for r in rows])
+    stats("rest", [r["total"] - sum(r.get(n, 0.0) for n in names[1:]) for r in rows])
+    lines.append("  feeder thread, per batch:")
+    for what in sorted({w for w, _, _ in feeder}):
+        stats(what, [b - a for w, a, b in feeder if w == what])
+    overlap = [sum(max(0.0, min(b, w1) - max(a, w0)) for _, a, b in feeder) for w0, w1 in windows]
+    stats("feeder busy in next()", overlap)
+    lines.append(f"  next() windows with the feeder busy: {sum(o > 0 for o in overlap)} of {len(windows)}")
+    return "\n".join(lines)
+
+
+def throughput(fixture: Path, workers: int, batches: int, variant: str) -> dict:
     """Device batches per second with no consumer: the loader's own ceiling on this machine."""
-    loader = ShardLoader(fixture, pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4))
-    it = loader.device_batches("cuda")
+    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
+    it = ShardLoader(fixture, cfg).device_batches("cuda")
     for _ in range(5):
         next(it)
     torch.cuda.synchronize()
@@ -134,29 +261,57 @@ def throughput(fixture: Path, workers: int, batches: int) -> dict:
     # host bytes per sample: the slots kept in the batch x the stored frame size from the index
     frame_bytes = open_shards(fixture).index.cameras[CAMS[0]].frame_bytes
     kept = int(b["images"].shape[1])
-    return {"workers": workers, "items_per_s": batches * 32 / dt,
+    return {"variant": variant, "workers": workers, "items_per_s": batches * 32 / dt,
             "image_bytes_per_s_host": batches * 32 * kept * frame_bytes / dt}
+
+
+def compare(paths: list[Path]) -> str:
+    """The data-wait rows of several result files side by side (label = file stem)."""
+    lines = ["| step | workers | loader | wait median | wait p90 | wait max | wait / step time |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [(p.stem, r) for p in paths for r in json.loads(p.read_text())["data_wait"]]
+    for label, r in sorted(rows, key=lambda x: (-x[1]["target_step_ms"], x[1]["workers"])):
+        lines.append(f"| {r['target_step_ms']:.0f} ms | {r['workers']} | {label} {r.get('variant', 'default')} | "
+                     f"{r['wait_ms_median']:.3f} ms | {r.get('wait_ms_p90', float('nan')):.3f} ms | "
+                     f"{r['wait_ms_max']:.2f} ms | {100 * r['wait_fraction']:.2f}% |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fixtures", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--step-ms", type=float, nargs="+", default=[100.0, 30.0])
+    p.add_argument("--fixtures", type=Path)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--parts", nargs="+", default=["h2d", "normalise", "throughput", "wait"],
+                   choices=["h2d", "normalise", "throughput", "wait"])
+    p.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS))
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--step-ms", type=float, nargs="+", default=[100.0, 30.0, 15.0])
+    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per data-wait setting (at least 40 steps)")
+    p.add_argument("--profile", type=Path, default=None, help="write the next() profile of each variant here")
+    p.add_argument("--compare", type=Path, nargs="+", default=None, help="print the data-wait table of these files")
     args = p.parse_args()
+    if args.compare:
+        return print(compare(args.compare))
     assert torch.cuda.is_available(), "needs CUDA"
     res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": available_cpus()}
-    res["h2d"] = h2d({
-        "uint8_pruned_2slots": ((32, 2, 1, 224, 224, 3), torch.uint8),
-        "uint8_all_3slots": ((32, 3, 1, 224, 224, 3), torch.uint8),
-        "nv12_pruned_2slots": ((32, 2, 1, 336, 224), torch.uint8),
-        "float32_all_3slots": ((32, 3, 1, 3, 224, 224), torch.float32),
-    })
-    res["normalise"] = normalise_timing(load_index(args.fixtures))
-    res["throughput"] = [throughput(args.fixtures, w, 60) for w in (1, 2, 4)]
-    res["data_wait"] = [data_wait(args.fixtures, w, ms, args.steps) for ms in args.step_ms for w in (1, 2, 4)]
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": available_cpus(),
+           "loadavg": [float(x) for x in open("/proc/loadavg").read().split()[:3]]}
+    if "h2d" in args.parts:
+        res["h2d"] = h2d({
+            "uint8_pruned_2slots": ((32, 2, 1, 224, 224, 3), torch.uint8),
+            "uint8_all_3slots": ((32, 3, 1, 224, 224, 3), torch.uint8),
+            "nv12_pruned_2slots": ((32, 2, 1, 336, 224), torch.uint8),
+            "float32_all_3slots": ((32, 3, 1, 3, 224, 224), torch.float32),
+        })
+    if "normalise" in args.parts:
+        res["normalise"] = normalise_timing(load_index(args.fixtures))
+    if "throughput" in args.parts:
+        res["throughput"] = [throughput(args.fixtures, w, 60, v) for v in args.variants for w in args.workers]
+    if "wait" in args.parts:
+        res["data_wait"] = [data_wait(args.fixtures, w, ms, max(40, round(1e3 * args.seconds / ms)), v)
+                            for v in args.variants for ms in args.step_ms for w in args.workers]
+    if args.profile is not None:
+        args.profile.write_text("\n\n".join(profile_wait(args.fixtures, v) for v in args.variants) + "\n")
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
 

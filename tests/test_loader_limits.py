@@ -36,9 +36,9 @@ def test_too_little_shared_memory_fails_at_start_with_what_to_raise(shards_rgb, 
     asked = _fake_statvfs(monkeypatch, 64 << 20)  # Docker's default --shm-size
     index = load_index(shards_rgb)
     cfg = LoaderConfig(num_workers=2, batch_size=64, frame_offsets=tuple(range(-16, 1)), prune_slots=False)
-    # independent arithmetic: every camera slot, 17 frames, 64 samples, prefetch_factor + 1 buffers
+    # independent arithmetic: every camera slot, 17 frames, 64 samples, prefetch_factor + 2 buffers
     frame_bytes = int(np.prod(index.cameras[next(iter(index.cameras))].frame_shape))
-    need = 2 * (cfg.prefetch_factor + 1) * 64 * len(index.cameras) * 17 * frame_bytes
+    need = 2 * (cfg.prefetch_factor + 2) * 64 * len(index.cameras) * 17 * frame_bytes
     assert need > 64 << 20
     with pytest.raises(ResourceLimitError) as err:
         ShardLoader(shards_rgb, cfg)

@@ -127,8 +127,9 @@ class TrainData:
         """Model batches from the current state on, forever."""
         s, cfg = self.loader.sampler, self.cfg
         if self.dcfg.h2d_dtype == "uint8":
-            host = map(self._prompt_and_flow, host_batches(self.loader.dataset, s, cfg, s.epoch, s.step, borrow=True))
-            device_batches = DeviceBatcher(self.normaliser, self.device, pin_memory=cfg.pin_memory)(host)
+            batcher = DeviceBatcher(self.normaliser, self.device, pin_memory=cfg.pin_memory)
+            host = map(self._prompt_and_flow, host_batches(self.loader.dataset, s, cfg, s.epoch, s.step, pin=batcher.pin))
+            device_batches = batcher(host)
         else:
             host = host_batches(self.loader.dataset, s, cfg, s.epoch, s.step)
             device_batches = (self._host_float32(hb) for hb in host)

@@ -64,9 +64,17 @@ class LoaderConfig:
     num_workers: int = 0  # DataLoader worker processes
     prefetch_factor: int = 2  # batches each worker keeps ready
     # Shared-memory batch buffers per worker, allocated once and reused (see `shm_pool`);
-    # 0 = prefetch_factor + 1, the most a worker can have in flight, so it never waits.
+    # 0 = prefetch_factor + 2: the most a worker can have in flight, plus the two batches a
+    # training loop holds (the one in hand, the one before it), so it never waits.
     # /dev/shm must hold num_workers x buffers x one batch's image bytes (checked at start).
     worker_buffers: int = 0
+    # Host batches lend their images instead of copying them (`loader/loans.py`): the buffer a
+    # worker read into (without workers, one of worker_buffers reused buffers), refilled only once
+    # no tensor refers to it (the batch, a slice, a `.numpy()` of it), so a batch stays intact
+    # for as long as any part of it is held. A worker's last free buffer is never lent, so
+    # keeping every batch falls back to copies. False: every batch is copied into new memory
+    # (2.3x fewer items/s at 480x640 with 2 workers on 2 cores; bench/results/loader.md).
+    lend_batches: bool = True
     # "raise": a damaged or missing shard stops with an error naming it; "skip": the
     # sample is dropped from its batch and counted in `batch["num_skipped"]`. A remote shard
     # that cannot be downloaded after the retries raises StorageError in both modes.
@@ -94,7 +102,12 @@ class LoaderConfig:
     storage_options: dict[str, Any] | None = None
 
     # --- device batch ------------------------------------------------------------------------
-    pin_memory: bool = True  # copy host batches into reused pinned buffers (CUDA only)
+    pin_memory: bool = True  # copy to the device from page-locked host memory (CUDA only; see gpu_batch)
+    # With workers and pin_memory: page-lock the workers' shared-memory ring for CUDA
+    # (cudaHostRegister), so the copy to the device reads the buffers the workers filled. It locks
+    # the whole ring (num_workers x buffers x a batch with every slot) for the stream's life.
+    # False: stage each batch into a small pinned ring (one host copy per step, feeder thread).
+    register_ring: bool = True
     image_dtype: str = "bfloat16"  # dtype of normalised images on the device
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # after scaling to [0, 1]
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)

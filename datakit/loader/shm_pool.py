@@ -6,19 +6,20 @@ descriptor over a socket, map and fault it in again in the main process and unma
 On a 2-core machine that cost 5x the throughput of the single-process path. Here every worker
 owns a ring of `buffers` byte buffers, allocated once by the main process before the workers
 start (inherited by fork; passed by descriptor under spawn): the worker reads frames straight
-into its next free buffer (`preadv` into the buffer) and sends only a `RingBatch` - buffer id, image
+into a free buffer (`preadv` into the buffer) and sends only a `RingBatch` - buffer id, image
 shape and the small arrays (state, action, masks, indices; a few KB) by value in the pickle.
-The main process copies the images out of the buffer (into a fresh tensor, or, for the device
-path, into the pinned staging buffer) and releases the buffer.
+The main process lends the buffer itself to the caller (`loans`: no copy; the buffer goes back
+to its worker once nothing refers to the images), or copies the images out and releases it.
 
-Ordering: a worker fills its buffers round-robin and the main process releases them in the order
-it consumes batches. The DataLoader delivers a worker's batches in the order that worker made
-them, so releases are FIFO per ring and "the oldest filled buffer" is always the one freed;
-`release` checks that. A per-worker counting semaphore (initialised to `buffers`) makes a worker
-wait before reusing a buffer whose batch the main process has not released: a buffer is never
-overwritten before it is consumed. With `buffers = prefetch_factor + 1` (the default) a worker
-never waits: the DataLoader keeps at most `prefetch_factor` unconsumed tasks per worker, and
-the main process holds at most one more batch (the one being copied).
+Buffers come back in any order (a caller may keep one batch and drop the next), so each buffer
+has a shared busy flag: the worker takes a free one, the main process clears the flag on release.
+A per-worker counting semaphore (initialised to `buffers`) makes a worker wait while none is
+free: a buffer is never overwritten before it is released. With `buffers = prefetch_factor + 2`
+(the default) a worker never waits in a training loop: the DataLoader keeps at most
+`prefetch_factor` unconsumed tasks per worker, and the caller holds at most two of its batches
+(the one in hand and the one before it, still bound while the next is asked for). The main
+process never lends a worker's last free buffer (`host_batches`), so a caller who keeps every
+batch gets copies once a worker's ring is out on loan, and the workers never deadlock.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import torch
 import torch.utils.data
 
 from datakit.errors import DatakitError, ResourceLimitError
+from datakit.loader.loans import Loans
 
 _WAIT_S = 0.1  # how often a waiting worker checks that the pool is still in use
 SHM_DIR = Path("/dev/shm")  # where torch's shared memory (shm_open) lives on Linux
@@ -89,10 +91,12 @@ class BufferPool:
         # tmpfs pages are allocated on first touch, so bytes of pruned image slots cost nothing
         storage = torch.UntypedStorage._new_shared(num_workers * buffers * buffer_bytes)
         self.buf = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (num_workers, buffers, buffer_bytes))
+        # 1 while a worker fills the buffer or its batch is unreleased
+        self._busy = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(num_workers * buffers),
+                                                           0, (num_workers, buffers)).zero_()
         self._free = [ctx.Semaphore(buffers) for _ in range(num_workers)]
         self._closed = ctx.Event()
-        self._next = [0] * num_workers  # worker side: the ring position it fills next
-        self._head = [0] * num_workers  # main side: the oldest filled, unreleased buffer of each ring
+        self._next = [0] * num_workers  # worker side: where its search for a free buffer starts
         self._parent = os.getpid()
 
     def view(self, worker: int, buffer: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -104,26 +108,30 @@ class BufferPool:
 
     # --- worker side ------------------------------------------------------------------------
     def acquire(self, worker: int) -> int:
-        """Wait until the ring's next buffer is free (its last batch released); returns it."""
+        """Wait until one of the ring's buffers is free; returns it, taken (round robin among
+        the free ones)."""
         while not self._free[worker].acquire(timeout=_WAIT_S):
             orphaned = os.getpid() != self._parent and os.getppid() != self._parent
             if self._closed.is_set() or orphaned:  # nobody will ever release
                 raise RuntimeError("the loader was closed; this worker's batch is not wanted")
-        buffer = self._next[worker]
+        busy = self._busy[worker].numpy()
+        order = np.roll(np.arange(self.buffers), -self._next[worker])
+        buffer = int(order[np.flatnonzero(busy[order] == 0)[0]])  # the semaphore promises one
+        busy[buffer] = 1
         self._next[worker] = (buffer + 1) % self.buffers
         return buffer
 
-    def abort(self, worker: int) -> None:
-        """Give back the buffer taken by the last `acquire` (the batch failed; nothing was sent)."""
-        self._next[worker] = (self._next[worker] - 1) % self.buffers
-        self._free[worker].release()
+    def abort(self, worker: int, buffer: int) -> None:
+        """Give back a buffer taken by `acquire` (the batch failed; nothing was sent)."""
+        self.release(worker, buffer)
 
     # --- main side ----------------------------------------------------------------------------
     def release(self, worker: int, buffer: int) -> None:
         """The main process is done with the buffer: the worker may overwrite it."""
-        if buffer != self._head[worker]:
-            raise RuntimeError(f"worker {worker}: buffer {buffer} released out of order (expected {self._head[worker]})")
-        self._head[worker] = (buffer + 1) % self.buffers
+        busy = self._busy[worker].numpy()
+        if not busy[buffer]:
+            raise RuntimeError(f"worker {worker}: buffer {buffer} released twice")
+        busy[buffer] = 0
         self._free[worker].release()
 
     def close(self) -> None:
@@ -131,12 +139,14 @@ class BufferPool:
         DataLoader's shutdown does not sit out its join timeout on a worker stuck in `acquire`."""
         self._closed.set()
 
-    def receive(self, msg: RingBatch, *, borrow: bool) -> dict[str, torch.Tensor]:
-        """The batch of `msg`. `borrow=False`: images copied out and the buffer released now.
-        `borrow=True`: images are a view of the buffer; the caller must `release` it once it
-        has copied them (e.g. into pinned memory), before asking the DataLoader for more."""
+    def receive(self, msg: RingBatch, loans: Loans | None) -> dict[str, torch.Tensor]:
+        """The batch of `msg`. With `loans`, the images are the buffer itself, lent under the key
+        (worker, buffer): `release` it once `loans.returned()` lists it. Without, the images are
+        copied out and the buffer released now."""
         images = self.view(msg.worker, msg.buffer, msg.shape)
-        if not borrow:
+        if loans is not None:
+            images = loans.lend((msg.worker, msg.buffer), images.numpy()).view(msg.shape)
+        else:
             # numpy, not torch: torch's copy splits 10 MB over its intra-op threads, which on a
             # busy 2-core machine made it 15x slower (8 ms instead of 0.6 ms) than one memcpy
             images = torch.from_numpy(images.numpy().copy())
@@ -170,10 +180,10 @@ class PooledDataset(torch.utils.data.Dataset):
                 dest.copy_(images)  # samples of a bad shard were dropped: the rest was compacted elsewhere
             arrays = {k: v.numpy() for k, v in batch.items()}
         except DatakitError as err:
-            pool.abort(w)
+            pool.abort(w, buffer)
             return WorkerFailure(err)
         except BaseException:
-            pool.abort(w)
+            pool.abort(w, buffer)
             raise
         return RingBatch(worker=w, buffer=buffer, shape=tuple(images.shape), arrays=arrays)
 
@@ -185,4 +195,4 @@ def buffer_bytes_for(dataset: Any, batch_size: int) -> int:
 
 def pool_shape(cfg: Any, dataset: Any) -> tuple[int, int, int]:
     """(workers, buffers per worker, bytes per buffer) of the pool a config needs."""
-    return cfg.num_workers, cfg.worker_buffers or cfg.prefetch_factor + 1, buffer_bytes_for(dataset, cfg.batch_size)
+    return cfg.num_workers, cfg.worker_buffers or cfg.prefetch_factor + 2, buffer_bytes_for(dataset, cfg.batch_size)
