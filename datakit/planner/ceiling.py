@@ -6,7 +6,8 @@ the most ranks sets the pace of every rank):
 - disk: the same with the disk's read, binding when an epoch's working set per node does not fit
   in 80% of memory (else only the first epoch reads the disk);
 - loader: ranks x the measured samples/s of one rank's `ShardLoader` (its workers on this
-  machine's cores; each rank needs as many).
+  machine's cores; each rank needs as many), timed on cached shards when the working set fits
+  in memory (the steady state after the first epoch).
 The ceiling is the least of those that bind. On this machine's shards it is what
 `bench/bench_plan.py` compares with the loader benchmark.
 """

@@ -23,8 +23,8 @@ from rich.table import Table
 
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.machine import available_cpus
-from datakit.planner.ceiling import Ceiling, ceiling, working_set_fits
-from datakit.planner.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader
+from datakit.planner.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.planner.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
 from datakit.planner.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
 
@@ -192,7 +192,10 @@ def run(args) -> int:
     if args.measure:
         if folder != Path(args.out):
             raise ValueError(f"{args.out}: --measure reads the shards and needs a local folder")
-        bw = measure_bandwidth([folder / s.name for s in index.shards], args.measure_bytes)
+        paths = [folder / s.name for s in index.shards]
+        bw = measure_bandwidth(paths, args.measure_bytes)
+        if working_set_fits(plan, bw):  # time the loader in the steady state: shards cached after epoch 1
+            warm_page_cache(paths, min(plan.dataset_bytes, int(CACHE_SHARE * bw.memory_bytes)))
         rate = measure_loader(folder, cfg, args.measure_seconds)
         top = ceiling(plan, bw, rate)
     lines = verdicts(plan, bw, args.h2d_gbps, top)

@@ -51,17 +51,33 @@ def measure_bandwidth(paths: list[Path], limit: int = 1 << 30) -> Bandwidth:
     """Disk and page-cache read bandwidth over (at most `limit` bytes of) `paths`."""
     if not paths:
         raise ValueError("no shard files to measure")
-    for path in paths:  # drop first, so the timed disk read starts cold
+    read, total = [], 0
+    for path in paths:  # the files the limit reaches: only these leave the page cache
+        read.append(path)
+        total += path.stat().st_size
+        if total >= limit:
+            break
+    for path in read:  # drop first, so the timed disk read starts cold
         fd = os.open(path, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-    n, cold = _read(paths, limit)
-    n2, warm = _read(paths, n)
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n, cold = _read(read, limit)
+    n2, warm = _read(read, n)
     return Bandwidth(bytes_read=n, disk_bytes_per_s=n / max(cold, 1e-9), page_cache_bytes_per_s=n2 / max(warm, 1e-9),
-                     memory_bytes=mem)
+                     memory_bytes=memory_bytes())
+
+
+def memory_bytes() -> int:
+    """Physical memory: the most the page cache can hold."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def warm_page_cache(paths: list[Path], limit: int) -> int:
+    """Read `paths` once (at most `limit` bytes), as a first epoch would, so what follows reads
+    them from the page cache; returns the bytes read."""
+    return _read(paths, limit)[0]
 
 
 @dataclass
