@@ -7,9 +7,10 @@ the bytes per sample the plan counts against the bytes the loader's batches carr
 
 The shards: a `datakit.synth` LeRobot v3.0 dataset at native 480x640, 3 cameras, one of them
 black (the shape of issue 13), converted by `datakit.convert`. Both sides use the Pi0.5 sample
-(current frame of every camera, 50 actions), batch 32, the same workers. Rounds alternate
-(plan, then loader) and the medians are compared, so load from elsewhere on the machine falls
-on both; each run records its load averages. The plan runs as a user types it, in its own process.
+(current frame of every camera, 50 actions), batch 32, the same workers. Rounds interleave the
+two (plan first in even rounds, the loader first in odd ones) and the medians are compared, so
+load from elsewhere on the machine, and the page-cache churn of the plan's cold read, fall on
+both; each run records its load averages. The plan runs as a user types it, in its own process.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def main() -> None:
     p.add_argument("--size", default="480x640", help="HxW of the cameras")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seconds", type=float, default=5.0, help="seconds each side is timed per round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--out", type=Path, help="JSON result (default: WORK/plan.json)")
     p.add_argument("--record", action="store_true", help="also write bench/results/plan.json")
     args = p.parse_args()
@@ -101,9 +102,14 @@ def main() -> None:
     out = build(args.work, args.episodes, args.length, h, w)
     load_start = _loadavg()
     rounds = []
-    for _ in range(args.rounds):
-        doc = plan(out, args.workers, args.seconds)
-        rounds.append({"plan": doc, "loader": loader(out, args.workers, args.seconds)})
+    for i in range(args.rounds):  # odd rounds time the loader first: neither side always follows the other
+        if i % 2:
+            timed = loader(out, args.workers, args.seconds)
+            doc = plan(out, args.workers, args.seconds)
+        else:
+            doc = plan(out, args.workers, args.seconds)
+            timed = loader(out, args.workers, args.seconds)
+        rounds.append({"plan": doc, "loader": timed, "loader_first": bool(i % 2)})
     predicted = statistics.median(r["plan"]["ceiling"]["samples_per_s"] for r in rounds)
     measured = statistics.median(r["loader"]["items_per_s"] for r in rounds)
     first = rounds[0]["plan"]
@@ -117,7 +123,8 @@ def main() -> None:
                              "loader_batches": rounds[0]["loader"]["image_bytes_per_item"]},
         "rounds": [{"ceiling": r["plan"]["ceiling"], "plan_loader": r["plan"]["loader"],
                     "page_cache_bytes_per_s": r["plan"]["measured"]["page_cache_bytes_per_s"],
-                    "disk_bytes_per_s": r["plan"]["measured"]["disk_bytes_per_s"], "loader": r["loader"]}
+                    "disk_bytes_per_s": r["plan"]["measured"]["disk_bytes_per_s"], "loader": r["loader"],
+                    "loader_first": r["loader_first"]}
                    for r in rounds],
         "predicted_samples_per_s": predicted, "loader_samples_per_s": measured, "ratio": predicted / measured,
     }
@@ -134,15 +141,18 @@ def _table(res: dict) -> None:
     mib = 2 ** 20
     print(f"bytes per sample: every camera {b['every_camera'] / mib:.2f} MiB | plan {b['plan'] / mib:.2f} MiB | "
           f"loader's batches {b['loader_batches'] / mib:.2f} MiB")
-    print("| round | page-cache ceiling | disk ceiling | loader ceiling (plan) | ceiling (bound) | loader timed apart |")
-    print("|---|---|---|---|---|---|")
+    print("| round | first | page-cache ceiling | disk ceiling | loader ceiling (plan) | ceiling (bound) | "
+          "loader timed apart |")
+    print("|---|---|---|---|---|---|---|")
     for i, r in enumerate(res["rounds"], 1):
         c = r["ceiling"]
-        print(f"| {i} | {c['page_cache_samples_per_s']:,.0f} | {c['disk_samples_per_s']:,.0f} | "
+        print(f"| {i} | {'loader' if r['loader_first'] else 'plan'} | {c['page_cache_samples_per_s']:,.0f} | "
+              f"{c['disk_samples_per_s']:,.0f} | "
               f"{c['loader_samples_per_s']:,.0f} | {c['samples_per_s']:,.0f} ({c['bound']}) | "
               f"{r['loader']['items_per_s']:,.0f} |")
-    print(f"median: predicted {res['predicted_samples_per_s']:,.0f} samples/s, loader {res['loader_samples_per_s']:,.0f}"
-          f" samples/s, ratio {res['ratio']:.3f}; load {res['loadavg_start']} -> {res['loadavg_end']}")
+    print(f"median: predicted {res['predicted_samples_per_s']:,.0f} samples/s, "
+          f"loader {res['loader_samples_per_s']:,.0f} samples/s, ratio {res['ratio']:.3f}; "
+          f"load {res['loadavg_start']} -> {res['loadavg_end']}")
 
 
 def _loadavg() -> list[float]:

@@ -161,7 +161,8 @@ class Metrics:
             "tokens_per_s_gpu": sum(r.tokens for r in recs) / dt,
             "mfu": None if self._peak is None else sum(r.flops for r in recs) / dt / self._peak,
             "peak_flops": self._peak,
-            "peak_mem_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "peak_mem_gib": (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda"
+                             else None),
             "data_wait_s": wait / n, "data_wait_frac": wait / dt, "all_gathers_per_step": gathers / n,
             "loss": losses[-1], "image_slots": recs[-1].image_slots,
         }

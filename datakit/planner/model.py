@@ -201,7 +201,9 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
     fb = index.cameras[used[0]].frame_bytes if used else 0
     k = float(kept.sum(axis=1).mean())  # kept slots per batch
     img_u8 = b * k * t * fb
-    other = b * numeric + b * (k + k * t + len(cfg.state_offsets) + cfg.action_horizon) + 5 * INT64 * b + INT64 * (k + 1)
+    # image_mask, image_is_pad, state/action pads (bool); 5 int64/float64 per sample; slot_index, num_skipped
+    other = (b * numeric + b * (k + k * t + len(cfg.state_offsets) + cfg.action_horizon) + 5 * INT64 * b
+             + INT64 * (k + 1))
     steps_per_s = samples_per_s / (w * b)
     epoch_s = steps * w * b / samples_per_s
     return ThroughputPlan(
