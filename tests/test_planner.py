@@ -210,3 +210,25 @@ def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys):
         planned.append(top["samples_per_s"])
         timed.append(2 * timed_loader(shards_rgb, cfg, 1.0))
     assert max(planned) == pytest.approx(max(timed), rel=0.25), (planned, timed)
+
+
+def test_the_disk_binds_when_the_working_set_outgrows_memory(shards_rgb):
+    """Hand arithmetic on given rates: 4 ranks on 2 nodes (2 a node); the node's page cache or disk
+    feeds its 2 ranks, each rank's loader feeds itself."""
+    from datakit.planner.ceiling import ceiling
+    from datakit.planner.measure import Bandwidth, LoaderRate
+
+    index, frames = load_index(shards_rgb), load_frames(shards_rgb)
+    plan = plan_throughput(index, frames, pi05_config(batch_size=4), samples_per_s=100.0, ranks=4, ranks_per_node=2)
+    per_sample = plan.bytes_per_sample
+    rate = LoaderRate(samples_per_s=1e6, samples=1, seconds=1.0, workers=2, cores=2)
+    roomy = Bandwidth(bytes_read=1, disk_bytes_per_s=1e6, page_cache_bytes_per_s=1e9, memory_bytes=1 << 40)
+    top = ceiling(plan, roomy, rate)  # everything fits in memory: the disk only slows the first epoch
+    assert (top.bound, top.working_set_fits) == ("page cache", True)
+    assert top.samples_per_s == pytest.approx(2 * 1e9 / per_sample)
+    tight = dataclasses.replace(roomy, memory_bytes=plan.working_set_bytes_per_node)  # 80% of it is too small
+    top = ceiling(plan, tight, rate)
+    assert (top.bound, top.working_set_fits) == ("disk", False)
+    assert top.samples_per_s == pytest.approx(2 * 1e6 / per_sample)
+    slow = dataclasses.replace(rate, samples_per_s=10.0)
+    assert (ceiling(plan, tight, slow).bound, ceiling(plan, tight, slow).samples_per_s) == ("loader", 40.0)

@@ -25,7 +25,7 @@ CACHE_SHARE = 0.8  # of physical memory the page cache can hold for the shards
 class Ceiling:
     page_cache_samples_per_s: float
     disk_samples_per_s: float
-    loader_samples_per_s: float | None  # None: the loader was not measured
+    loader_samples_per_s: float
     working_set_fits: bool  # the node's epoch working set fits the page cache: the disk binds only epoch 1
     samples_per_s: float  # the least of the binding ceilings
     bound: str  # "page cache", "disk" or "loader"
@@ -35,19 +35,16 @@ def working_set_fits(plan: ThroughputPlan, bw: Bandwidth) -> bool:
     return plan.working_set_bytes_per_node <= CACHE_SHARE * bw.memory_bytes
 
 
-def ceiling(plan: ThroughputPlan, bw: Bandwidth, loader: LoaderRate | None) -> Ceiling:
+def ceiling(plan: ThroughputPlan, bw: Bandwidth, loader: LoaderRate) -> Ceiling:
     """The ceilings of `plan`'s ranks from this machine's bandwidth and loader rate."""
     per_node = plan.ranks / plan.ranks_per_node  # all ranks' samples per sample of the fullest node
     cache = per_node * bw.page_cache_bytes_per_s / plan.bytes_per_sample
     disk = per_node * bw.disk_bytes_per_s / plan.bytes_per_sample
     fits = working_set_fits(plan, bw)
-    binding = {"page cache": cache}
+    rate = plan.ranks * loader.samples_per_s
+    binding = {"page cache": cache, "loader": rate}
     if not fits:
         binding["disk"] = disk
-    rate = None
-    if loader is not None:
-        rate = plan.ranks * loader.samples_per_s
-        binding["loader"] = rate
     bound = min(binding, key=binding.__getitem__)
     return Ceiling(page_cache_samples_per_s=cache, disk_samples_per_s=disk, loader_samples_per_s=rate,
                    working_set_fits=fits, samples_per_s=binding[bound], bound=bound)

@@ -173,8 +173,7 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = 
         disk_note = "first epoch only: the working set fits in memory" if top.working_set_fits else "binds"
         rows += [("ceiling: page-cache read", f"{top.page_cache_samples_per_s:,.0f} samples/s"),
                  ("ceiling: disk", f"{top.disk_samples_per_s:,.0f} samples/s ({disk_note})"),
-                 ("ceiling: loader", "not measured" if top.loader_samples_per_s is None
-                  else f"{top.loader_samples_per_s:,.0f} samples/s ({plan.ranks} x one rank)"),
+                 ("ceiling: loader", f"{top.loader_samples_per_s:,.0f} samples/s ({plan.ranks} x one rank)"),
                  ("ceiling", f"{top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks ({top.bound})")]
     for r in rows:
         t.add_row(*r)
