@@ -115,3 +115,39 @@ def test_bad_names_are_refused():
         inspect_model(run_config(group={"vision_block": 4}), 2)
     with pytest.raises(ModelConfigError, match="ac_stride"):
         inspect_model(run_config(ac={"lm": 1}), 2)
+
+
+def test_world_size_one_counts_no_collectives():
+    """FSDP2 on one rank gathers nothing (the run counts 0: test_trainkit_output.py); the count at
+    world size > 1 stays in its own field: tiny_deep, vision grouped by 4: 2 x (7 + 18) + 1 = 51."""
+    cfg = run_config(group={"vision_blocks": 4})
+    one, two = inspect_model(cfg, world_size=1)["fsdp"], inspect_model(cfg, world_size=2)["fsdp"]
+    assert (one["all_gathers_per_microbatch"], one["all_gathers_per_step"], one["reduce_scatters_per_microbatch"]) == (0, 0, 0)
+    assert one["sharded_all_gathers_per_microbatch"] == two["all_gathers_per_microbatch"] == 51
+    assert "no all-gather or reduce-scatter at world size 1" in format_report(inspect_model(cfg, world_size=1))
+
+
+def test_tiny_memory_is_printed_in_mib():
+    """Tiny: 165k params, so fp32 params take 0.6 MiB (0.0 GiB); every memory figure keeps digits."""
+    report = inspect_model(run_config(preset="tiny", dtype="float32"), world_size=1)
+    text = format_report(report)
+    params_mib = 4 * report["params"]["total"] / 2**20
+    assert 0.55 < params_mib < 0.7 and f"params {params_mib:.1f} MiB" in text
+    assert "0.0 GiB" not in text and f"peak {report['memory']['peak_gib'] * 1024:.1f} MiB" in text
+
+
+def test_estimate_over_the_gpu_memory_warns_with_the_world_size_that_fits():
+    """The optimised shape at micro-batch 40 estimates 146.5 GiB on one rank: over an H200's 139.8 GiB
+    (what torch reported on the device); 2 ranks shard 24.2 GiB of params, grads and AdamW states away."""
+    cfg = run_config(preset="full", group={"vision_blocks": 4}, micro=40, slots=["a", "b", ""])
+    one = inspect_model(cfg, world_size=1, gpu=("NVIDIA H200", 139.8))
+    assert one["memory"]["peak_gib"] > 139.8 and not one["memory"]["fits"]
+    two = inspect_model(cfg, world_size=2, gpu=("NVIDIA H200", 139.8))
+    assert two["memory"]["fits"] and one["memory"]["fits_from_world_size"] == 2
+    text = format_report(one)
+    assert (f"WARNING: the estimated peak {one['memory']['peak_gib']:.1f} GiB exceeds the 139.8 GiB of one NVIDIA H200 "
+            f"at world size 1: at --world-size 2 it is {two['memory']['peak_gib']:.1f} GiB") in text
+    assert "WARNING" not in format_report(two)
+    small = inspect_model(cfg, world_size=1, gpu=("small", 40.0))  # activations alone exceed it
+    assert small["memory"]["activations_gib"] > 40 and small["memory"]["fits_from_world_size"] is None
+    assert "more GPUs do not fix it" in format_report(small)

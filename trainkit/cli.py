@@ -2,7 +2,7 @@
 
     trainkit run CONFIG.toml [--set key=value ...]         # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
-    trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N]
+    trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -16,7 +16,7 @@ import json
 import sys
 
 from datakit.errors import DatakitError
-from trainkit.errors import TrainkitError
+from trainkit.errors import LaunchError, TrainkitError
 from trainkit.models.errors import ModelConfigError, TokenizerError
 
 
@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     i.add_argument("--json", action="store_true", help="print the report as JSON")
     i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
+    i.add_argument("--gpu-memory-gib", type=float, default=None,
+                   help="memory of one GPU to compare the estimate with (default: this machine's GPU, else an H200)")
     return p
 
 
@@ -60,7 +62,10 @@ def _inspect(cfg, args) -> int:
 
     from trainkit.inspect import format_report, inspect_model
     world = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
-    report = inspect_model(cfg, world_size=world)
+    if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
+        raise LaunchError(f"--gpu-memory-gib: must be > 0, got {args.gpu_memory_gib:g}")
+    gpu = None if args.gpu_memory_gib is None else ("GPU (--gpu-memory-gib)", args.gpu_memory_gib)
+    report = inspect_model(cfg, world_size=world, gpu=gpu)
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     return 0
 

@@ -15,10 +15,13 @@
   `parallel.reshard_after_forward = false` units stay gathered until backward: units. Every unit
   reduce-scatters its gradients once. "root": one unit, 1 all-gather, 1 reduce-scatter. "none": 0.
   Activation recompute runs inside a unit's backward, after its re-gather: no extra all-gather.
-  `per_step` multiplies by the gradient-accumulation micro-steps.
+  `per_step` multiplies by the gradient-accumulation micro-steps. The counts are those at the
+  given world size, as the run counts them: at world size 1 FSDP2 issues no collective, so they
+  are 0 there; `sharded_all_gathers_per_microbatch` is the count at any world size > 1.
   Keys: mode, units, reshard_after_forward, block_units, root_params, largest_unit_params,
   all_gathers_forward, all_gathers_backward, all_gathers_per_microbatch,
-  reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step.
+  reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step,
+  sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
 - `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states,
   each sharded over the world size (16 bytes/param / W, unsharded with fsdp "none"); gathered
@@ -33,7 +36,11 @@
   Keys: params_gib, grads_gib, optimizer_gib, gathered_params_gib, unsharded_grads_gib,
   activations_gib, backward_transient_gib, peak_gib (their sum), activations_no_recompute_gib and
   activations_full_recompute_gib (the same micro-batch under no / every-block recompute), slots
-  (the slot count estimated: slots_max), estimate (always true).
+  (the slot count estimated: slots_max), estimate (always true); and the GPU it is compared with:
+  gpu (this machine's first CUDA device, else the H200 the presets are tuned on), gpu_memory_gib,
+  fits (peak <= gpu_memory_gib), fits_from_world_size (the least power-of-two world size whose
+  estimate fits, None if none up to 1024: activations do not shrink with more GPUs) and
+  peak_gib_at_fits_from.
   Seen 2026-11-30 on 2 H200s (trainer bench, full preset, micro-batch 32): baseline (root unit,
   recompute everywhere, eager, 3 slots) estimated 44.5 GiB, measured 38.7; optimised (block units,
   vision grouped by 4, compiled, no recompute, 2 slots) estimated 103.3 GiB, measured 85.9:
@@ -48,9 +55,22 @@ import torch
 from trainkit.models import build_config, build_model
 from trainkit.models.errors import ModelConfigError
 from trainkit.models.pi05 import Pi05Config, flops_per_sample, tokens_per_sample
+from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+# The GPU an estimate is compared with when this machine has none: the presets' (bench/results/
+# trainkit.md), as torch.cuda.get_device_properties reported it on the H200 device, 2026-12-01
+# (nvidia-smi: 143771 MiB).
+H200 = ("NVIDIA H200", 150_109_880_320 / GIB)
+
+
+def gpu_memory() -> tuple[str, float]:
+    """(name, GiB) of this machine's first CUDA device, else of an H200."""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return props.name, props.total_memory / GIB
+    return H200
 
 
 def block_activations(cfg: Pi05Config, n_slots: int) -> dict[str, dict[str, int]]:
@@ -103,10 +123,11 @@ def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[li
     return units, total - sum(units)
 
 
-def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
+def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None) -> dict[str, Any]:
     """Report params, tokens, FLOPs, FSDP units/collectives and a per-GPU memory estimate for a
     RunConfig-like `cfg` (attributes model.family/preset, data.slots/prune_slots,
-    train.micro_batch/global_batch, parallel.fsdp/group/ac_stride/param_dtype/compile)."""
+    train.micro_batch/global_batch, parallel.fsdp/group/ac_stride/param_dtype/compile), the
+    estimate compared with `gpu` = (name, GiB) (default: `gpu_memory()`)."""
     if world_size < 1:
         raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
     par, train = cfg.parallel, cfg.train
@@ -122,16 +143,18 @@ def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
     mode = par.fsdp
     units, root = _units(model, mode, dict(par.group))
     n_units = len(units) + 1 if mode != "none" else 0
-    ag_fwd = n_units
     reshard = bool(getattr(par, "reshard_after_forward", True))
-    ag_bwd = len(units) if mode == "block" and reshard else 0
+    sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2)  # parallel/fsdp.py: the one rule
+    per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size)
+    ag_fwd = n_units if per_micro else 0  # forward gathers every unit; backward re-gathers the rest
     micro = train.micro_batch
     accum = max(1, (getattr(train, "global_batch", 0) or micro * world_size) // (micro * world_size))
     fsdp = {"mode": mode, "units": n_units, "reshard_after_forward": reshard, "block_units": len(units), "root_params": root if mode != "none" else 0,
             "largest_unit_params": max(units, default=root if mode != "none" else 0),
-            "all_gathers_forward": ag_fwd, "all_gathers_backward": ag_bwd,
-            "all_gathers_per_microbatch": ag_fwd + ag_bwd, "reduce_scatters_per_microbatch": n_units,
-            "grad_accum_steps": accum, "all_gathers_per_step": (ag_fwd + ag_bwd) * accum}
+            "all_gathers_forward": ag_fwd, "all_gathers_backward": per_micro - ag_fwd,
+            "all_gathers_per_microbatch": per_micro, "reduce_scatters_per_microbatch": n_units if per_micro else 0,
+            "grad_accum_steps": accum, "all_gathers_per_step": per_micro * accum,
+            "sharded_all_gathers_per_microbatch": sharded}
 
     stride = dict(par.ac_stride)
     unknown = sorted(set(stride) - set(model.BLOCK_LISTS))
@@ -139,8 +162,16 @@ def inspect_model(cfg: Any, world_size: int = 1) -> dict[str, Any]:
         raise ModelConfigError(f"parallel.ac_stride: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
     recompute = {name: [i for i in range(len(getattr(model, name))) if stride.get(name, 0) and i % stride[name] == 0]
                  for name in model.BLOCK_LISTS}
-    memory = _memory(model, model_cfg, slots_max, micro, world_size, mode, units, root, recompute,
-                     DTYPE_BYTES[par.param_dtype], reshard)
+    def estimate(world: int) -> dict[str, Any]:
+        return _memory(model, model_cfg, slots_max, micro, world, mode, units, root, recompute,
+                       DTYPE_BYTES[par.param_dtype], reshard)
+
+    memory = estimate(world_size)
+    name, gib = gpu or gpu_memory()
+    fits_from = next((w for w in (2 ** i for i in range(11)) if estimate(w)["peak_gib"] <= gib), None)
+    memory.update(gpu=name, gpu_memory_gib=round(gib, 2), fits=memory["peak_gib"] <= gib,
+                  fits_from_world_size=fits_from,
+                  peak_gib_at_fits_from=None if fits_from is None else estimate(fits_from)["peak_gib"])
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
         "params": {"total": total, "trainable": trainable, "by_part": parts},
@@ -186,9 +217,10 @@ def _memory(model, cfg: Pi05Config, slots: int, micro: int, world: int, mode: st
     }
     no_ac, _ = activation_elements(model, cfg, slots, {k: [] for k in recompute})
     all_ac, _ = activation_elements(model, cfg, slots, {k: list(range(len(getattr(model, k)))) for k in recompute})
-    return {**{k: round(v, 3) for k, v in parts.items()}, "peak_gib": round(sum(parts.values()), 2),
-            "activations_no_recompute_gib": round(act_bytes * no_ac * micro / GIB, 3),
-            "activations_full_recompute_gib": round(act_bytes * all_ac * micro / GIB, 3),
+    # rounded to 1 KiB, so a tiny preset's parts keep their digits
+    return {**{k: round(v, 6) for k, v in parts.items()}, "peak_gib": round(sum(parts.values()), 6),
+            "activations_no_recompute_gib": round(act_bytes * no_ac * micro / GIB, 6),
+            "activations_full_recompute_gib": round(act_bytes * all_ac * micro / GIB, 6),
             "slots": slots, "estimate": True}
 
 
@@ -200,22 +232,45 @@ def _si(x: float, unit: str) -> str:
     return f"{x:.0f}{unit}"
 
 
+def _mem(gib: float) -> str:
+    """GiB to one decimal, or MiB (KiB) where that rounds to zero: tiny presets read as numbers."""
+    for scale, unit in ((1, "GiB"), (1024, "MiB"), (1024 ** 2, "KiB")):
+        if abs(gib * scale) >= 0.05:
+            return f"{gib * scale:.1f} {unit}"
+    return f"{gib * 1024 ** 2:.1f} KiB" if gib else "0 GiB"
+
+
 def format_report(report: dict[str, Any]) -> str:
     """Human-readable lines of an `inspect_model` report."""
     p, f, m = report["params"], report["fsdp"], report["memory"]
+    world = report["world_size"]
     lines = [f"model {report['family']}/{report['preset']}: {_si(p['total'], '')} params "
              f"({_si(p['trainable'], '')} trainable; " + ", ".join(f"{k} {_si(v, '')}" for k, v in p["by_part"].items()) + ")"]
     for n, tok in report["tokens_per_sample"].items():
         lines.append(f"  {n} slot(s): {tok['prefix']} prefix + {tok['suffix']} suffix tokens, "
                      f"{_si(report['flops_per_sample'][n], 'FLOP')}/sample fwd+bwd")
-    lines.append(f"FSDP {f['mode']}: {f['units']} units, all-gathers {f['all_gathers_forward']} fwd + "
-                 f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
-                 f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
+    if f["mode"] != "none" and world == 1:
+        lines.append(f"FSDP {f['mode']}: {f['units']} units, no all-gather or reduce-scatter at world size 1 (FSDP2 "
+                     f"issues no collective on one rank); {f['sharded_all_gathers_per_microbatch']} all-gathers per "
+                     "micro-batch at world size > 1")
+    else:
+        lines.append(f"FSDP {f['mode']}: {f['units']} units, all-gathers {f['all_gathers_forward']} fwd + "
+                     f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
+                     f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
     lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
     summed = ("params", "grads", "optimizer", "gathered_params", "unsharded_grads", "activations", "backward_transient")
-    lines.append(f"memory estimate per GPU (world {report['world_size']}, micro-batch {report['micro_batch']}, "
-                 f"{m['slots']} slots): peak {m['peak_gib']:.1f} GiB = "
-                 + " + ".join(f"{k} {m[k + '_gib']:.1f}" for k in summed))
-    lines.append(f"  activations without recompute {m['activations_no_recompute_gib']:.1f} GiB, "
-                 f"with recompute of every block {m['activations_full_recompute_gib']:.1f} GiB")
+    lines.append(f"memory estimate per GPU (world {world}, micro-batch {report['micro_batch']}, "
+                 f"{m['slots']} slots): peak {_mem(m['peak_gib'])} = "
+                 + " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed))
+    lines.append(f"  activations without recompute {_mem(m['activations_no_recompute_gib'])}, "
+                 f"with recompute of every block {_mem(m['activations_full_recompute_gib'])}")
+    if not m["fits"]:
+        w = m["fits_from_world_size"]
+        more = (f"at --world-size {w} it is {_mem(m['peak_gib_at_fits_from'])}" if w is not None else
+                f"more GPUs do not fix it (activations {_mem(m['activations_gib'])} per GPU do not shrink with the "
+                "world size)")
+        lines.append(f"WARNING: the estimated peak {_mem(m['peak_gib'])} exceeds the {m['gpu_memory_gib']:.1f} GiB of "
+                     f"one {m['gpu']} at world size {world}: {more}. Lower train.micro_batch or recompute blocks "
+                     f"(parallel.ac_stride; every block recomputed: activations "
+                     f"{_mem(m['activations_full_recompute_gib'])}).")
     return "\n".join(lines)

@@ -7,8 +7,9 @@ between two flushes (each ends with a device synchronise) over the steps in betw
 CPU can run ahead of the GPU as it does in training.
 
 MFU = analytic model FLOPs of the samples (`flops_per_sample(cfg, slots)`, forward + backward,
-recompute not counted, at the slots each batch actually carried) / step time / 989e12 (H200
-dense bf16 peak), per GPU. All-gathers are counted as they happen (`CollectiveCounter` wraps
+recompute not counted, at the slots each batch actually carried) / step time / the device's dense
+bf16 peak (`peak_flops`: 989e12 on an H100 or H200), per GPU; None (printed "n/a") on a device
+with no listed peak, a CPU among them. All-gathers are counted as they happen (`CollectiveCounter` wraps
 torch.distributed's all-gather entry points, which FSDP2 calls), not derived from the config.
 
 Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
@@ -16,8 +17,9 @@ interval and a progress bar (tqdm) on rank 0.
 - `"kind": "step"`: step, loss (mean over the step's micro-batches, rank 0), grad_norm (global),
   lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
 - `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
-  tokens_per_s_gpu (image + text + action tokens), mfu (fraction), peak_mem_gib (max allocated since
-  start), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
+  tokens_per_s_gpu (image + text + action tokens), mfu (fraction, or null), peak_flops (the peak MFU is
+  measured against, or null), peak_mem_gib (max allocated since start; null off CUDA, where the
+  allocator keeps no count), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
   loss, image_slots.
 """
 from __future__ import annotations
@@ -32,7 +34,26 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-PEAK_FLOPS = 989e12  # H200 (= H100 SXM) dense bf16 tensor-core peak, per GPU
+# Dense bf16 tensor-core peak per GPU, by a part of the device name (H100 SXM = H200 = 989 TFLOP/s;
+# A100 312 TFLOP/s): MFU is measured against it, and is n/a on any other device.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+NO_PEAK = "n/a (no peak for this device)"
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The dense bf16 peak of `device` (FLOP/s), or None for a CPU or an unlisted GPU."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_FLOPS.items() if key in name), None)
+
+
+def format_mfu(mfu: float | None) -> str:
+    return NO_PEAK if mfu is None else f"{100 * mfu:.1f}%"
+
+
+def format_mem(gib: float | None) -> str:
+    return "n/a (measured on CUDA only)" if gib is None else f"{gib:.1f} GiB"
 
 
 class CollectiveCounter:
@@ -93,6 +114,7 @@ class Metrics:
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss (tests read it)
 
     def __post_init__(self) -> None:
+        self._peak = peak_flops(self.device)
         self._t0 = time.perf_counter()
         self._gathers0 = self.counter.count if self.counter else 0
         self._bar = None
@@ -137,8 +159,10 @@ class Metrics:
             "kind": "interval", "step": recs[-1].step, "steps": n, "step_time_s": step_s,
             "samples_per_s_gpu": sum(r.samples for r in recs) / dt,
             "tokens_per_s_gpu": sum(r.tokens for r in recs) / dt,
-            "mfu": sum(r.flops for r in recs) / dt / PEAK_FLOPS,
-            "peak_mem_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else 0.0,
+            "mfu": None if self._peak is None else sum(r.flops for r in recs) / dt / self._peak,
+            "peak_flops": self._peak,
+            "peak_mem_gib": (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda"
+                             else None),
             "data_wait_s": wait / n, "data_wait_frac": wait / dt, "all_gathers_per_step": gathers / n,
             "loss": losses[-1], "image_slots": recs[-1].image_slots,
         }
@@ -154,7 +178,7 @@ class Metrics:
             self._jsonl.flush()
             line = (f"step {summary['step']:>6} | loss {losses[-1]:.4f} | gnorm {norms[-1]:.3f} | "
                     f"{step_s * 1e3:.0f} ms/step | {summary['samples_per_s_gpu']:.1f} samples/s/GPU | "
-                    f"MFU {100 * summary['mfu']:.1f}% | mem {summary['peak_mem_gib']:.1f} GiB | "
+                    f"MFU {format_mfu(summary['mfu'])} | mem {format_mem(summary['peak_mem_gib'])} | "
                     f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}")
             (self._bar.write if self._bar is not None else print)(line)
         self._t0 = time.perf_counter()

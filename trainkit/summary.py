@@ -4,11 +4,14 @@
 Steady state leaves out the intervals that start before `skip_steps` (compilation, allocator and
 loader warm-up; by default the first interval), then takes the median of each figure, so one slow
 interval (a checkpoint, a profile) does not move it. Peak memory is the maximum over the run.
+A figure the device cannot give (MFU with no known peak, memory off CUDA) is None, "n/a" in the table.
 """
 from __future__ import annotations
 
 import statistics
 from typing import Any
+
+from trainkit.metrics import format_mem, format_mfu
 
 STEADY_KEYS = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
                "all_gathers_per_step")
@@ -23,11 +26,18 @@ def steady_state(history: list[dict[str, Any]], skip_steps: int | None = None) -
         rows = history[1:] or history
     else:
         rows = [h for h in history if h["step"] + 1 - h["steps"] >= skip_steps] or history[-1:]
-    out: dict[str, Any] = {k: statistics.median(h[k] for h in rows) for k in STEADY_KEYS}
-    out["peak_mem_gib"] = max(h["peak_mem_gib"] for h in history)
+    out: dict[str, Any] = {k: _median([h[k] for h in rows]) for k in STEADY_KEYS}
+    out["peak_flops"] = history[-1].get("peak_flops")
+    mem = [h["peak_mem_gib"] for h in history]
+    out["peak_mem_gib"] = None if None in mem else max(mem)
     out["intervals"] = len(rows)
     out["from_step"] = rows[0]["step"] + 1 - rows[0]["steps"]
     return out
+
+
+def _median(values: list[Any]) -> Any:
+    """The median, or None where the figure was not measured (MFU on a device with no peak)."""
+    return None if any(v is None for v in values) else statistics.median(values)
 
 
 def run_summary(history: list[dict[str, Any]], losses: dict[int, float], *, world_size: int, global_batch: int,
@@ -51,9 +61,10 @@ def format_summary(s: dict[str, Any]) -> str:
                  ("  step time", f"{st['step_time_s'] * 1e3:.0f} ms"),
                  ("  samples/s per GPU", f"{st['samples_per_s_gpu']:.2f}"),
                  ("  tokens/s per GPU", f"{st['tokens_per_s_gpu']:.0f}"),
-                 ("  MFU (model FLOPs / 989 TFLOP/s)", f"{100 * st['mfu']:.1f}%"),
+                 (f"  MFU (model FLOPs / {st['peak_flops'] / 1e12:.0f} TFLOP/s)" if st.get("peak_flops") else "  MFU",
+                  format_mfu(st["mfu"])),
                  ("  data wait", f"{100 * st['data_wait_frac']:.2f}% of step time"),
                  ("  all-gathers per step", f"{st['all_gathers_per_step']:.0f}"),
-                 ("peak memory (allocated)", f"{st['peak_mem_gib']:.1f} GiB")]
+                 ("peak memory (allocated)", format_mem(st["peak_mem_gib"]))]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -4,10 +4,12 @@
     datakit plan s3://bucket/droid --samples-per-s 3200 --ranks 64 --shuffle shard_block --cache-bytes 200GiB
     datakit plan out/ --samples-per-s 800 --measure --json
 
-Prints bytes per sample, read bandwidth per node, the epoch's working set per rank and node
-(the cache size that downloads each shard once per epoch), host-to-device bytes per step
-(uint8 as the loader sends it, and float32 for comparison), and with --measure this machine's
-disk and page-cache bandwidth on the shards, and where the GPUs would wait.
+Prints bytes per sample (what the loader reads: the slots it keeps, so a blank camera costs
+nothing), read bandwidth per node, the epoch's working set per rank and node (the cache size
+that downloads each shard once per epoch), host-to-device bytes per step (uint8 as the loader
+sends it, and float32 for comparison). With --measure: this machine's disk and page-cache
+bandwidth on the shards, the real loader's samples/s, the most samples/s these sustain for the
+given ranks (`ceiling`), and where the GPUs would wait.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from rich.table import Table
 
 from datakit.flag_types import positive
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
-from datakit.planner.measure import Bandwidth, measure_bandwidth
+from datakit.machine import available_cpus
+from datakit.planner.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.planner.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
 from datakit.planner.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
 from datakit.verify.quick import check_index_files
@@ -61,10 +65,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-bytes", type=positive(_size),
                    help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
-    p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth "
-                                                          "on the shards (local folders only)")
+    p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth and "
+                                                          "the loader's samples/s on the shards, and print the ceiling "
+                                                          "(local folders only)")
     p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30,
                    help="bytes read by --measure (default 1GiB)")
+    p.add_argument("--measure-seconds", type=positive(float), default=3.0,
+                   help="seconds the loader is timed (default 3)")
+    p.add_argument("--workers", type=positive(int), help="loader worker processes per rank for --measure "
+                                                         "(default: the cores this process may use)")
     p.add_argument("--h2d-gbps", type=positive(float),
                    help="host-to-device GB/s of one GPU, to say whether the bus waits")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -74,7 +83,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def loader_config(args) -> LoaderConfig:
     """The preset with the flags that were given on top."""
     over = {"batch_size": args.batch_size, "frame_offsets": args.frame_offsets, "action_horizon": args.action_horizon,
-            "shuffle": args.shuffle, "block_size": args.block_size, "boundary": args.boundary, "seed": args.seed}
+            "shuffle": args.shuffle, "block_size": args.block_size, "boundary": args.boundary, "seed": args.seed,
+            "num_workers": available_cpus() if args.workers is None else args.workers}
     if args.slots:
         over["slots"] = tuple(None if s.strip().lower() == "none" else s.strip() for s in args.slots.split(","))
     return PRESETS[args.preset](**{k: v for k, v in over.items() if v is not None})
@@ -93,12 +103,17 @@ def _local_index(out: str, scratch: Path) -> Path:
     return scratch
 
 
-def verdicts(plan: ThroughputPlan, bw: Bandwidth | None, h2d_gbps: float | None) -> list[str]:
+def verdicts(plan: ThroughputPlan, bw: Bandwidth | None, h2d_gbps: float | None,
+             top: Ceiling | None = None) -> list[str]:
     """Where the GPUs would wait, one line each (empty: nothing measured to compare with)."""
     lines = []
     need = plan.read_bytes_per_s_per_node
+    if top is not None:
+        share = plan.samples_per_s / top.samples_per_s
+        lines.append(f"ceiling: {top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks, bound by the {top.bound}; "
+                     f"the target is {share:.0%} of it" + (": the GPUs wait on data" if share > 1 else ""))
     if bw is not None:
-        fits = plan.working_set_bytes_per_node <= 0.8 * bw.memory_bytes
+        fits = working_set_fits(plan, bw)
         if need > bw.page_cache_bytes_per_s:
             lines.append(f"page cache: need {_rate(need)} per node, it gives {_rate(bw.page_cache_bytes_per_s)}: "
                          "the GPUs wait even on cached data; more nodes or fewer bytes per sample (resize, nv12)")
@@ -133,7 +148,8 @@ def _rate(n: float) -> str:
     return f"{n / 1e9:.3f} GB/s" if n >= 1e8 else f"{n / 1e6:.2f} MB/s"
 
 
-def table(plan: ThroughputPlan, bw: Bandwidth | None) -> Table:
+def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = None,
+          top: Ceiling | None = None) -> Table:
     t = Table(title=f"datakit plan: {plan.samples_per_s:g} samples/s on {plan.ranks} ranks ({plan.nodes} nodes)",
               show_header=False)
     t.add_column("what", style="bold")
@@ -141,7 +157,8 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None) -> Table:
     rows = [
         ("samples per epoch / steps", f"{plan.num_anchors} / {plan.steps_per_epoch} ({plan.epoch_seconds:.1f} s at target)"),
         ("bytes per sample", f"{_bytes(plan.bytes_per_sample)} (images {_bytes(plan.image_bytes_per_sample)}, "
-                             f"state+action {_bytes(plan.numeric_bytes_per_sample)})"),
+                             f"state+action {_bytes(plan.numeric_bytes_per_sample)}; "
+                             f"{plan.kept_slots_per_step:.2f} slots kept per batch)"),
         ("read bandwidth per rank", _rate(plan.read_bytes_per_s_per_rank)),
         ("read bandwidth per node", f"{_rate(plan.read_bytes_per_s_per_node)} ({plan.ranks_per_node} ranks)"),
         ("dataset", _bytes(plan.dataset_bytes)),
@@ -157,6 +174,15 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None) -> Table:
         rows += [("measured disk read", f"{_rate(bw.disk_bytes_per_s)} ({_bytes(bw.bytes_read)} read)"),
                  ("measured page-cache read", _rate(bw.page_cache_bytes_per_s)),
                  ("memory", _bytes(bw.memory_bytes))]
+    if rate is not None:
+        rows.append(("measured loader (one rank)", f"{rate.samples_per_s:,.0f} samples/s ({rate.workers} workers, "
+                                                   f"{rate.cores} cores, {rate.seconds:.1f} s)"))
+    if top is not None:
+        disk_note = "first epoch only: the working set fits in memory" if top.working_set_fits else "binds"
+        rows += [("ceiling: page-cache read", f"{top.page_cache_samples_per_s:,.0f} samples/s"),
+                 ("ceiling: disk", f"{top.disk_samples_per_s:,.0f} samples/s ({disk_note})"),
+                 ("ceiling: loader", f"{top.loader_samples_per_s:,.0f} samples/s ({plan.ranks} x one rank)"),
+                 ("ceiling", f"{top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks ({top.bound})")]
     for r in rows:
         t.add_row(*r)
     return t
@@ -170,18 +196,25 @@ def run(args) -> int:
         index, frames = load_index(folder), load_frames(folder)
         plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
                                ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
-    bw = None
+    bw = rate = top = None
     if args.measure:
         if folder != Path(args.out):
             raise ValueError(f"{args.out}: --measure reads the shards and needs a local folder")
-        bw = measure_bandwidth([folder / s.name for s in index.shards], args.measure_bytes)
-    lines = verdicts(plan, bw, args.h2d_gbps)
+        paths = [folder / s.name for s in index.shards]
+        bw = measure_bandwidth(paths, args.measure_bytes)
+        if working_set_fits(plan, bw):  # time the loader in the steady state: shards cached after epoch 1
+            warm_page_cache(paths, min(plan.dataset_bytes, int(CACHE_SHARE * bw.memory_bytes)))
+        rate = measure_loader(folder, cfg, args.measure_seconds)
+        top = ceiling(plan, bw, rate)
+    lines = verdicts(plan, bw, args.h2d_gbps, top)
     if args.json:
-        doc = {"plan": plan.to_dict(), "measured": None if bw is None else bw.__dict__, "verdicts": lines}
+        doc = {"plan": plan.to_dict(), "measured": None if bw is None else bw.__dict__,
+               "loader": None if rate is None else rate.__dict__, "ceiling": None if top is None else top.__dict__,
+               "verdicts": lines}
         print(json.dumps(doc, indent=1))
         return 0
     console = Console()
-    console.print(table(plan, bw))
+    console.print(table(plan, bw, rate, top))
     for line in lines:
         console.print("  " + line, highlight=False, markup=False)
     return 0

@@ -63,9 +63,8 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
                                 cfg.reshard_after_forward)
         plan.applied.append(f"fsdp_{cfg.fsdp}")
-        # one rank: FSDP2 keeps the whole parameters and issues no collective
-        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward) \
-            if world_size > 1 else 0
+        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward,
+                                                         world_size=world_size)
     # 4. explicit prefetch between the units just made
     if cfg.prefetch and len(plan.units) > 1:
         apply_prefetch(plan.units)

@@ -52,7 +52,10 @@ def apply_prefetch(units: list[FSDPModule]) -> None:
             unit.set_modules_to_backward_prefetch([units[i - 1]])
 
 
-def all_gathers_per_step(mode: str, num_units: int, reshard_after_forward: bool = True) -> int:
+def all_gathers_per_step(mode: str, num_units: int, reshard_after_forward: bool = True, *, world_size: int) -> int:
     """All-gathers one forward + backward issues: 1 (2 when resharded after forward) per block
-    unit + 1 for the root."""
-    return 0 if mode == "none" else (2 if reshard_after_forward else 1) * num_units + 1
+    unit + 1 for the root; none on one rank, where FSDP2 keeps the whole parameters and issues
+    no collective (it checks the group size before every all-gather and reduce-scatter)."""
+    if mode == "none" or world_size == 1:
+        return 0
+    return (2 if reshard_after_forward else 1) * num_units + 1
