@@ -31,6 +31,17 @@ def positive(parse: Callable[[str], T]) -> Callable[[str], T]:
     return check
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0 (a worker count where 0 means in this process)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
 def names_of(allowed: Iterable[str], what: str) -> Callable[[str], list[str]]:
     """A comma list of names, each one of `allowed` (a typo would otherwise match nothing, silently)."""
     known = sorted(set(allowed))

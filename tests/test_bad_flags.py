@@ -29,7 +29,8 @@ PLAN_FLAGS = [("--samples-per-s", v) for v in ("0", "-1", "nan", "inf")] + \
     [("--h2d-gbps", v) for v in ("0", "-3", "nan", "inf")] + \
     [("--cache-bytes", v) for v in ("-5", "0", "inf", "nan")] + \
     [("--measure-bytes", v) for v in ("0", "-1GiB")] + \
-    [("--ranks", "0"), ("--ranks", "-2"), ("--ranks-per-node", "0")]
+    [("--ranks", "0"), ("--ranks", "-2"), ("--ranks-per-node", "0")] + \
+    [("--measure-seconds", v) for v in ("0", "-1", "nan")] + [("--workers", v) for v in ("-1", "two")]
 
 
 @pytest.mark.parametrize("flag,value", PLAN_FLAGS, ids=[f"{f}={v}" for f, v in PLAN_FLAGS])

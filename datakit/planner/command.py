@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from datakit.flag_types import positive
+from datakit.flag_types import non_negative_int, positive
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.machine import available_cpus
 from datakit.planner.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
@@ -72,8 +72,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="bytes read by --measure (default 1GiB)")
     p.add_argument("--measure-seconds", type=positive(float), default=3.0,
                    help="seconds the loader is timed (default 3)")
-    p.add_argument("--workers", type=positive(int), help="loader worker processes per rank for --measure "
-                                                         "(default: the cores this process may use)")
+    p.add_argument("--workers", type=non_negative_int, help="loader worker processes per rank for --measure "
+                                                       "(0: in this process; default: the cores this process may use)")
     p.add_argument("--h2d-gbps", type=positive(float),
                    help="host-to-device GB/s of one GPU, to say whether the bus waits")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
