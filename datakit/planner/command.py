@@ -22,7 +22,7 @@ from rich.table import Table
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.planner.measure import Bandwidth, measure_bandwidth
 from datakit.planner.model import ThroughputPlan, plan_throughput
-from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
 
 PRESETS = {"default": LoaderConfig, "pi05": pi05_config, "dreamzero": dreamzero_config}
 
@@ -81,7 +81,7 @@ def _local_index(out: str, scratch: Path) -> Path:
     from datakit.storage.transfer import download
     from datakit.storage.urls import join, resolve
 
-    for name in (MANIFEST_NAME, FRAMES_NAME):
+    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):  # load_index checks index.json against checksums.json
         download(join(resolve(out), name), scratch / name)
     return scratch
 

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
-from datakit.errors import ShardError, StorageError
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, ShardIndex
+from datakit.errors import IndexFileError, ShardError, StorageError
+from datakit.shards import checksums
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import download, temp_name
 from datakit.storage.urls import filesystem, join, resolve
@@ -94,7 +95,7 @@ class ShardCache:
         self.base.mkdir(parents=True, exist_ok=True)
         self.folder = self._fetch_index()
         (self.folder / LOCKS).mkdir(exist_ok=True)
-        self.index = ShardIndex.from_json((self.folder / MANIFEST_NAME).read_text())
+        self.index = load_index(self.folder)  # checked against checksums.json, as every reader does
         self._id = {s.name: i for i, s in enumerate(self.index.shards)}
         largest = max((s.bytes for s in self.index.shards), default=0)
         if largest > self.max_bytes:
@@ -108,16 +109,14 @@ class ShardCache:
     def _fetch_index(self) -> Path:
         """The local folder of the current remote index (index files fetched and checked once)."""
         url = join(self.root_url, CHECKSUMS_NAME)
-        fs, rpath = filesystem(url, self.storage_options)
-        try:
-            text = with_retries(lambda: fs.cat_file(rpath), url, "read", self.policy)
-        except FileNotFoundError:
-            raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME})") from None
-        sums = json.loads(text)["sha256"]
+        text = self._remote_checksums()
+        self.identity = checksums.parse(text, url, (MANIFEST_NAME, FRAMES_NAME))
+        sums = self.identity
         folder = self.base / sums[MANIFEST_NAME][:16]
         with _flock(self.base / FOLDER_LOCK):
-            if (folder / CHECKSUMS_NAME).exists():
-                return folder
+            with contextlib.suppress(FileNotFoundError):
+                if (folder / CHECKSUMS_NAME).read_bytes() == text:
+                    return folder
             for old in self.base.iterdir():  # an earlier conversion at this URL: its shards are stale
                 if old.is_dir() and old != folder:
                     shutil.rmtree(old, ignore_errors=True)
@@ -130,6 +129,28 @@ class ShardCache:
                                        "(the root is being rewritten?)")
             write_atomic(folder / CHECKSUMS_NAME, text)  # last: the folder is complete
         return folder
+
+    def _remote_checksums(self) -> bytes:
+        url = join(self.root_url, CHECKSUMS_NAME)
+        fs, rpath = filesystem(url, self.storage_options, self.policy)
+        try:
+            return with_retries(lambda: fs.cat_file(rpath), url, "read", self.policy)
+        except FileNotFoundError:
+            raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME}), or one being "
+                                              "rewritten") from None
+
+    def _check_remote_unchanged(self) -> None:
+        """After a shard download: the remote root still holds the conversion this cache opened
+        (a rewrite removes checksums.json before any shard, so the shard just read is its own)."""
+        url = join(self.root_url, CHECKSUMS_NAME)
+        try:
+            now = checksums.parse(self._remote_checksums(), url, (MANIFEST_NAME, FRAMES_NAME))
+        except StorageError:
+            raise IndexFileError(url, "gone since this reader opened the dataset: it is being rewritten "
+                                      "(convert --force?); open it again once that conversion has finished") from None
+        if now != self.identity:
+            raise IndexFileError(url, "changed since this reader opened the dataset: another conversion was "
+                                      "written there; open it again to read the new one")
 
     # --- shards --------------------------------------------------------------------------------
     def local_path(self, entry: ShardEntry) -> Path:
@@ -174,14 +195,34 @@ class ShardCache:
                 with open(tmp, "r+b") as f:
                     download(join(self.root_url, entry.name), path, expected_size=entry.bytes,
                              storage_options=self.storage_options, policy=self.policy, into=f)
-                    if self.verify == "sha256" and (digest := fd_sha256(f.fileno())) != entry.sha256:
-                        raise ShardError(join(self.root_url, entry.name),
-                                         f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
+                    if self.verify == "sha256":
+                        if (digest := fd_sha256(f.fileno())) != entry.sha256:
+                            raise ShardError(join(self.root_url, entry.name),
+                                             f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
+                        st = os.fstat(f.fileno())
+                        self._hashed_inodes.add((st.st_dev, st.st_ino))
+                self._check_remote_unchanged()
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
             fsync_dir(self.folder)
+        return path
+
+    def hashed_here(self, fd: int) -> bool:
+        """The file behind `fd` was hashed against the index by this process (or its parent before
+        a fork) when it downloaded it, and renamed into the cache only then."""
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino) in self._hashed_inodes
+
+    def discard(self, entry: ShardEntry, fd: int) -> Path:
+        """Remove the cached copy of `entry` that `fd` reads (found damaged), so the next open
+        downloads it again; a copy another process has meanwhile replaced is left alone."""
+        path = self.folder / entry.name
+        with _flock(self.folder / LOCKS / entry.name):
+            st, held = path.stat() if path.exists() else None, os.fstat(fd)
+            if st is not None and (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+                path.unlink(missing_ok=True)
         return path
 
     def _usable(self, path: Path, entry: ShardEntry) -> bool:
@@ -242,6 +283,7 @@ class ShardCache:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._driven = False  # reader_at() reports progress; opens do not
+        self._hashed_inodes: set[tuple[int, int]] = set()  # (st_dev, st_ino) of shards hashed at download
         self.prefetch_errors: list[BaseException] = []
 
     def prefetch(self, shard_ids_in_order: Sequence[int]) -> None:
@@ -325,7 +367,7 @@ class ShardCache:
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root_url", "max_bytes", "verify", "storage_options", "policy", "base", "folder", "index",
-                "_id", "ahead_bytes")
+                "_id", "ahead_bytes", "identity")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

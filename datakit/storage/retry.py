@@ -3,8 +3,16 @@ that names the URL, the attempts and the last cause.
 
 Transient: connection resets, timeouts, throttling and 5xx answers (botocore/aiohttp errors and
 the OSErrors s3fs turns them into). Permanent, raised at once: a missing object, a refused
-permission, an offline Hub. The delays grow as base * 2**k with +-25% jitter (so ranks that
-failed together do not retry together), capped at `max_delay`.
+permission or missing credentials (StorageError naming the URL and what to set, `access`), an
+offline Hub, any DatakitError (e.g. a download's local disk being full: `transfer`).
+The delays grow as base * 2**k with +-25% jitter (so ranks that failed together do not retry
+together), capped at `max_delay`.
+
+These are the only retries: `urls.filesystem` turns off the ones botocore and s3fs would nest
+inside each attempt (5 x 5 of them, which made a dead endpoint take ~90 s), and gives each
+attempt `timeout` seconds to connect and between two reads, so a server that stops answering
+fails the attempt instead of hanging. With the defaults a dead endpoint fails after the four
+delays, 0.5 + 1 + 2 + 4 = 7.5 s (+-25%); a stalled one after 5 x 10 s + 7.5 s.
 """
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from datakit.errors import DatakitError, StorageError
+from datakit.storage.access import refusal
 
 T = TypeVar("T")
 
@@ -48,7 +57,12 @@ class RetryPolicy:
     base_delay: float = 0.5  # seconds before the first retry
     max_delay: float = 20.0  # cap on one delay
     jitter: float = 0.25  # relative +- randomisation of each delay
+    timeout: float = 10.0  # seconds one attempt may wait to connect, or for the server's next bytes
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)  # tests record it
+
+    def __post_init__(self):
+        if self.attempts < 1 or not self.timeout > 0:
+            raise ValueError(f"RetryPolicy needs attempts >= 1 and timeout > 0, got {self.attempts}, {self.timeout}")
 
     def delay(self, retry: int) -> float:
         d = min(self.base_delay * (2 ** retry), self.max_delay)
@@ -60,11 +74,14 @@ DEFAULT_RETRY = RetryPolicy()
 
 def with_retries(call: Callable[[], T], url: str, what: str, policy: RetryPolicy = DEFAULT_RETRY) -> T:
     """`call()`, retried on transient errors; StorageError naming `url` when it keeps failing.
-    Permanent errors (missing object, permission) propagate unchanged at the first attempt."""
+    A refused permission or missing credentials raise StorageError naming `url` and what to
+    set at the first attempt; other permanent errors (a missing object) propagate unchanged."""
     for attempt in range(policy.attempts):
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - classified just below
+            if (denied := refusal(exc, url)) is not None:
+                raise denied from None
             if not is_transient(exc):
                 raise
             if attempt + 1 >= policy.attempts:

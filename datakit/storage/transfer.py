@@ -14,6 +14,7 @@ Every remote call is retried with backoff (`retry`), then fails with an error na
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.durable import atomic_path, temp_path
-from datakit.errors import ShardError, StorageError
+from datakit.errors import DatakitError, ResourceLimitError, ShardError, StorageError, output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.urls import filesystem, join, repo_id_of, resolve, scheme
@@ -40,18 +41,57 @@ class IncompleteDownload(ConnectionError):
     """The stream ended before the expected size: retried like a dropped connection."""
 
 
+def local_write_error(dest: Path, url: str, e: OSError) -> DatakitError:
+    """One line for a download that the local disk refused: the local file and its disk, not
+    the remote object (not retried: a full disk stays full)."""
+    code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "no errno"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(dest.parent).free if dest.parent.exists() else 0
+        return ResourceLimitError(f"{dest}: the local disk is full ({code}, {free} bytes free on the disk holding "
+                                  f"{dest.parent}) while downloading {url}; free space there, or lower cache_bytes")
+    return output_error(dest, e)
+
+
+class _LocalWriteFailed(Exception):
+    """Carries an OSError of the local side of a download out of the retry loop."""
+
+    def __init__(self, e: OSError):
+        self.error = e
+
+
 def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
-    """Copy a remote file into the open binary `out` from its start; returns the bytes copied."""
-    out.seek(0)
-    out.truncate()
+    """Copy a remote file into the open binary `out` from its start; returns the bytes copied.
+    A failed local write raises _LocalWriteFailed (not a network error)."""
+    try:
+        out.seek(0)
+        out.truncate()
+    except OSError as e:
+        raise _LocalWriteFailed(e) from None
     n = 0
     with fs.open(rpath, "rb", block_size=COPY_CHUNK) as src:
         while chunk := src.read(COPY_CHUNK):
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as e:
+                raise _LocalWriteFailed(e) from None
             n += len(chunk)
     if expected is not None and n != expected:
         raise IncompleteDownload(f"got {n} of {expected} bytes (connection dropped, or the object changed?)")
     return n
+
+
+def _copy(fs, rpath: str, out, expected: int | None, url: str, dest: Path, policy: RetryPolicy) -> None:
+    """`_stream_to` with retries, then flush and fsync; a local write error names `dest`."""
+    try:
+        with_retries(lambda: _stream_to(fs, rpath, out, expected), url, "download", policy)
+        out.flush()
+        os.fsync(out.fileno())
+    except _LocalWriteFailed as e:
+        raise local_write_error(dest, url, e.error) from None
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):  # from flush / fsync: local
+            raise local_write_error(dest, url, e) from None
+        raise
 
 
 def download(url: str, dest: Path, *, expected_size: int | None = None, storage_options: dict[str, Any] | None = None,
@@ -59,15 +99,18 @@ def download(url: str, dest: Path, *, expected_size: int | None = None, storage_
     """Download `url` whole to `dest` (temp name, fsync, rename). `into`: an already open binary
     file to fill instead (the cache passes its locked, preallocated temp file; no rename then)."""
     dest = Path(dest)
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
     if into is not None:
-        with_retries(lambda: _stream_to(fs, rpath, into, expected_size), url, "download", policy)
-        into.flush()
-        os.fsync(into.fileno())
+        _copy(fs, rpath, into, expected_size, url, dest, policy)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(dest) as tmp, open(tmp, "wb") as f:
-        with_retries(lambda: _stream_to(fs, rpath, f, expected_size), url, "download", policy)
+    try:
+        with atomic_path(dest) as tmp, open(tmp, "wb") as f:
+            _copy(fs, rpath, f, expected_size, url, dest, policy)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # closing the temp file, or its rename
+            raise local_write_error(dest, url, e) from None
+        raise
     return dest
 
 
@@ -99,7 +142,7 @@ def list_files(root: str, pattern: str, *, storage_options: dict[str, Any] | Non
                policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
     """Names (relative to `root`, sorted) of the files matching the glob `pattern` under `root`,
     e.g. "meta/episodes/*/*.parquet" of a LeRobot v3.0 source; a fresh listing, not a cached one."""
-    fs, base = filesystem(root, storage_options)
+    fs, base = filesystem(root, storage_options, policy)
     base = base.rstrip("/")
 
     def ls() -> list[str]:
@@ -130,7 +173,7 @@ def _hub_file(root: str, repo: str, name: str, policy: RetryPolicy) -> Path:
 def remote_size(url: str, *, storage_options: dict[str, Any] | None = None,
                 policy: RetryPolicy = DEFAULT_RETRY) -> int | None:
     """Size of the object at `url`, None when there is none (fresh listing, no stale cache)."""
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
 
     def stat() -> int | None:
         fs.invalidate_cache(rpath)
@@ -148,7 +191,7 @@ def upload(local: Path, url: str, *, storage_options: dict[str, Any] | None = No
     is checked against the local one afterwards."""
     local = Path(local)
     size = local.stat().st_size
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
     if scheme(resolve(url)) is None:  # local target: temp name + rename, like every local write
         dest = Path(rpath)
         dest.parent.mkdir(parents=True, exist_ok=True)
