@@ -44,7 +44,7 @@ from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import download, temp_name
-from datakit.storage.urls import filesystem, join, resolve
+from datakit.storage.urls import deadline, filesystem, join, resolve
 
 LOCKS = ".locks"
 FOLDER_LOCK = ".cache.lock"
@@ -134,7 +134,7 @@ class ShardCache:
         url = join(self.root_url, CHECKSUMS_NAME)
         fs, rpath = filesystem(url, self.storage_options, self.policy)
         try:
-            return with_retries(lambda: fs.cat_file(rpath), url, "read", self.policy)
+            return with_retries(lambda: fs.cat_file(rpath, **deadline(fs, self.policy)), url, "read", self.policy)
         except FileNotFoundError:
             raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME}), or one being "
                                               "rewritten") from None

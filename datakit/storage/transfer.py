@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from datakit.durable import atomic_path, temp_path
 from datakit.errors import DatakitError, ResourceLimitError, ShardError, StorageError, output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
-from datakit.storage.urls import filesystem, join, repo_id_of, resolve, scheme
+from datakit.storage.urls import deadline, filesystem, join, repo_id_of, resolve, scheme
 
 COPY_CHUNK = 8 << 20  # bytes per read of a remote stream
 INDEX_FILES_IN_ORDER = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # upload order; the last = finished
@@ -59,9 +60,11 @@ class _LocalWriteFailed(Exception):
         self.error = e
 
 
-def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
+def _stream_to(fs, rpath: str, out, expected: int | None, policy: RetryPolicy) -> int:
     """Copy a remote file into the open binary `out` from its start; returns the bytes copied.
-    A failed local write raises _LocalWriteFailed (not a network error)."""
+    Each read waits at most the policy's timeout (the filesystem's socket timeout), and the
+    whole copy its deadline. A failed local write raises _LocalWriteFailed (not a network error)."""
+    end = time.monotonic() + policy.deadline(expected or 0)
     try:
         out.seek(0)
         out.truncate()
@@ -75,6 +78,9 @@ def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
             except OSError as e:
                 raise _LocalWriteFailed(e) from None
             n += len(chunk)
+            if time.monotonic() > end:
+                raise TimeoutError(f"{n} bytes after {policy.deadline(expected or 0):.0f} s, slower than "
+                                   f"{policy.min_rate:.0f} bytes/s")
     if expected is not None and n != expected:
         raise IncompleteDownload(f"got {n} of {expected} bytes (connection dropped, or the object changed?)")
     return n
@@ -83,7 +89,7 @@ def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
 def _copy(fs, rpath: str, out, expected: int | None, url: str, dest: Path, policy: RetryPolicy) -> None:
     """`_stream_to` with retries, then flush and fsync; a local write error names `dest`."""
     try:
-        with_retries(lambda: _stream_to(fs, rpath, out, expected), url, "download", policy)
+        with_retries(lambda: _stream_to(fs, rpath, out, expected, policy), url, "download", policy)
         out.flush()
         os.fsync(out.fileno())
     except _LocalWriteFailed as e:
@@ -147,7 +153,8 @@ def list_files(root: str, pattern: str, *, storage_options: dict[str, Any] | Non
 
     def ls() -> list[str]:
         fs.invalidate_cache()
-        return sorted(p[len(base) + 1:] for p in fs.glob(f"{base}/{pattern}") if fs.isfile(p))
+        return sorted(p[len(base) + 1:] for p in fs.glob(f"{base}/{pattern}", **deadline(fs, policy))
+                      if fs.isfile(p, **deadline(fs, policy)))
 
     return with_retries(ls, str(root), f"listing {pattern}", policy)
 
@@ -178,7 +185,7 @@ def remote_size(url: str, *, storage_options: dict[str, Any] | None = None,
     def stat() -> int | None:
         fs.invalidate_cache(rpath)
         try:
-            return int(fs.info(rpath)["size"])
+            return int(fs.info(rpath, **deadline(fs, policy))["size"])
         except FileNotFoundError:
             return None
 
@@ -198,7 +205,7 @@ def upload(local: Path, url: str, *, storage_options: dict[str, Any] | None = No
         with atomic_path(dest) as tmp, open(local, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, COPY_CHUNK)
     else:
-        with_retries(lambda: fs.put_file(str(local), rpath), url, "upload", policy)
+        with_retries(lambda: fs.put_file(str(local), rpath, **deadline(fs, policy, size)), url, "upload", policy)
     got = remote_size(url, storage_options=storage_options, policy=policy)
     if got != size:
         raise StorageError(url, f"after upload the object has {got} bytes, the local file {local} has {size}")

@@ -103,6 +103,15 @@ def filesystem(url: str | Path, storage_options: dict[str, Any] | None = None, p
 S3_SCHEMES = ("s3", "s3a")
 
 
+def deadline(fs, policy: RetryPolicy, nbytes: int = 0) -> dict[str, float]:
+    """Keyword arguments giving one call of `fs` the policy's whole deadline: `timeout=` is
+    taken by fsspec's sync wrapper of an async filesystem, which cancels the call after it;
+    other filesystems get nothing (local ones need none)."""
+    from fsspec.asyn import AsyncFileSystem
+
+    return {"timeout": policy.deadline(nbytes)} if isinstance(fs, AsyncFileSystem) else {}
+
+
 def s3_options(storage_options: dict[str, Any] | None, policy: RetryPolicy) -> dict[str, Any]:
     """`storage_options` for s3fs with botocore's connect/read timeouts at `policy.timeout` and
     botocore's retries off (one attempt per call), unless the caller set them itself."""
