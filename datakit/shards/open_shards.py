@@ -32,9 +32,10 @@ size-checked, hashed at download with its verify="sha256", and checked against t
 checksums.json after the download). With verify="sha256" a cached shard is hashed here on
 its first use in this process unless this process hashed that very file at download; a
 damaged cached copy is dropped from the cache and downloaded again once.
-A descriptor keeps an evicted shard's disk space in use until it is closed, so each time a
-new shard is opened the shards the cache has evicted meanwhile (no name left: st_nlink 0) are
-closed too; the cache's size limit then holds on disk, not only in its folder listing.
+A descriptor (and a memory map) keeps an evicted shard's disk space in use until it is closed;
+the cache counts such shards against its limit until then, so each time a new shard is opened
+(and whenever the cache waits for room in this process) the shards the cache has evicted
+meanwhile are closed; the limit then holds on disk, not only in the folder listing.
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ class OpenShards:
         self._hashed: set[int] = set()  # shards whose sha256 matched, in this process or its parent
         self._pid = os.getpid()
         self.identity = conversion_id(self.root)  # the conversion the caller's index belongs to
+        if cache is not None:
+            cache.on_evicted(self._close_evicted)  # called while the cache waits for room
 
     def path(self, shard: int) -> str | Path:
         """What errors call the shard: its local path, or its URL on a remote root."""
@@ -119,6 +122,8 @@ class OpenShards:
         while len(self._open) >= self.max_open:
             _, old = self._open.popitem(last=False)
             os.close(old.fd)  # an mmap holds its own descriptor until its last view is gone
+        if self.cache is not None:
+            self._close_evicted()  # before asking the cache for room: it counts them until closed
         entry = _OpenShard(self._open_checked(shard))
         if self.cache is not None:
             self._close_evicted()
@@ -126,8 +131,11 @@ class OpenShards:
         return entry
 
     def _close_evicted(self) -> None:
-        """Close the open shards that the download cache has deleted (reopening fetches them again)."""
-        for k in [k for k, e in self._open.items() if os.fstat(e.fd).st_nlink == 0]:
+        """Close the open shards that the download cache has evicted (reopening fetches them
+        again); a memory map's last view releases it too."""
+        if self._pid != os.getpid():
+            return
+        for k in [k for k, e in self._open.items() if self.cache.is_evicted(self.shards[k], e.fd)]:
             os.close(self._open.pop(k).fd)
 
     def _open_checked(self, shard: int, refetched: bool = False) -> int:

@@ -32,14 +32,16 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
-from datakit.errors import IndexFileError, ShardError, StorageError
+from datakit.errors import IndexFileError, ResourceLimitError, ShardError, StorageError
 from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
@@ -48,6 +50,9 @@ from datakit.storage.urls import deadline, filesystem, join, resolve
 
 LOCKS = ".locks"
 FOLDER_LOCK = ".cache.lock"
+EVICTED = ".evicted"  # evicted shards still open in a reader: counted until the last one closes them
+ROOM_WAIT_S = 120.0  # how long a reader waits for room before saying cache_bytes is too small
+ROOM_POLL_S = 0.02
 
 
 @contextlib.contextmanager
@@ -160,25 +165,51 @@ class ShardCache:
         return self._ensure(entry)
 
     def open(self, entry: ShardEntry) -> int:
-        """A read-only descriptor of the cached shard (valid even if the file is evicted later)."""
+        """A read-only descriptor of the cached shard, holding a shared lock on it (and so do the
+        memory maps made from it) until it is closed: an evicted shard's bytes are counted until
+        then. Close it when it is evicted (`is_evicted`), so that its disk space comes back."""
         for _ in range(3):
             path = self.local_path(entry)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:  # evicted between the check and the open: fetch again
                 continue
-            if os.fstat(fd).st_size == entry.bytes:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while an evictor tests this very file
+            if os.fstat(fd).st_size == entry.bytes and not self.is_evicted(entry, fd):
                 return fd
             os.close(fd)
         raise ShardError(self.folder / entry.name, "kept disappearing from the cache: max_bytes too small "
                                                    "for the processes sharing it?")
 
-    def cached_bytes(self) -> int:
-        """Bytes of shards (whole and in flight) in the cache folder now."""
-        whole, temps = self._scan()
-        return sum(size for _, size, _ in whole) + sum(temps.values())
+    def on_evicted(self, release: Callable[[], None]) -> None:
+        """Register a reader's "close the evicted shards you hold" (`OpenShards`), called while
+        this process waits for room."""
+        self._release_hooks.append(weakref.WeakMethod(release))
 
-    def _ensure(self, entry: ShardEntry) -> Path:
+    def _release_evicted(self) -> None:
+        for hook in self._release_hooks:
+            if (release := hook()) is not None:
+                release()
+
+    def is_evicted(self, entry: ShardEntry, fd: int) -> bool:
+        """`fd` (from `open`) reads a copy of `entry` that is no longer the cache's."""
+        held = os.fstat(fd)
+        try:
+            now = os.stat(self.folder / entry.name)
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+    def cached_bytes(self) -> int:
+        """Bytes of shards on disk in the cache folder now: whole, in flight, and evicted ones
+        that readers still hold open."""
+        whole, temps = self._scan()
+        return sum(size for _, size, _ in whole) + sum(temps.values()) + sum(self._held_evicted().values())
+
+    def _ensure(self, entry: ShardEntry, wanted: bool = True) -> Path | None:
+        """The whole, checked shard's path, downloaded when needed. `wanted` (a reader needs it):
+        wait up to ROOM_WAIT_S for room, then ResourceLimitError. Prefetch (not wanted): None
+        when there is no room now."""
         path = self.folder / entry.name
         if self._usable(path, entry):
             return path
@@ -187,10 +218,24 @@ class ShardCache:
                 return path
             for stale in self.folder.glob(f"{entry.name}.*.tmp"):  # its writer died: we hold the lock
                 stale.unlink(missing_ok=True)
-            with _flock(self.folder / FOLDER_LOCK):
-                self._make_room(entry)
-                tmp = temp_name(path)
-                tmp.touch()  # from here on the folder lock's holders count it at its full size
+            give_up = time.monotonic() + ROOM_WAIT_S
+            while True:
+                with _flock(self.folder / FOLDER_LOCK):
+                    short = self._make_room(entry, evict_window=wanted)
+                    if not short:
+                        tmp = temp_name(path)
+                        tmp.touch()  # from here on the folder lock's holders count it at its full size
+                        break
+                if not wanted:
+                    return None
+                self._release_evicted()  # this process's own readers first: it may be the one holding them
+                if time.monotonic() > give_up:
+                    raise ResourceLimitError(
+                        f"{self.folder}: cache_bytes={self.max_bytes} cannot hold {entry.name} ({entry.bytes} bytes): "
+                        f"{short} bytes more are in use (shards being downloaded, or evicted but still open in "
+                        f"readers) after {ROOM_WAIT_S:.0f} s; raise cache_bytes to at least (processes reading at "
+                        "once + 1) x the largest shard")
+                time.sleep(ROOM_POLL_S)  # readers close evicted shards when they open their next one
             try:
                 with open(tmp, "r+b") as f:
                     download(join(self.root_url, entry.name), path, expected_size=entry.bytes,
@@ -216,13 +261,12 @@ class ShardCache:
         return (st.st_dev, st.st_ino) in self._hashed_inodes
 
     def discard(self, entry: ShardEntry, fd: int) -> Path:
-        """Remove the cached copy of `entry` that `fd` reads (found damaged), so the next open
+        """Evict the cached copy of `entry` that `fd` reads (found damaged), so the next open
         downloads it again; a copy another process has meanwhile replaced is left alone."""
         path = self.folder / entry.name
-        with _flock(self.folder / LOCKS / entry.name):
-            st, held = path.stat() if path.exists() else None, os.fstat(fd)
-            if st is not None and (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
-                path.unlink(missing_ok=True)
+        with _flock(self.folder / LOCKS / entry.name), _flock(self.folder / FOLDER_LOCK):
+            if not self.is_evicted(entry, fd):
+                self._evict(entry.name)
         return path
 
     def _usable(self, path: Path, entry: ShardEntry) -> bool:
@@ -250,9 +294,12 @@ class ShardCache:
                     temps[e.name] = self.index.shards[self._id[shard]].bytes
         return whole, temps
 
-    def _make_room(self, entry: ShardEntry) -> None:
-        """Under the folder lock: drop dead writers' temp files, then least recently used shards
-        until `entry` fits (shards in this process's prefetch window are kept)."""
+    def _make_room(self, entry: ShardEntry, evict_window: bool) -> int:
+        """Under the folder lock: drop dead writers' temp files and released evicted shards,
+        then evict least recently used shards until `entry` fits; returns the bytes still
+        missing (0: it fits). Shards in this process's prefetch window are evicted only for a
+        reader (`evict_window`), after all others. An evicted shard that a reader holds open
+        keeps counting until it is closed."""
         whole, temps = self._scan()
         for name in list(temps):
             shard = name.rsplit(".", 2)[0]
@@ -262,15 +309,58 @@ class ShardCache:
                 if free:  # nobody is downloading that shard: the temp file is a dead writer's
                     (self.folder / name).unlink(missing_ok=True)
                     del temps[name]
-        used = sum(size for _, size, _ in whole) + sum(temps.values())
-        keep = self._protected | {entry.name}
-        for name, size, _ in sorted(whole, key=lambda w: w[2]):
+        held = self._held_evicted()
+        used = sum(size for _, size, _ in whole) + sum(temps.values()) + sum(held.values())
+        window = self._protected - {entry.name}
+        lru = sorted(whole, key=lambda w: (w[0] in window, w[2]))  # outside the window first, oldest first
+        for name, size, _ in lru:
             if used + entry.bytes <= self.max_bytes:
                 break
-            if name in keep:
+            if name == entry.name or (name in window and not evict_window):
                 continue
-            (self.folder / name).unlink(missing_ok=True)
-            used -= size
+            if self._evict(name):
+                used -= size
+        return max(0, used + entry.bytes - self.max_bytes)
+
+    def _evict(self, name: str) -> bool:
+        """Take shard `name` out of the cache; True if its disk space is free now. One that a
+        reader holds open (a shared lock) moves to EVICTED, where it counts until released."""
+        path = self.folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return True
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # open in a reader: its bytes stay on disk until it closes it
+                (self.folder / EVICTED).mkdir(exist_ok=True)
+                os.replace(path, self.folder / EVICTED / f"{name}.{os.getpid()}.{time.monotonic_ns()}")
+                return False
+            path.unlink(missing_ok=True)
+            return True
+        finally:
+            os.close(fd)
+
+    def _held_evicted(self) -> dict[str, int]:
+        """{file in EVICTED: bytes} still held open by a reader; released ones are deleted here."""
+        held: dict[str, int] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for e in os.scandir(self.folder / EVICTED):
+                try:
+                    fd = os.open(e.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.unlink(e.path)
+                except BlockingIOError:
+                    held[e.name] = os.fstat(fd).st_size
+                except FileNotFoundError:
+                    pass
+                finally:
+                    os.close(fd)
+        return held
 
     # --- prefetch ------------------------------------------------------------------------------
     def _init_thread_state(self) -> None:
@@ -284,6 +374,7 @@ class ShardCache:
         self._closed = False
         self._driven = False  # reader_at() reports progress; opens do not
         self._hashed_inodes: set[tuple[int, int]] = set()  # (st_dev, st_ino) of shards hashed at download
+        self._release_hooks: list[weakref.WeakMethod] = []  # readers' "close your evicted shards"
         self.prefetch_errors: list[BaseException] = []
 
     def prefetch(self, shard_ids_in_order: Sequence[int]) -> None:
@@ -358,11 +449,17 @@ class ShardCache:
                     self._cv.wait()
                 if self._closed:
                     return
-                sid, self._next = self._plan[self._next], self._next + 1
+                sid = self._plan[self._next]
             try:
-                self._ensure(self.index.shards[sid])
+                fetched = self._ensure(self.index.shards[sid], wanted=False)
             except Exception as e:  # noqa: BLE001 - the reader's own call retries and raises it
                 self.prefetch_errors.append(e)
+                fetched = True  # move on: the reader's own call will raise it
+            with self._cv:
+                if fetched is None:  # no room yet: try again once the reader has moved on (or soon)
+                    self._cv.wait(ROOM_POLL_S * 5)
+                elif self._next < len(self._plan) and self._plan[self._next] == sid:
+                    self._next += 1
 
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:
