@@ -13,14 +13,24 @@ removed. Index files are pinned and not counted in `max_bytes`; shards are.
 Commit protocol, per shard: take the shard's lock (fcntl.flock on `.locks/<name>`), delete any
 temp file of that shard (its writer is dead: it no longer holds the lock), make room under the
 folder lock, download to `<name>.<pid>.tmp`, check its size (and sha256 with verify="sha256"),
-fsync, rename to `<name>`. A final name is therefore always a whole, checked shard; a download
-killed mid-way leaves only a temp file that the next user cleans. Room is made by deleting the
-least recently used shards (file mtime, touched on every use), never one that this process's
-prefetch window holds; temp files count at their shard's full size, so concurrent downloads
-cannot overshoot the limit. A reader holding an open descriptor to an evicted shard keeps
-reading it (POSIX unlink); its disk space is freed when the descriptor closes.
+check that the remote checksums.json still names the conversion this cache opened (a rewrite
+removes it before any shard, so a changed root fails with IndexFileError instead of caching
+another conversion's shard), fsync, rename to `<name>`. A final name is therefore always a
+whole, checked shard; a download killed mid-way leaves only a temp file that the next user
+cleans. Index files are read by `load_index` / `load_frames`, which compare them with
+checksums.json like any reader's.
 
-Sizing: `max_bytes` must hold at least (processes downloading at once) x (largest shard) plus
+The limit holds on disk (issue 14: it used to go about one shard over): temp files count at
+their shard's full size, and readers hold a shared flock on every shard descriptor (and memory
+map) they have open, so eviction, least recently used first (file mtime, touched on every use;
+this process's prefetch window last, and only for a reader), deletes a shard only when no reader
+holds it. One still held moves to `.evicted/` and keeps counting until its last holder closes it
+(readers close evicted shards whenever they open another one, or while their process waits for
+room). A reader that finds no room waits for it (ROOM_WAIT_S), then fails with
+ResourceLimitError naming the limit; the prefetch thread just waits. A local disk that fills up
+during a download fails at once, naming the local file and disk (`transfer`).
+
+Sizing: `max_bytes` must hold at least (processes reading at once + 1) x (largest shard) plus
 the prefetch window; `datakit plan` prints the working set of an epoch.
 """
 from __future__ import annotations
@@ -28,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import threading
