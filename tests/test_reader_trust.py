@@ -200,3 +200,26 @@ def test_damaged_shard_in_the_cache_is_rehashed_and_fetched_again(converted, upl
     assert np.array_equal(got, want)
     assert any("cached copy damaged" in str(w.message) for w in caught)
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == first.index.shards[0].sha256
+
+
+@pytest.mark.parametrize("rewrite", ["in progress", "finished"])
+def test_remote_root_rewritten_under_a_reader_is_noticed_at_the_next_download(uploaded, tmp_path, rewrite):
+    """The cache reads the remote checksums.json again after each shard download: a root being
+    rewritten (checksums.json gone) or rewritten (another conversion's) fails naming it."""
+    import s3fs
+
+    r = open_shards(uploaded, cache_dir=tmp_path / "cache", cache_bytes=1 << 30)
+    r.read_raw(0, r.cameras[0])  # shard 0 downloaded before the rewrite
+    fs = s3fs.S3FileSystem()
+    sums = f"{uploaded}/{CHECKSUMS}"
+    if rewrite == "in progress":
+        fs.rm_file(sums)
+    else:
+        d = json.loads(fs.cat_file(sums))
+        d["sha256"][MANIFEST] = hashlib.sha256(b"another conversion").hexdigest()
+        fs.pipe_file(sums, json.dumps(d).encode())
+    with pytest.raises(IndexFileError) as err:
+        r.read_raw(_second_shard_row(r), r.cameras[0])
+    msg = str(err.value)
+    assert msg.startswith(sums) and ("gone" if rewrite == "in progress" else "changed") in msg, msg
+    assert not (r.files.cache.folder / r.index.shards[1].name).exists()  # the other conversion's shard is not kept

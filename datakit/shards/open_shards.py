@@ -165,7 +165,7 @@ class OpenShards:
         if self.cache is not None and not refetched:  # a damaged cached copy: drop it, download again
             local = self.cache.discard(entry, fd)
             os.close(fd)
-            warnings.warn(f"{local}: cached copy damaged (sha256 differs from the index); downloaded again",
+            warnings.warn(f"{local}: cached copy damaged (sha256 differs from the index); downloading it again",
                           stacklevel=2)
             return self._open_checked(shard, refetched=True)
         os.close(fd)
