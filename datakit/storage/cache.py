@@ -141,6 +141,7 @@ class ShardCache:
                 if file_sha256(folder / name) != sums[name]:
                     raise StorageError(join(self.root_url, name), f"sha256 differs from {CHECKSUMS_NAME} "
                                        "(the root is being rewritten?)")
+                checksums.remember(folder / name, sums[name])
             write_atomic(folder / CHECKSUMS_NAME, text)  # last: the folder is complete
         return folder
 
