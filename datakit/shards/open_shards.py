@@ -35,7 +35,11 @@ damaged cached copy is dropped from the cache and downloaded again once.
 A descriptor (and a memory map) keeps an evicted shard's disk space in use until it is closed;
 the cache counts such shards against its limit until then, so each time a new shard is opened
 (and whenever the cache waits for room in this process) the shards the cache has evicted
-meanwhile are closed; the limit then holds on disk, not only in the folder listing.
+meanwhile are closed; the limit then holds on disk, not only in the folder listing. When the
+cache cannot hold the whole root, one shard is open at a time: a reader that sits idle (a
+loader worker between batches) then pins at most one shard, so a cache of (readers) x (largest
+shard) plus the prefetch window never waits on idle readers. Reopening a cached shard costs a
+few system calls (no hash: `_hashed` is kept).
 """
 from __future__ import annotations
 
@@ -85,6 +89,8 @@ class OpenShards:
         self.identity = conversion_id(self.root)  # the conversion the caller's index belongs to
         if cache is not None:
             cache.on_evicted(self._close_evicted)  # called while the cache waits for room
+            if sum(s.bytes for s in shards) > cache.max_bytes:
+                self.max_open = 1  # a cache that evicts: an idle reader may pin one shard, not max_open
 
     def path(self, shard: int) -> str | Path:
         """What errors call the shard: its local path, or its URL on a remote root."""

@@ -20,15 +20,12 @@ whole, checked shard; a download killed mid-way leaves only a temp file that the
 cleans. Index files are read by `load_index` / `load_frames`, which compare them with
 checksums.json like any reader's.
 
-The limit holds on disk (issue 14: it used to go about one shard over): temp files count at
-their shard's full size, and readers hold a shared flock on every shard descriptor (and memory
-map) they have open, so eviction, least recently used first (file mtime, touched on every use;
-this process's prefetch window last, and only for a reader), deletes a shard only when no reader
-holds it. One still held moves to `.evicted/` and keeps counting until its last holder closes it
-(readers close evicted shards whenever they open another one, or while their process waits for
-room). A reader that finds no room waits for it (ROOM_WAIT_S), then fails with
-ResourceLimitError naming the limit; the prefetch thread just waits. A local disk that fills up
-during a download fails at once, naming the local file and disk (`transfer`).
+The limit holds on disk (`cache_disk`): downloads in flight count at full size, and an evicted
+shard that a reader still holds open (readers hold a shared flock on what they opened) counts
+until its last holder closes it; readers close evicted shards whenever they open another, or
+while their process waits for room. A reader that finds no room waits for it (ROOM_WAIT_S),
+then fails with ResourceLimitError naming the limit; the prefetch thread just waits. A local
+disk that fills up during a download fails at once, naming the local file and disk (`transfer`).
 
 Sizing: `max_bytes` must hold at least (processes reading at once + 1) x (largest shard) plus
 the prefetch window; `datakit plan` prints the working set of an epoch.
@@ -43,7 +40,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,32 +50,14 @@ from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
 from datakit.errors import IndexFileError, ResourceLimitError, ShardError, StorageError
 from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
+from datakit.storage import cache_disk
+from datakit.storage.cache_disk import FOLDER_LOCK, LOCKS, flock
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import download, temp_name
 from datakit.storage.urls import deadline, filesystem, join, resolve
 
-LOCKS = ".locks"
-FOLDER_LOCK = ".cache.lock"
-EVICTED = ".evicted"  # evicted shards still open in a reader: counted until the last one closes them
 ROOM_WAIT_S = 120.0  # how long a reader waits for room before saying cache_bytes is too small
 ROOM_POLL_S = 0.02
-
-
-@contextlib.contextmanager
-def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
-    """Hold an exclusive fcntl lock on `path` (created if needed); yields False when
-    non-blocking and someone else holds it. Released when the process dies, so a killed
-    holder never leaves a stale lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
 
 
 def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
@@ -111,6 +90,7 @@ class ShardCache:
         (self.folder / LOCKS).mkdir(exist_ok=True)
         self.index = load_index(self.folder)  # checked against checksums.json, as every reader does
         self._id = {s.name: i for i, s in enumerate(self.index.shards)}
+        self._sizes = {s.name: s.bytes for s in self.index.shards}
         largest = max((s.bytes for s in self.index.shards), default=0)
         if largest > self.max_bytes:
             raise ValueError(f"cache max_bytes={self.max_bytes} is smaller than the largest shard of "
@@ -127,7 +107,7 @@ class ShardCache:
         self.identity = checksums.parse(text, url, (MANIFEST_NAME, FRAMES_NAME))
         sums = self.identity
         folder = self.base / sums[MANIFEST_NAME][:16]
-        with _flock(self.base / FOLDER_LOCK):
+        with flock(self.base / FOLDER_LOCK):
             with contextlib.suppress(FileNotFoundError):
                 if (folder / CHECKSUMS_NAME).read_bytes() == text:
                     return folder
@@ -213,8 +193,7 @@ class ShardCache:
     def cached_bytes(self) -> int:
         """Bytes of shards on disk in the cache folder now: whole, in flight, and evicted ones
         that readers still hold open."""
-        whole, temps = self._scan()
-        return sum(size for _, size, _ in whole) + sum(temps.values()) + sum(self._held_evicted().values())
+        return cache_disk.used_bytes(self.folder, self._sizes)
 
     def _ensure(self, entry: ShardEntry, wanted: bool = True) -> Path | None:
         """The whole, checked shard's path, downloaded when needed. `wanted` (a reader needs it):
@@ -223,15 +202,16 @@ class ShardCache:
         path = self.folder / entry.name
         if self._usable(path, entry):
             return path
-        with _flock(self.folder / LOCKS / entry.name):
+        with flock(self.folder / LOCKS / entry.name):
             if self._usable(path, entry):  # another process fetched it while we waited
                 return path
             for stale in self.folder.glob(f"{entry.name}.*.tmp"):  # its writer died: we hold the lock
                 stale.unlink(missing_ok=True)
             give_up = time.monotonic() + ROOM_WAIT_S
             while True:
-                with _flock(self.folder / FOLDER_LOCK):
-                    short = self._make_room(entry, evict_window=wanted)
+                with flock(self.folder / FOLDER_LOCK):
+                    short = cache_disk.make_room(self.folder, self._sizes, entry.name, self.max_bytes, self._protected,
+                                                  evict_window=wanted)
                     if not short:
                         tmp = temp_name(path)
                         tmp.touch()  # from here on the folder lock's holders count it at its full size
@@ -274,9 +254,9 @@ class ShardCache:
         """Evict the cached copy of `entry` that `fd` reads (found damaged), so the next open
         downloads it again; a copy another process has meanwhile replaced is left alone."""
         path = self.folder / entry.name
-        with _flock(self.folder / LOCKS / entry.name), _flock(self.folder / FOLDER_LOCK):
+        with flock(self.folder / LOCKS / entry.name), flock(self.folder / FOLDER_LOCK):
             if not self.is_evicted(entry, fd):
-                self._evict(entry.name)
+                cache_disk.evict(self.folder, entry.name)
         return path
 
     def _usable(self, path: Path, entry: ShardEntry) -> bool:
@@ -289,88 +269,6 @@ class ShardCache:
             return True
         except FileNotFoundError:
             return False
-
-    def _scan(self) -> tuple[list[tuple[str, int, float]], dict[str, int]]:
-        """(whole shards as (name, bytes, mtime), {temp file name: its shard's full size})."""
-        whole, temps = [], {}
-        for e in os.scandir(self.folder):
-            if e.name in self._id:
-                with contextlib.suppress(FileNotFoundError):
-                    st = e.stat()
-                    whole.append((e.name, st.st_size, st.st_mtime))
-            elif e.name.endswith(".tmp"):
-                shard = e.name.rsplit(".", 2)[0]
-                if shard in self._id:
-                    temps[e.name] = self.index.shards[self._id[shard]].bytes
-        return whole, temps
-
-    def _make_room(self, entry: ShardEntry, evict_window: bool) -> int:
-        """Under the folder lock: drop dead writers' temp files and released evicted shards,
-        then evict least recently used shards until `entry` fits; returns the bytes still
-        missing (0: it fits). Shards in this process's prefetch window are evicted only for a
-        reader (`evict_window`), after all others. An evicted shard that a reader holds open
-        keeps counting until it is closed."""
-        whole, temps = self._scan()
-        for name in list(temps):
-            shard = name.rsplit(".", 2)[0]
-            if shard == entry.name:
-                continue
-            with _flock(self.folder / LOCKS / shard, blocking=False) as free:
-                if free:  # nobody is downloading that shard: the temp file is a dead writer's
-                    (self.folder / name).unlink(missing_ok=True)
-                    del temps[name]
-        held = self._held_evicted()
-        used = sum(size for _, size, _ in whole) + sum(temps.values()) + sum(held.values())
-        window = self._protected - {entry.name}
-        lru = sorted(whole, key=lambda w: (w[0] in window, w[2]))  # outside the window first, oldest first
-        for name, size, _ in lru:
-            if used + entry.bytes <= self.max_bytes:
-                break
-            if name == entry.name or (name in window and not evict_window):
-                continue
-            if self._evict(name):
-                used -= size
-        return max(0, used + entry.bytes - self.max_bytes)
-
-    def _evict(self, name: str) -> bool:
-        """Take shard `name` out of the cache; True if its disk space is free now. One that a
-        reader holds open (a shared lock) moves to EVICTED, where it counts until released."""
-        path = self.folder / name
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return True
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # open in a reader: its bytes stay on disk until it closes it
-                (self.folder / EVICTED).mkdir(exist_ok=True)
-                os.replace(path, self.folder / EVICTED / f"{name}.{os.getpid()}.{time.monotonic_ns()}")
-                return False
-            path.unlink(missing_ok=True)
-            return True
-        finally:
-            os.close(fd)
-
-    def _held_evicted(self) -> dict[str, int]:
-        """{file in EVICTED: bytes} still held open by a reader; released ones are deleted here."""
-        held: dict[str, int] = {}
-        with contextlib.suppress(FileNotFoundError):
-            for e in os.scandir(self.folder / EVICTED):
-                try:
-                    fd = os.open(e.path, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    os.unlink(e.path)
-                except BlockingIOError:
-                    held[e.name] = os.fstat(fd).st_size
-                except FileNotFoundError:
-                    pass
-                finally:
-                    os.close(fd)
-        return held
 
     # --- prefetch ------------------------------------------------------------------------------
     def _init_thread_state(self) -> None:
@@ -474,7 +372,7 @@ class ShardCache:
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root_url", "max_bytes", "verify", "storage_options", "policy", "base", "folder", "index",
-                "_id", "ahead_bytes", "identity")
+                "_id", "_sizes", "ahead_bytes", "identity")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
