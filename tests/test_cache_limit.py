@@ -111,3 +111,23 @@ def test_full_local_disk_is_not_retried_and_names_the_local_disk(converted, uplo
     msg = str(err.value)
     assert msg.startswith(f"{dest}: the local disk is full (ENOSPC") and str(tmp_path) in msg, msg
     assert "\n" not in msg and slept == []  # not retried: the disk stays full
+
+
+def test_a_reader_that_keeps_a_shard_pinned_gets_a_clear_error_not_an_overshoot(converted, uploaded, tmp_path,
+                                                                               monkeypatch):
+    """Frames from ShardReader are views of the shard's memory map; kept, they pin the shard. With
+    room for one shard, the next shard cannot come in: after ROOM_WAIT_S, one line naming the limit."""
+    from datakit.reader import open_shards
+    from datakit.storage import cache as cache_mod
+
+    monkeypatch.setattr(roots, "DEFAULT_RETRY", FAST)
+    monkeypatch.setattr(cache_mod, "ROOM_WAIT_S", 0.3)
+    shards = load_index(converted).shards
+    limit = max(s.bytes for s in shards)
+    r = open_shards(uploaded, cache_dir=tmp_path / "c", cache_bytes=limit)
+    kept = r.read_raw(int(r.index.shards[0].rows[0]), r.cameras[0])  # a view into shard 0's map
+    with pytest.raises(ResourceLimitError, match=rf"cache_bytes={limit} cannot hold shard-000001.tar") as err:
+        r.read_raw(int(r.index.shards[1].rows[0]), r.cameras[0])
+    assert "\n" not in str(err.value)
+    assert shard_bytes_on_disk(r.files.cache.folder) <= limit
+    del kept
