@@ -90,14 +90,13 @@ def _copy(fs, rpath: str, out, expected: int | None, url: str, dest: Path, polic
     """`_stream_to` with retries, then flush and fsync; a local write error names `dest`."""
     try:
         with_retries(lambda: _stream_to(fs, rpath, out, expected, policy), url, "download", policy)
-        out.flush()
-        os.fsync(out.fileno())
     except _LocalWriteFailed as e:
         raise local_write_error(dest, url, e.error) from None
+    try:
+        out.flush()
+        os.fsync(out.fileno())
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):  # from flush / fsync: local
-            raise local_write_error(dest, url, e) from None
-        raise
+        raise local_write_error(dest, url, e) from None
 
 
 def download(url: str, dest: Path, *, expected_size: int | None = None, storage_options: dict[str, Any] | None = None,
