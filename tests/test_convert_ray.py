@@ -215,6 +215,7 @@ def test_connect_starts_local_ray_or_joins_a_cluster(monkeypatch):
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "nohost.invalid:6379"])
 def test_dead_address_fails_within_30_s_naming_it(src, tmp_path, address):
     """ray.init waited for the GCS without a deadline (400 s+): one line naming the address, exit 2."""
+    pytest.importorskip("ray")
     p = subprocess.run(_cli(src, tmp_path / "out", address), env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=30)
     err = p.stderr.strip().splitlines()
