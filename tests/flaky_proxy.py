@@ -1,19 +1,27 @@
 """A tiny HTTP proxy in front of the test S3 server that answers 503 SlowDown to the next N
 requests for objects whose key ends with a given suffix: a server that returns errors for a
-while, over real HTTP, for the retry tests."""
+while, over real HTTP, for the retry tests. `fail_next(..., status=403, code="InvalidAccessKeyId")`
+answers another S3 error instead (a server refusing these credentials)."""
 import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-              b"<Message>Please reduce your request rate.</Message></Error>")
+MESSAGES = {"SlowDown": "Please reduce your request rate.",
+            "InvalidAccessKeyId": "The AWS Access Key Id you provided does not exist in our records.",
+            "AccessDenied": "Access Denied"}
+
+
+def error_body(code: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+            f"<Message>{MESSAGES[code]}</Message></Error>").encode()
 
 
 class FlakyProxy:
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
         self.fail_left, self.suffix, self.failed = 0, "", 0
+        self.status, self.code = 503, "SlowDown"
         self.lock = threading.Lock()
         proxy = self
 
@@ -31,12 +39,13 @@ class FlakyProxy:
                         proxy.fail_left -= 1
                         proxy.failed += 1
                 if fail:
-                    self.send_response(503)
+                    body = error_body(proxy.code)
+                    self.send_response(proxy.status)
                     self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(ERROR_BODY)))
+                    self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     if self.command != "HEAD":  # a HEAD answer has headers only
-                        self.wfile.write(ERROR_BODY)
+                        self.wfile.write(body)
                     return
                 conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
@@ -63,9 +72,10 @@ class FlakyProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def fail_next(self, n: int, suffix: str) -> None:
+    def fail_next(self, n: int, suffix: str, status: int = 503, code: str = "SlowDown") -> None:
         with self.lock:
             self.fail_left, self.suffix, self.failed = n, suffix, 0
+            self.status, self.code = status, code
 
     def close(self) -> None:
         self.server.shutdown()

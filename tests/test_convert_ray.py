@@ -187,8 +187,11 @@ class FakeRay:
 
 
 def test_connect_starts_local_ray_or_joins_a_cluster(monkeypatch):
+    from datakit.convert import ray_engine
     from datakit.convert.ray_engine import connect
 
+    probed = []
+    monkeypatch.setattr(ray_engine, "check_ray_address", probed.append)  # no cluster at these addresses
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     fake = FakeRay()
     assert connect(fake, ConvertConfig(workers=3, engine="ray")) is True
@@ -205,3 +208,77 @@ def test_connect_starts_local_ray_or_joins_a_cluster(monkeypatch):
     fake = FakeRay()
     connect(fake, ConvertConfig(workers=3, engine="ray"))
     assert fake.calls[0][1]["address"] == "10.0.0.2:6379"
+    assert probed == ["10.0.0.1:6379", "10.0.0.2:6379"]  # an address is checked before ray.init waits on it
+
+
+# --- issue 14 item 2: a dead address fails fast; SIGTERM exits 143 ------------------------------
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "nohost.invalid:6379"])
+def test_dead_address_fails_within_30_s_naming_it(src, tmp_path, address):
+    """ray.init waited for the GCS without a deadline (400 s+): one line naming the address, exit 2."""
+    pytest.importorskip("ray")
+    p = subprocess.run(_cli(src, tmp_path / "out", address), env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=30)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and address in err[0], p.stderr[-2000:]
+
+
+def _listening():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    return s, f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_stalled_or_foreign_server_is_refused_within_the_timeout():
+    import threading
+
+    from datakit.convert.ray_address import check_ray_address
+
+    stalled, address = _listening()  # accepts connections (the kernel's backlog), never answers
+    with stalled, pytest.raises(DatakitError, match=f"--ray-address {address}: .*does not answer within 0.5 s"):
+        check_ray_address(address, timeout=0.5)
+
+    http, address = _listening()  # answers, but not as a GCS (e.g. the dashboard's port)
+
+    def serve():
+        c, _ = http.accept()
+        c.recv(1024)
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with http, pytest.raises(DatakitError, match=f"--ray-address {address}: the server there is not a Ray GCS"):
+        check_ray_address(address, timeout=5)
+    t.join(5)
+
+
+def test_a_live_gcs_passes_the_check(ray_session):
+    from datakit.convert.ray_address import check_ray_address
+
+    check_ray_address(ray_session.get_runtime_context().gcs_address, timeout=10)
+
+
+def test_sigterm_of_a_ray_run_exits_143_with_the_usual_line(ray_session, src, tmp_path):
+    """ray.init installs a SIGTERM handler that exits 15 (with Ray's C++ dump): the driver keeps
+    datakit's, stops its tasks and exits 143 with the line a local run prints."""
+    out = tmp_path / "out"
+    address = ray_session.get_runtime_context().gcs_address
+    p = subprocess.Popen(_cli(src, out, address), env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t0, sent = time.time(), False
+    while p.poll() is None and time.time() - t0 < 180:
+        if any((out / ".datakit-staging").glob("shard-*.journal")):
+            p.send_signal(signal.SIGTERM)
+            sent = True
+            break
+        time.sleep(0.005)
+    _, err = p.communicate(timeout=90)
+    assert sent, f"the driver finished or failed before a shard was journaled: {err[-2000:]}"
+    lines = err.strip().splitlines()
+    assert p.returncode == 143, err[-3000:]
+    assert lines[-1] == "datakit convert: terminated (SIGTERM); rerun the same command to resume", err[-3000:]
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]
+    assert not (out / "index.json").exists()

@@ -175,9 +175,9 @@ _KILLED_LOADER = textwrap.dedent("""
     from datakit.loader import LoaderConfig, ShardLoader
     from datakit.storage import transfer
     real = transfer._stream_to
-    def stuck(fs, rpath, out, expected):
+    def stuck(fs, rpath, out, expected, *rest):
         if not rpath.endswith(".tar"):
-            return real(fs, rpath, out, expected)
+            return real(fs, rpath, out, expected, *rest)
         out.write(b"x" * 4096); out.flush()
         print("PARTIAL", flush=True)
         time.sleep(600)

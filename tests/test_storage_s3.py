@@ -131,7 +131,7 @@ _SLOW_DOWNLOAD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
     from datakit.storage import transfer, cache
-    def stuck(fs, rpath, out, expected):
+    def stuck(fs, rpath, out, expected, *rest):
         out.write(b"x" * 4096); out.flush()
         print("PARTIAL", flush=True)
         time.sleep(600)

@@ -23,13 +23,18 @@ on the driver, fed by task completions (ray.wait).
 No address: a local Ray instance with --workers CPUs is started for this run and shut down
 after it. With an address (or RAY_ADDRESS), the driver joins that cluster: datakit must be
 installed on every node, and SRC and OUT must be paths every node sees (a shared filesystem).
-If the caller already initialised Ray, that session is used as it is.
+The address is checked first (`ray_address.py`: a dead, stalled or wrong one fails within
+20 s naming it). If the caller already initialised Ray, that session is used as it is.
+SIGTERM keeps the caller's handler (ray.init replaces it with one exiting 15): the CLI stops
+the tasks, keeps the committed shards and exits 143, as with the local engine.
 """
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ from datakit.convert.config import ConvertConfig
 from datakit.convert.engine import Job
 from datakit.convert.fault_hooks import kill_markers, kill_once
 from datakit.convert.journal import Journal
+from datakit.convert.ray_address import check_ray_address
 from datakit.convert.shard import OutputShard, commit_shard, write_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, scratch_root, split_below_shard, write_part
 from datakit.errors import DatakitError
@@ -111,13 +117,18 @@ def connect(ray: Any, cfg: ConvertConfig) -> bool:
         return False
     address = cfg.ray_address or os.environ.get("RAY_ADDRESS")
     quiet = dict(logging_level=logging.WARNING, configure_logging=True)
+    main_thread = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         if address:
+            check_ray_address(address)  # ray.init would wait for a dead GCS without a deadline
             ray.init(address=address, **quiet)
         else:
             ray.init(num_cpus=cfg.workers, include_dashboard=False, **quiet)
     except ConnectionError as e:
         raise DatakitError(f"--ray-address {address}: cannot join the Ray cluster ({e})") from None
+    if on_sigterm is not None:  # ray.init's handler exits 15 with a C++ dump: keep the caller's (exit 143)
+        signal.signal(signal.SIGTERM, on_sigterm)
     return True
 
 

@@ -98,7 +98,7 @@ def _local_index(out: str, scratch: Path) -> Path:
     from datakit.storage.transfer import download
     from datakit.storage.urls import join, resolve
 
-    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):
+    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):  # load_index checks index.json against checksums.json
         download(join(resolve(out), name), scratch / name)
     return scratch
 

@@ -15,13 +15,16 @@ each to a temporary name and renamed):
 - `checksums.json`, written last: the sha256 of both (its presence = the conversion finished).
 
 Both are input to every reader: `load_index` checks the manifest field by field
-(`manifest_check`) and `load_frames` the table's schema and row count; a bad file raises
-IndexFileError naming it. index.json is strict JSON both ways (no NaN/Infinity).
+(`manifest_check`) and `load_frames` the table's schema and row count; then both compare the
+bytes they hold with checksums.json (`checksums`), so a reader never uses an index file the
+conversion did not write, nor an OUT without checksums.json. A bad file raises IndexFileError
+naming it. index.json is strict JSON both ways (no NaN/Infinity).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,13 +35,14 @@ import pyarrow.ipc as ipc
 
 from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
 from datakit.errors import IndexFileError, Problem
+from datakit.shards import checksums
+from datakit.shards.checksums import CHECKSUMS_NAME
 from datakit.shards.manifest_check import CAMERA_STATUSES, check_manifest
 
 FORMAT_NAME = "datakit-shards"
 FORMAT_VERSION = 2  # 2: checksums.json, camera `status` (was `slot`), source fingerprint
 MANIFEST_NAME = "index.json"
 FRAMES_NAME = "frames.arrow"
-CHECKSUMS_NAME = "checksums.json"  # sha256 of index.json and frames.arrow; written last = finished
 SHARD_PATTERN = "shard-{index:06d}.tar"
 FRAME_KEY = "{episode:06d}/{frame:06d}"  # tar member key; members are <key>.<field>
 OFFSET_PREFIX = "offset/"
@@ -234,8 +238,12 @@ def is_finished(out: Path) -> bool:
 
 
 def load_index(out: Path, problems: list[Problem] | None = None) -> ShardIndex:
-    """The checked manifest of `out`; IndexFileError naming index.json when it is missing or bad
-    (with `problems`, inconsistent values are listed there instead: see `ShardIndex.from_json`)."""
+    """The checked manifest of `out`, as every reader loads it: IndexFileError naming index.json
+    when it is missing or bad, or when its bytes are not the ones checksums.json records
+    (naming checksums.json when that is missing: the conversion did not finish).
+
+    With `problems` (`datakit verify`), inconsistent values are listed there instead (see
+    `ShardIndex.from_json`) and checksums.json is left to the caller, which lists a mismatch."""
     path = Path(out) / MANIFEST_NAME
     try:
         text = path.read_bytes()
@@ -243,17 +251,25 @@ def load_index(out: Path, problems: list[Problem] | None = None) -> ShardIndex:
         raise IndexFileError(path, "missing: not a converted output folder, or its conversion has not finished") from None
     except OSError as e:
         raise IndexFileError(path, f"unreadable ({e.strerror or e})") from None
-    return ShardIndex.from_json(text, path, problems)
+    index = ShardIndex.from_json(text, path, problems)
+    if problems is None:  # the field checks first: they say more than a checksum does
+        checksums.check(out, MANIFEST_NAME, checksums.digest(text))
+    return index
 
 
 def load_frames(out: Path, index: ShardIndex | None = None) -> pa.Table:
     """Memory-map the per-frame table (no copy; `column()` gives zero-copy numpy views).
 
-    With `index`, the table's schema and row count are checked against the manifest. A
-    missing, truncated or garbage file raises IndexFileError naming frames.arrow."""
+    With `index` (every reader), the table's schema and row count are checked against the
+    manifest and the mapped bytes against checksums.json (hashed once per process while the
+    file is unchanged). A missing, truncated, garbage or changed file raises IndexFileError
+    naming frames.arrow. Without `index` (`verify`, tests), only readability is checked."""
     path = Path(out) / FRAMES_NAME
     try:
-        table = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        mapped = pa.memory_map(str(path), "r")
+        data, st = mapped.read_buffer(mapped.size()), os.fstat(mapped.fileno())  # exactly what the table views
+        mapped.seek(0)
+        table = ipc.open_file(mapped).read_all()
         table.validate()  # buffer sizes against lengths (metadata only, no scan of the data)
     except FileNotFoundError:
         raise IndexFileError(path, "missing: the conversion has not finished") from None
@@ -261,7 +277,14 @@ def load_frames(out: Path, index: ShardIndex | None = None) -> pa.Table:
         raise IndexFileError(path, f"not a readable Arrow IPC file, truncated or damaged ({e})") from None
     if index is not None:
         check_frames_schema(table, index, path)
+        checksums.check(out, FRAMES_NAME, checksums.digest(memoryview(data), st))
     return table
+
+
+def conversion_id(out: Path) -> dict[str, str]:
+    """The identity of the conversion in `out`: the digests its checksums.json records (content,
+    so an unchanged rerun keeps it). IndexFileError naming checksums.json when it is missing."""
+    return checksums.recorded(out, (MANIFEST_NAME, FRAMES_NAME))
 
 
 def check_frames_schema(table: pa.Table, index: ShardIndex, path: Path) -> None:

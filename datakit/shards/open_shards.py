@@ -17,14 +17,29 @@ Checks on open ("verify"):
   before the first byte is used. It costs one full read of every shard touched; a shard that
   is evicted and reopened is size-checked again but not re-hashed. Forked workers inherit
   the set of shards already hashed. `datakit verify` checks everything, offline.
+- always: OUT is still the conversion the index came from. The conversion's identity (the
+  digests in checksums.json, `index.conversion_id`) is read when this object is made, right
+  after the caller loaded and checked the index, and compared again after each shard is
+  opened. A rewrite (`convert OTHER OUT --force`) removes checksums.json before any shard is
+  replaced, so a shard opened while the old checksums.json is still there is the old one;
+  afterwards the open fails with IndexFileError naming checksums.json (gone, or another
+  conversion's). Shards opened before the rewrite keep their old inodes and stay consistent.
 
 Remote shard roots: with `cache` (a `storage.cache.ShardCache`), descriptors come from the
 node-local download cache instead of `os.open` on a local path; the LRU, the size check and
 the error handling stay the same. The cache downloads a shard when it is not there (whole,
-size-checked, hashed at download with its verify="sha256"), so it is not hashed again here.
-A descriptor keeps an evicted shard's disk space in use until it is closed, so each time a
-new shard is opened the shards the cache has evicted meanwhile (no name left: st_nlink 0) are
-closed too; the cache's size limit then holds on disk, not only in its folder listing.
+size-checked, hashed at download with its verify="sha256", and checked against the remote
+checksums.json after the download). With verify="sha256" a cached shard is hashed here on
+its first use in this process unless this process hashed that very file at download; a
+damaged cached copy is dropped from the cache and downloaded again once.
+A descriptor (and a memory map) keeps an evicted shard's disk space in use until it is closed;
+the cache counts such shards against its limit until then, so each time a new shard is opened
+(and whenever the cache waits for room in this process) the shards the cache has evicted
+meanwhile are closed; the limit then holds on disk, not only in the folder listing. When the
+cache cannot hold the whole root, one shard is open at a time: a reader that sits idle (a
+loader worker between batches) then pins at most one shard, so a cache of (readers) x (largest
+shard) plus the download window never waits on idle readers. Reopening a cached shard costs a
+few system calls (no hash: `_hashed` is kept).
 """
 from __future__ import annotations
 
@@ -32,6 +47,7 @@ import errno
 import mmap
 import os
 import resource
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +56,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from datakit.durable import check_size, fd_sha256
-from datakit.errors import ResourceLimitError, ShardError
-from datakit.shards.index import ShardEntry
+from datakit.errors import IndexFileError, ResourceLimitError, ShardError
+from datakit.shards.index import CHECKSUMS_NAME, ShardEntry, conversion_id
 
 if TYPE_CHECKING:
     from datakit.storage.cache import ShardCache
@@ -70,6 +86,11 @@ class OpenShards:
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._hashed: set[int] = set()  # shards whose sha256 matched, in this process or its parent
         self._pid = os.getpid()
+        self.identity = conversion_id(self.root)  # the conversion the caller's index belongs to
+        if cache is not None:
+            cache.on_evicted(self._close_evicted)  # called while the cache waits for room
+            if sum(s.bytes for s in shards) > cache.max_bytes:
+                self.max_open = 1  # a cache that evicts: an idle reader may pin one shard, not max_open
 
     def path(self, shard: int) -> str | Path:
         """What errors call the shard: its local path, or its URL on a remote root."""
@@ -107,6 +128,8 @@ class OpenShards:
         while len(self._open) >= self.max_open:
             _, old = self._open.popitem(last=False)
             os.close(old.fd)  # an mmap holds its own descriptor until its last view is gone
+        if self.cache is not None:
+            self._close_evicted()  # before asking the cache for room: it counts them until closed
         entry = _OpenShard(self._open_checked(shard))
         if self.cache is not None:
             self._close_evicted()
@@ -114,17 +137,20 @@ class OpenShards:
         return entry
 
     def _close_evicted(self) -> None:
-        """Close the open shards that the download cache has deleted (reopening fetches them again)."""
-        for k in [k for k, e in self._open.items() if os.fstat(e.fd).st_nlink == 0]:
+        """Close the open shards that the download cache has evicted (reopening fetches them
+        again); a memory map's last view releases it too."""
+        if self._pid != os.getpid():
+            return
+        for k in [k for k, e in self._open.items() if self.cache.is_evicted(self.shards[k], e.fd)]:
             os.close(self._open.pop(k).fd)
 
-    def _open_checked(self, shard: int) -> int:
+    def _open_checked(self, shard: int, refetched: bool = False) -> int:
         entry, path = self.shards[shard], self.path(shard)
         try:
             if self.cache is not None:
                 fd = self.cache.open(entry)  # downloaded when needed; StorageError when it cannot be
-                if self.cache.verify == "sha256":
-                    self._hashed.add(shard)  # hashed at download, before the rename into the cache
+                if self.cache.hashed_here(fd):
+                    self._hashed.add(shard)  # this very file was hashed at download, in this process
             else:
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
@@ -132,17 +158,39 @@ class OpenShards:
         except OSError as e:
             raise self._os_error(path, e, "cannot open") from None
         try:
+            self._check_same_conversion()  # after the open: see the module docstring
             check_size(path, os.fstat(fd).st_size, entry.bytes)
-            if self.verify == "sha256" and shard not in self._hashed:
-                digest = fd_sha256(fd)
-                if digest != entry.sha256:
-                    raise ShardError(path, f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...): "
-                                           "the shard was modified")
-                self._hashed.add(shard)
+            digest = fd_sha256(fd) if self.verify == "sha256" and shard not in self._hashed else entry.sha256
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        if digest == entry.sha256:
+            if self.verify == "sha256":
+                self._hashed.add(shard)
+            return fd
+        if self.cache is not None and not refetched:  # a damaged cached copy: drop it, download again
+            local = self.cache.discard(entry, fd)
+            os.close(fd)
+            warnings.warn(f"{local}: cached copy damaged (sha256 differs from the index); downloading it again",
+                          stacklevel=2)
+            return self._open_checked(shard, refetched=True)
+        os.close(fd)
+        raise ShardError(path, f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...): "
+                               "the shard was modified")
+
+    def _check_same_conversion(self) -> None:
+        """IndexFileError naming checksums.json when OUT no longer holds the conversion this
+        reader opened (rewritten, or being rewritten, under it)."""
+        where = (f"{self.cache.root_url.rstrip('/')}/{CHECKSUMS_NAME}" if self.cache is not None
+                 else self.root / CHECKSUMS_NAME)
+        try:
+            now = conversion_id(self.root)
+        except IndexFileError:
+            raise IndexFileError(where, "gone since this reader opened the dataset: it is being rewritten "
+                                        "(convert --force?); open it again once that conversion has finished") from None
+        if now != self.identity:
+            raise IndexFileError(where, "changed since this reader opened the dataset: another conversion was "
+                                        "written there; open it again to read the new one")
 
     def _os_error(self, path: str | Path, e: OSError, what: str) -> Exception:
         if e.errno == errno.EMFILE:

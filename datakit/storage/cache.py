@@ -13,14 +13,21 @@ removed. Index files are pinned and not counted in `max_bytes`; shards are.
 Commit protocol, per shard: take the shard's lock (fcntl.flock on `.locks/<name>`), delete any
 temp file of that shard (its writer is dead: it no longer holds the lock), make room under the
 folder lock, download to `<name>.<pid>.tmp`, check its size (and sha256 with verify="sha256"),
-fsync, rename to `<name>`. A final name is therefore always a whole, checked shard; a download
-killed mid-way leaves only a temp file that the next user cleans. Room is made by deleting the
-least recently used shards (file mtime, touched on every use), never one that this process's
-download window holds; temp files count at their shard's full size, so concurrent downloads
-cannot overshoot the limit. A reader holding an open descriptor to an evicted shard keeps
-reading it (POSIX unlink); its disk space is freed when the descriptor closes.
+check that the remote checksums.json still names the conversion this cache opened (a rewrite
+removes it before any shard, so a changed root fails with IndexFileError instead of caching
+another conversion's shard), fsync, rename to `<name>`. A final name is therefore always a
+whole, checked shard; a download killed mid-way leaves only a temp file that the next user
+cleans. Index files are read by `load_index` / `load_frames`, which compare them with
+checksums.json like any reader's.
 
-Sizing: `max_bytes` must hold at least (processes downloading at once) x (largest shard) plus
+The limit holds on disk (`cache_disk`): downloads in flight count at full size, and an evicted
+shard that a reader still holds open (readers hold a shared flock on what they opened) counts
+until its last holder closes it; readers close evicted shards whenever they open another, or
+while their process waits for room. A reader that finds no room waits for it (ROOM_WAIT_S),
+then fails with ResourceLimitError naming the limit; the download thread just waits. A local
+disk that fills up during a download fails at once, naming the local file and disk (`transfer`).
+
+Sizing: `max_bytes` must hold at least (processes reading at once + 1) x (largest shard) plus
 the download window; `datakit plan` prints the working set of an epoch.
 """
 from __future__ import annotations
@@ -28,42 +35,29 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+import time
+import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
-from datakit.errors import ShardError, StorageError
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, ShardIndex
+from datakit.errors import IndexFileError, ResourceLimitError, ShardError, StorageError
+from datakit.shards import checksums
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
+from datakit.storage import cache_disk
+from datakit.storage.cache_disk import FOLDER_LOCK, LOCKS, flock
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import download, temp_name
-from datakit.storage.urls import filesystem, join, resolve
+from datakit.storage.urls import deadline, filesystem, join, resolve
 
-LOCKS = ".locks"
-FOLDER_LOCK = ".cache.lock"
-
-
-@contextlib.contextmanager
-def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
-    """Hold an exclusive fcntl lock on `path` (created if needed); yields False when
-    non-blocking and someone else holds it. Released when the process dies, so a killed
-    holder never leaves a stale lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+ROOM_WAIT_S = 120.0  # how long a reader waits for room before saying cache_bytes is too small
+ROOM_POLL_S = 0.02
 
 
 def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
@@ -94,8 +88,9 @@ class ShardCache:
         self.base.mkdir(parents=True, exist_ok=True)
         self.folder = self._fetch_index()
         (self.folder / LOCKS).mkdir(exist_ok=True)
-        self.index = ShardIndex.from_json((self.folder / MANIFEST_NAME).read_text())
+        self.index = load_index(self.folder)  # checked against checksums.json, as every reader does
         self._id = {s.name: i for i, s in enumerate(self.index.shards)}
+        self._sizes = {s.name: s.bytes for s in self.index.shards}
         largest = max((s.bytes for s in self.index.shards), default=0)
         if largest > self.max_bytes:
             raise ValueError(f"cache max_bytes={self.max_bytes} is smaller than the largest shard of "
@@ -108,16 +103,14 @@ class ShardCache:
     def _fetch_index(self) -> Path:
         """The local folder of the current remote index (index files fetched and checked once)."""
         url = join(self.root_url, CHECKSUMS_NAME)
-        fs, rpath = filesystem(url, self.storage_options)
-        try:
-            text = with_retries(lambda: fs.cat_file(rpath), url, "read", self.policy)
-        except FileNotFoundError:
-            raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME})") from None
-        sums = json.loads(text)["sha256"]
+        text = self._remote_checksums()
+        self.identity = checksums.parse(text, url, (MANIFEST_NAME, FRAMES_NAME))
+        sums = self.identity
         folder = self.base / sums[MANIFEST_NAME][:16]
-        with _flock(self.base / FOLDER_LOCK):
-            if (folder / CHECKSUMS_NAME).exists():
-                return folder
+        with flock(self.base / FOLDER_LOCK):
+            with contextlib.suppress(FileNotFoundError):
+                if (folder / CHECKSUMS_NAME).read_bytes() == text:
+                    return folder
             for old in self.base.iterdir():  # an earlier conversion at this URL: its shards are stale
                 if old.is_dir() and old != folder:
                     shutil.rmtree(old, ignore_errors=True)
@@ -128,8 +121,31 @@ class ShardCache:
                 if file_sha256(folder / name) != sums[name]:
                     raise StorageError(join(self.root_url, name), f"sha256 differs from {CHECKSUMS_NAME} "
                                        "(the root is being rewritten?)")
+                checksums.remember(folder / name, sums[name])
             write_atomic(folder / CHECKSUMS_NAME, text)  # last: the folder is complete
         return folder
+
+    def _remote_checksums(self) -> bytes:
+        url = join(self.root_url, CHECKSUMS_NAME)
+        fs, rpath = filesystem(url, self.storage_options, self.policy)
+        try:
+            return with_retries(lambda: fs.cat_file(rpath, **deadline(fs, self.policy)), url, "read", self.policy)
+        except FileNotFoundError:
+            raise StorageError(self.root_url, f"not a finished conversion (no {CHECKSUMS_NAME}), or one being "
+                                              "rewritten") from None
+
+    def _check_remote_unchanged(self) -> None:
+        """After a shard download: the remote root still holds the conversion this cache opened
+        (a rewrite removes checksums.json before any shard, so the shard just read is its own)."""
+        url = join(self.root_url, CHECKSUMS_NAME)
+        try:
+            now = checksums.parse(self._remote_checksums(), url, (MANIFEST_NAME, FRAMES_NAME))
+        except StorageError:
+            raise IndexFileError(url, "gone since this reader opened the dataset: it is being rewritten "
+                                      "(convert --force?); open it again once that conversion has finished") from None
+        if now != self.identity:
+            raise IndexFileError(url, "changed since this reader opened the dataset: another conversion was "
+                                      "written there; open it again to read the new one")
 
     # --- shards --------------------------------------------------------------------------------
     def local_path(self, entry: ShardEntry) -> Path:
@@ -139,49 +155,108 @@ class ShardCache:
         return self._ensure(entry)
 
     def open(self, entry: ShardEntry) -> int:
-        """A read-only descriptor of the cached shard (valid even if the file is evicted later)."""
+        """A read-only descriptor of the cached shard, holding a shared lock on it (and so do the
+        memory maps made from it) until it is closed: an evicted shard's bytes are counted until
+        then. Close it when it is evicted (`is_evicted`), so that its disk space comes back."""
         for _ in range(3):
             path = self.local_path(entry)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:  # evicted between the check and the open: fetch again
                 continue
-            if os.fstat(fd).st_size == entry.bytes:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while an evictor tests this very file
+            if os.fstat(fd).st_size == entry.bytes and not self.is_evicted(entry, fd):
                 return fd
             os.close(fd)
         raise ShardError(self.folder / entry.name, "kept disappearing from the cache: max_bytes too small "
                                                    "for the processes sharing it?")
 
-    def cached_bytes(self) -> int:
-        """Bytes of shards (whole and in flight) in the cache folder now."""
-        whole, temps = self._scan()
-        return sum(size for _, size, _ in whole) + sum(temps.values())
+    def on_evicted(self, release: Callable[[], None]) -> None:
+        """Register a reader's "close the evicted shards you hold" (`OpenShards`), called while
+        this process waits for room."""
+        self._release_hooks.append(weakref.WeakMethod(release))
 
-    def _ensure(self, entry: ShardEntry) -> Path:
+    def _release_evicted(self) -> None:
+        for hook in self._release_hooks:
+            if (release := hook()) is not None:
+                release()
+
+    def is_evicted(self, entry: ShardEntry, fd: int) -> bool:
+        """`fd` (from `open`) reads a copy of `entry` that is no longer the cache's."""
+        held = os.fstat(fd)
+        try:
+            now = os.stat(self.folder / entry.name)
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+    def cached_bytes(self) -> int:
+        """Bytes of shards on disk in the cache folder now: whole, in flight, and evicted ones
+        that readers still hold open."""
+        return cache_disk.used_bytes(self.folder, self._sizes)
+
+    def _ensure(self, entry: ShardEntry, wanted: bool = True) -> Path | None:
+        """The whole, checked shard's path, downloaded when needed. `wanted` (a reader needs it):
+        wait up to ROOM_WAIT_S for room, then ResourceLimitError. Prefetch (not wanted): None
+        when there is no room now."""
         path = self.folder / entry.name
         if self._usable(path, entry):
             return path
-        with _flock(self.folder / LOCKS / entry.name):
+        with flock(self.folder / LOCKS / entry.name):
             if self._usable(path, entry):  # another process fetched it while we waited
                 return path
             for stale in self.folder.glob(f"{entry.name}.*.tmp"):  # its writer died: we hold the lock
                 stale.unlink(missing_ok=True)
-            with _flock(self.folder / FOLDER_LOCK):
-                self._make_room(entry)
-                tmp = temp_name(path)
-                tmp.touch()  # from here on the folder lock's holders count it at its full size
+            give_up = time.monotonic() + ROOM_WAIT_S
+            while True:
+                with flock(self.folder / FOLDER_LOCK):
+                    short = cache_disk.make_room(self.folder, self._sizes, entry.name, self.max_bytes, self._protected,
+                                                  evict_window=wanted)
+                    if not short:
+                        tmp = temp_name(path)
+                        tmp.touch()  # from here on the folder lock's holders count it at its full size
+                        break
+                if not wanted:
+                    return None
+                self._release_evicted()  # this process's own readers first: it may be the one holding them
+                if time.monotonic() > give_up:
+                    raise ResourceLimitError(
+                        f"{self.folder}: cache_bytes={self.max_bytes} cannot hold {entry.name} ({entry.bytes} bytes): "
+                        f"{short} bytes more are in use (shards being downloaded, or evicted but still open in "
+                        f"readers) after {ROOM_WAIT_S:.0f} s; raise cache_bytes to at least (processes reading at "
+                        "once + 1) x the largest shard")
+                time.sleep(ROOM_POLL_S)  # readers close evicted shards when they open their next one
             try:
                 with open(tmp, "r+b") as f:
                     download(join(self.root_url, entry.name), path, expected_size=entry.bytes,
                              storage_options=self.storage_options, policy=self.policy, into=f)
-                    if self.verify == "sha256" and (digest := fd_sha256(f.fileno())) != entry.sha256:
-                        raise ShardError(join(self.root_url, entry.name),
-                                         f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
+                    if self.verify == "sha256":
+                        if (digest := fd_sha256(f.fileno())) != entry.sha256:
+                            raise ShardError(join(self.root_url, entry.name),
+                                             f"sha256 {digest[:12]}... differs from the index ({entry.sha256[:12]}...)")
+                        st = os.fstat(f.fileno())
+                        self._hashed_inodes.add((st.st_dev, st.st_ino))
+                self._check_remote_unchanged()
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
             fsync_dir(self.folder)
+        return path
+
+    def hashed_here(self, fd: int) -> bool:
+        """The file behind `fd` was hashed against the index by this process (or its parent before
+        a fork) when it downloaded it, and renamed into the cache only then."""
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino) in self._hashed_inodes
+
+    def discard(self, entry: ShardEntry, fd: int) -> Path:
+        """Evict the cached copy of `entry` that `fd` reads (found damaged), so the next open
+        downloads it again; a copy another process has meanwhile replaced is left alone."""
+        path = self.folder / entry.name
+        with flock(self.folder / LOCKS / entry.name), flock(self.folder / FOLDER_LOCK):
+            if not self.is_evicted(entry, fd):
+                cache_disk.evict(self.folder, entry.name)
         return path
 
     def _usable(self, path: Path, entry: ShardEntry) -> bool:
@@ -195,42 +270,6 @@ class ShardCache:
         except FileNotFoundError:
             return False
 
-    def _scan(self) -> tuple[list[tuple[str, int, float]], dict[str, int]]:
-        """(whole shards as (name, bytes, mtime), {temp file name: its shard's full size})."""
-        whole, temps = [], {}
-        for e in os.scandir(self.folder):
-            if e.name in self._id:
-                with contextlib.suppress(FileNotFoundError):
-                    st = e.stat()
-                    whole.append((e.name, st.st_size, st.st_mtime))
-            elif e.name.endswith(".tmp"):
-                shard = e.name.rsplit(".", 2)[0]
-                if shard in self._id:
-                    temps[e.name] = self.index.shards[self._id[shard]].bytes
-        return whole, temps
-
-    def _make_room(self, entry: ShardEntry) -> None:
-        """Under the folder lock: drop dead writers' temp files, then least recently used shards
-        until `entry` fits (shards in this process's download window are kept)."""
-        whole, temps = self._scan()
-        for name in list(temps):
-            shard = name.rsplit(".", 2)[0]
-            if shard == entry.name:
-                continue
-            with _flock(self.folder / LOCKS / shard, blocking=False) as free:
-                if free:  # nobody is downloading that shard: the temp file is a dead writer's
-                    (self.folder / name).unlink(missing_ok=True)
-                    del temps[name]
-        used = sum(size for _, size, _ in whole) + sum(temps.values())
-        keep = self._protected | {entry.name}
-        for name, size, _ in sorted(whole, key=lambda w: w[2]):
-            if used + entry.bytes <= self.max_bytes:
-                break
-            if name in keep:
-                continue
-            (self.folder / name).unlink(missing_ok=True)
-            used -= size
-
     # --- downloads ahead of the reader ----------------------------------------------------
     def _init_thread_state(self) -> None:
         self._pid = os.getpid()
@@ -242,6 +281,8 @@ class ShardCache:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._driven = False  # reader_at() reports progress; opens do not
+        self._hashed_inodes: set[tuple[int, int]] = set()  # (st_dev, st_ino) of shards hashed at download
+        self._release_hooks: list[weakref.WeakMethod] = []  # readers' "close your evicted shards"
         self.download_errors: list[BaseException] = []
 
     def download_ahead(self, shard_ids_in_order: Sequence[int]) -> None:
@@ -316,16 +357,22 @@ class ShardCache:
                     self._cv.wait()
                 if self._closed:
                     return
-                sid, self._next = self._order[self._next], self._next + 1
+                sid = self._order[self._next]
             try:
-                self._ensure(self.index.shards[sid])
+                fetched = self._ensure(self.index.shards[sid], wanted=False)
             except Exception as e:  # noqa: BLE001 - the reader's own call retries and raises it
                 self.download_errors.append(e)
+                fetched = True  # move on: the reader's own call will raise it
+            with self._cv:
+                if fetched is None:  # no room yet: try again once the reader has moved on (or soon)
+                    self._cv.wait(ROOM_POLL_S * 5)
+                elif self._next < len(self._order) and self._order[self._next] == sid:
+                    self._next += 1
 
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:
         keep = ("root_url", "max_bytes", "verify", "storage_options", "policy", "base", "folder", "index",
-                "_id", "ahead_bytes")
+                "_id", "_sizes", "ahead_bytes", "identity")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -14,18 +14,20 @@ Every remote call is retried with backoff (`retry`), then fails with an error na
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from datakit.durable import atomic_path, temp_path
-from datakit.errors import ShardError, StorageError
+from datakit.errors import DatakitError, ResourceLimitError, ShardError, StorageError, output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
-from datakit.storage.urls import filesystem, join, repo_id_of, resolve, scheme
+from datakit.storage.urls import deadline, filesystem, join, repo_id_of, resolve, scheme
 
 COPY_CHUNK = 8 << 20  # bytes per read of a remote stream
 INDEX_FILES_IN_ORDER = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # upload order; the last = finished
@@ -40,18 +42,61 @@ class IncompleteDownload(ConnectionError):
     """The stream ended before the expected size: retried like a dropped connection."""
 
 
-def _stream_to(fs, rpath: str, out, expected: int | None) -> int:
-    """Copy a remote file into the open binary `out` from its start; returns the bytes copied."""
-    out.seek(0)
-    out.truncate()
+def local_write_error(dest: Path, url: str, e: OSError) -> DatakitError:
+    """One line for a download that the local disk refused: the local file and its disk, not
+    the remote object (not retried: a full disk stays full)."""
+    code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "no errno"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(dest.parent).free if dest.parent.exists() else 0
+        return ResourceLimitError(f"{dest}: the local disk is full ({code}, {free} bytes free on the disk holding "
+                                  f"{dest.parent}) while downloading {url}; free space there, or lower cache_bytes")
+    return output_error(dest, e)
+
+
+class _LocalWriteFailed(Exception):
+    """Carries an OSError of the local side of a download out of the retry loop."""
+
+    def __init__(self, e: OSError):
+        self.error = e
+
+
+def _stream_to(fs, rpath: str, out, expected: int | None, policy: RetryPolicy) -> int:
+    """Copy a remote file into the open binary `out` from its start; returns the bytes copied.
+    Each read waits at most the policy's timeout (the filesystem's socket timeout), and the
+    whole copy its deadline. A failed local write raises _LocalWriteFailed (not a network error)."""
+    end = time.monotonic() + policy.deadline(expected or 0)
+    try:
+        out.seek(0)
+        out.truncate()
+    except OSError as e:
+        raise _LocalWriteFailed(e) from None
     n = 0
     with fs.open(rpath, "rb", block_size=COPY_CHUNK) as src:
         while chunk := src.read(COPY_CHUNK):
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as e:
+                raise _LocalWriteFailed(e) from None
             n += len(chunk)
+            if time.monotonic() > end:
+                raise TimeoutError(f"{n} bytes after {policy.deadline(expected or 0):.0f} s, slower than "
+                                   f"{policy.min_rate:.0f} bytes/s")
     if expected is not None and n != expected:
         raise IncompleteDownload(f"got {n} of {expected} bytes (connection dropped, or the object changed?)")
     return n
+
+
+def _copy(fs, rpath: str, out, expected: int | None, url: str, dest: Path, policy: RetryPolicy) -> None:
+    """`_stream_to` with retries, then flush and fsync; a local write error names `dest`."""
+    try:
+        with_retries(lambda: _stream_to(fs, rpath, out, expected, policy), url, "download", policy)
+    except _LocalWriteFailed as e:
+        raise local_write_error(dest, url, e.error) from None
+    try:
+        out.flush()
+        os.fsync(out.fileno())
+    except OSError as e:
+        raise local_write_error(dest, url, e) from None
 
 
 def download(url: str, dest: Path, *, expected_size: int | None = None, storage_options: dict[str, Any] | None = None,
@@ -59,15 +104,18 @@ def download(url: str, dest: Path, *, expected_size: int | None = None, storage_
     """Download `url` whole to `dest` (temp name, fsync, rename). `into`: an already open binary
     file to fill instead (the cache passes its locked, preallocated temp file; no rename then)."""
     dest = Path(dest)
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
     if into is not None:
-        with_retries(lambda: _stream_to(fs, rpath, into, expected_size), url, "download", policy)
-        into.flush()
-        os.fsync(into.fileno())
+        _copy(fs, rpath, into, expected_size, url, dest, policy)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(dest) as tmp, open(tmp, "wb") as f:
-        with_retries(lambda: _stream_to(fs, rpath, f, expected_size), url, "download", policy)
+    try:
+        with atomic_path(dest) as tmp, open(tmp, "wb") as f:
+            _copy(fs, rpath, f, expected_size, url, dest, policy)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # closing the temp file, or its rename
+            raise local_write_error(dest, url, e) from None
+        raise
     return dest
 
 
@@ -99,12 +147,13 @@ def list_files(root: str, pattern: str, *, storage_options: dict[str, Any] | Non
                policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
     """Names (relative to `root`, sorted) of the files matching the glob `pattern` under `root`,
     e.g. "meta/episodes/*/*.parquet" of a LeRobot v3.0 source; a fresh listing, not a cached one."""
-    fs, base = filesystem(root, storage_options)
+    fs, base = filesystem(root, storage_options, policy)
     base = base.rstrip("/")
 
     def ls() -> list[str]:
         fs.invalidate_cache()
-        return sorted(p[len(base) + 1:] for p in fs.glob(f"{base}/{pattern}") if fs.isfile(p))
+        return sorted(p[len(base) + 1:] for p in fs.glob(f"{base}/{pattern}", **deadline(fs, policy))
+                      if fs.isfile(p, **deadline(fs, policy)))
 
     return with_retries(ls, str(root), f"listing {pattern}", policy)
 
@@ -130,12 +179,12 @@ def _hub_file(root: str, repo: str, name: str, policy: RetryPolicy) -> Path:
 def remote_size(url: str, *, storage_options: dict[str, Any] | None = None,
                 policy: RetryPolicy = DEFAULT_RETRY) -> int | None:
     """Size of the object at `url`, None when there is none (fresh listing, no stale cache)."""
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
 
     def stat() -> int | None:
         fs.invalidate_cache(rpath)
         try:
-            return int(fs.info(rpath)["size"])
+            return int(fs.info(rpath, **deadline(fs, policy))["size"])
         except FileNotFoundError:
             return None
 
@@ -148,14 +197,14 @@ def upload(local: Path, url: str, *, storage_options: dict[str, Any] | None = No
     is checked against the local one afterwards."""
     local = Path(local)
     size = local.stat().st_size
-    fs, rpath = filesystem(url, storage_options)
+    fs, rpath = filesystem(url, storage_options, policy)
     if scheme(resolve(url)) is None:  # local target: temp name + rename, like every local write
         dest = Path(rpath)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(dest) as tmp, open(local, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, COPY_CHUNK)
     else:
-        with_retries(lambda: fs.put_file(str(local), rpath), url, "upload", policy)
+        with_retries(lambda: fs.put_file(str(local), rpath, **deadline(fs, policy, size)), url, "upload", policy)
     got = remote_size(url, storage_options=storage_options, policy=policy)
     if got != size:
         raise StorageError(url, f"after upload the object has {got} bytes, the local file {local} has {size}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import StorageError
+from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy
 
 HF_DATASETS = "hf://datasets/"
 # owner/name as the Hub spells it (letters, digits, '-', '_', '.'), nothing more
@@ -75,21 +76,52 @@ def check_hub_reachable(url: str) -> None:
                                  "download it where there is a network and pass the local folder")
 
 
-def filesystem(url: str | Path, storage_options: dict[str, Any] | None = None):
+def filesystem(url: str | Path, storage_options: dict[str, Any] | None = None, policy: RetryPolicy | None = None):
     """(fsspec filesystem, path inside it) for a URL, repo id or local path.
 
-    A missing fsspec backend (s3fs, gcsfs, huggingface_hub) is named in the error."""
+    On s3:// the attempt timeout of `policy` (default: retry.DEFAULT_RETRY) is set and the
+    retries of botocore and s3fs are turned off (`s3_options`): `retry.with_retries` is the one
+    retry loop. A missing fsspec backend (s3fs, gcsfs, huggingface_hub) is named in the error."""
     import fsspec
 
     target = resolve(url)
     check_hub_reachable(target)
+    s3 = scheme(target) in S3_SCHEMES
+    options = s3_options(storage_options, policy or DEFAULT_RETRY) if s3 else (storage_options or {})
     try:
-        return fsspec.core.url_to_fs(target, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(target, **options)
     except ImportError as e:
         raise StorageError(target, f"no fsspec filesystem for {scheme(target)}:// ({e}); "
                                    "install the remote extra: pip install 'robodata[remote]'") from None
     except ValueError as e:
         raise StorageError(target, f"not a usable storage URL: {e}") from None
+    if s3:
+        fs.retries = 1  # s3fs's own loop around each call (an attribute, not an option); cached per options
+    return fs, path
+
+
+S3_SCHEMES = ("s3", "s3a")
+
+
+def deadline(fs, policy: RetryPolicy, nbytes: int = 0) -> dict[str, float]:
+    """Keyword arguments giving one call of `fs` the policy's whole deadline: `timeout=` is
+    taken by fsspec's sync wrapper of an async filesystem, which cancels the call after it;
+    other filesystems get nothing (local ones need none)."""
+    from fsspec.asyn import AsyncFileSystem
+
+    return {"timeout": policy.deadline(nbytes)} if isinstance(fs, AsyncFileSystem) else {}
+
+
+def s3_options(storage_options: dict[str, Any] | None, policy: RetryPolicy) -> dict[str, Any]:
+    """`storage_options` for s3fs with botocore's connect/read timeouts at `policy.timeout` and
+    botocore's retries off (one attempt per call), unless the caller set them itself."""
+    options = dict(storage_options or {})
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", policy.timeout)
+    config.setdefault("read_timeout", policy.timeout)
+    config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+    options["config_kwargs"] = config
+    return options
 
 
 def join(url: str, *names: str) -> str:
