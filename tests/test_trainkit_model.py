@@ -16,7 +16,7 @@ from trainkit.models import build_config, build_model
 from trainkit.models.errors import ModelConfigError, TokenizerError
 from trainkit.models.layers import prefix_suffix_attention
 from trainkit.models.pi05 import PRESETS, Pi05, Pi05Batch, flops_per_sample, sample_flow
-from trainkit.models.tokenizer import PromptTokenizer
+from trainkit.models.pi05.tokenizer import PromptTokenizer
 
 pytestmark = pytest.mark.timeout(120)
 

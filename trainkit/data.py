@@ -8,7 +8,7 @@
 
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order. On the
 host, each batch gains what the model needs that is not pixels: the prompt tokens (task string +
-the normalised state discretised into bins, `trainkit.models.tokenizer`) and the flow-matching
+the normalised state discretised into bins, `trainkit.models.pi05.tokenizer`) and the flow-matching
 noise and time, drawn from a CPU generator seeded by (seed, loader epoch, loader step, rank), so
 they are the same on any device, with any number of workers, and after a resume.
 
@@ -38,7 +38,7 @@ from trainkit.config import DataConfig
 from trainkit.errors import BatchDataError, DataError
 from trainkit.models.errors import TokenizerError
 from trainkit.models.pi05 import Pi05Batch, sample_flow
-from trainkit.models.tokenizer import PromptTokenizer
+from trainkit.models.pi05.tokenizer import PromptTokenizer
 
 HostBatch = dict[str, torch.Tensor]
 
