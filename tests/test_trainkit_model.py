@@ -237,11 +237,11 @@ def test_init_weights_deterministic_after_to_empty():
 
 def test_bad_config_and_preset_are_named():
     with pytest.raises(ModelConfigError, match="vision_heads"):
-        build_model("pi05", "tiny", vision_heads=3)
+        build_model("pi05", "tiny", {"vision_heads": 3})
     with pytest.raises(ModelConfigError, match="nope"):
         build_model("pi05", "nope")
     with pytest.raises(ModelConfigError, match="widht"):
-        build_config("pi05", "tiny", widht=3)
+        build_config("pi05", "tiny", {"widht": 3})
 
 
 def test_tokenizer_deterministic_in_vocab_and_bins_match_numpy():
