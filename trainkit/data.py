@@ -1,6 +1,7 @@
 """Shards -> the model family's batches on the training device, through `datakit.loader`.
 
-    stream = TrainData(cfg.data, family("pi05"), model_cfg, seed=0, rank=r, world_size=w, micro_batch=8,
+    shards = open_shards(cfg.data, fam.max_slots(model_cfg))   # once: checks, loader and resume read it
+    stream = TrainData(cfg.data, shards, fam, model_cfg, seed=0, rank=r, world_size=w, micro_batch=8,
                        device=dev, image_dtype=torch.bfloat16)
     for batch in stream.batches():       # StepBatch: the family's batch on the device, endless
         loss = model(batch.model)
@@ -29,10 +30,10 @@ from typing import Any
 
 import torch
 
-from datakit.loader import DeviceBatcher, LoaderConfig, Normaliser, ShardLoader
-from datakit.loader.loader import host_batches
 from datakit.errors import DatakitError
-from datakit.shards.index import is_finished, load_index
+from datakit.loader import LoaderConfig, Normaliser, ShardDataset, ShardLoader
+from datakit.shards.index import ShardIndex, is_finished, load_index
+from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 from trainkit.config import DataConfig
 from trainkit.errors import DataError
@@ -41,23 +42,39 @@ from trainkit.models import Family
 HostBatch = dict[str, torch.Tensor]
 
 
-def index_folder(dcfg: DataConfig) -> Path:
-    """The local folder holding the index files of `data.shards`: the folder itself, or for a URL
-    (s3://...) the copy the node-local shard cache keeps (fetched once per node, checked against
-    the root's checksums.json; the shards themselves are downloaded later, as the loader reads)."""
+@dataclass
+class Shards:
+    """`data.shards` opened once at start-up; the checks, the loader and the resume rules read it."""
+
+    folder: Path  # the local folder of the index files (for a URL, the node-local cache's copy)
+    cache: ShardCache | None  # a URL root's download cache (the loader downloads ahead through it)
+    index: ShardIndex
+    slots: tuple[str | None, ...]  # the model's image slots: a camera, or None for one never filled
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+def open_shards(dcfg: DataConfig, max_slots: int) -> Shards:
+    """Open `data.shards` (for a URL, its index files fetched once per node into the node-local
+    shard cache, checked against the root's checksums.json; the shards themselves are downloaded
+    as the loader reads) and fail early on a folder that is not finished datakit output or a slot
+    naming a missing camera."""
     try:
-        folder, cache = open_root(dcfg.shards, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+        root, cache = open_root(dcfg.shards, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
     except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
         raise DataError(dcfg.shards, f"cannot open the shard root ({e})") from None
-    if cache is not None:
-        cache.close()
-    return folder
+    try:
+        index, slots = _checked_index(dcfg, root, max_slots)
+    except BaseException:
+        if cache is not None:  # no Shards to close yet
+            cache.close()
+        raise
+    return Shards(folder=root, cache=cache, index=index, slots=slots)
 
 
-def check_shards(dcfg: DataConfig, max_slots: int) -> tuple[str | None, ...]:
-    """Fail early on a folder that is not finished datakit output or a slot naming a missing
-    camera; returns the slot mapping (None = a slot the dataset never fills)."""
-    root = index_folder(dcfg)
+def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardIndex, tuple[str | None, ...]]:
     if not root.is_dir():
         raise DataError(str(root), "data.shards is not a folder")
     if not (root / "index.json").exists() or not is_finished(root):
@@ -74,7 +91,7 @@ def check_shards(dcfg: DataConfig, max_slots: int) -> tuple[str | None, ...]:
                             f"(cameras: {', '.join(index.cameras)})")
     if len(slots) > max_slots:
         raise DataError(str(root), f"data.slots maps {len(slots)} slots; the model has {max_slots}")
-    return slots
+    return index, slots
 
 
 def flow_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Generator:
@@ -100,23 +117,24 @@ class StepBatch:
 class TrainData:
     """One rank's endless stream of model batches, resumable through `state_dict()`."""
 
-    def __init__(self, dcfg: DataConfig, fam: Family, model_cfg: Any, *, seed: int, rank: int, world_size: int,
-                 micro_batch: int, device: torch.device, image_dtype: torch.dtype, global_batch: int = 0):
+    def __init__(self, dcfg: DataConfig, shards: Shards, fam: Family, model_cfg: Any, *, seed: int, rank: int,
+                 world_size: int, micro_batch: int, device: torch.device, image_dtype: torch.dtype,
+                 global_batch: int = 0):
         """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
         accumulation). Epochs are whole global batches, so the sample order is the same for any
         split of it into ranks and micro-batches, and a checkpoint resumes on another world size."""
         self.dcfg, self.seed, self.rank, self.device = dcfg, seed, rank, device
-        slots = check_shards(dcfg, fam.max_slots(model_cfg))
-        index = load_index(index_folder(dcfg))
+        index = shards.index
         h2d_f32 = dcfg.h2d_dtype == "float32"
         self.cfg: LoaderConfig = fam.loader_config(
-            model_cfg, index, slots=slots, prune_slots=dcfg.prune_slots, seed=seed,
+            model_cfg, index, slots=shards.slots, prune_slots=dcfg.prune_slots, seed=seed,
             batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size, epoch_batch=global_batch,
             num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm,
             image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
             pin_memory=device.type == "cuda", cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
         try:
-            self.loader = ShardLoader(dcfg.shards, self.cfg)
+            dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
+            self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
         except ValueError as e:  # e.g. fewer samples than one global batch
             raise DataError(dcfg.shards, str(e)) from None
         self.normaliser = Normaliser.from_index(index, self.cfg)  # the float32 path's host normaliser
@@ -129,22 +147,29 @@ class TrainData:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.loader.load_state_dict(state)
 
+    @property
+    def skipped(self) -> int:
+        """Samples the loader dropped from delivered batches for a bad shard (on_error="skip")."""
+        return self.loader.num_skipped
+
     def batches(self) -> Iterator[StepBatch]:
-        """Model batches from the current state on, forever."""
-        s, cfg = self.loader.sampler, self.cfg
+        """Model batches from the current state on, forever, from the loader's own stream (remote
+        shards downloaded ahead, skipped samples counted): its device stream with the family's
+        extras as the host hook, or for "float32" its host stream normalised here. Either way the
+        loader's state moves past a batch as it is handed over, so a checkpoint taken after the
+        step resumes at the next batch."""
         if self.dcfg.h2d_dtype == "uint8":
-            batcher = DeviceBatcher(self.normaliser, self.device, pin_memory=cfg.pin_memory)
-            host = map(self._extras, host_batches(self.loader.dataset, s, cfg, s.epoch, s.step, pin=batcher.pin))
-            device_batches = batcher(host)
+            stream = self.loader.device_batches(self.device, extras=self._extras)
         else:
-            host = host_batches(self.loader.dataset, s, cfg, s.epoch, s.step)
-            device_batches = (self._host_float32(hb) for hb in host)
-        for b in device_batches:
-            s.epoch, s.step = int(b["epoch"]), int(b["step"])
-            s.advance()  # delivered: a checkpoint taken after this step resumes at the next batch
+            stream = (self._host_float32(hb) for hb in self._host_batches())
+        for b in stream:
             samples, slots = b["images"].shape[:2]
             yield StepBatch(model=self.adapter.model_batch(b), samples=samples, slots=slots, rows=b["row"],
                             actions=b["action"], epoch=int(b["epoch"]), step=int(b["step"]))
+
+    def _host_batches(self) -> Iterator[HostBatch]:
+        while True:  # the loader's iterator ends with its epoch; the next one continues its stream
+            yield from self.loader
 
     def _extras(self, hb: HostBatch) -> HostBatch:
         """Host side, per batch: the family's extras, from this batch's own generator."""
