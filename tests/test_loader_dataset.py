@@ -145,6 +145,31 @@ def test_resume_through_the_device_batcher(shards_rgb):
     assert got == want
 
 
+def test_device_batches_host_hook_adds_per_batch_extras(shards_rgb):
+    """`extras` sees every host batch once, in order, with its loader position; what it adds arrives
+    unchanged, the rest equals the stream without the hook, and the state advances as without it.
+    Oracle: the hook-free stream, and (epoch, step) recomputed from the batch index by hand."""
+    cfg = LoaderConfig(batch_size=8, seed=2, pin_memory=False)
+    plain = list(ShardLoader(shards_rgb, cfg).device_batches("cpu", steps=12))
+    seen = []
+
+    def extras(hb):
+        seen.append((int(hb["epoch"]), int(hb["step"])))
+        assert hb["images"].dtype == torch.uint8  # before normalisation
+        return {**hb, "tag": torch.full((hb["row"].shape[0], 2), 10.0 * int(hb["epoch"]) + int(hb["step"]))}
+
+    loader = ShardLoader(shards_rgb, cfg)
+    per_epoch = loader.sampler.steps_per_epoch
+    hooked = list(loader.device_batches("cpu", steps=12, extras=extras))
+    where = [divmod(i, per_epoch) for i in range(12)]
+    assert seen[:12] == where  # the batcher may read one ahead; never out of order
+    for b, p, (epoch, step) in zip(hooked, plain, where):
+        assert torch.equal(b["tag"], torch.full((8, 2), 10.0 * epoch + step))
+        assert set(b) == set(p) | {"tag"}
+        assert all(torch.equal(b[k], p[k]) for k in p)
+    assert loader.state_dict()["step"] == 12 % per_epoch and loader.state_dict()["epoch"] == 12 // per_epoch
+
+
 def test_missing_shard_is_named_or_skipped(shards_rgb, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(shards_rgb, out)

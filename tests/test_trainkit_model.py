@@ -16,7 +16,7 @@ from trainkit.models import build_config, build_model
 from trainkit.models.errors import ModelConfigError, TokenizerError
 from trainkit.models.layers import prefix_suffix_attention
 from trainkit.models.pi05 import PRESETS, Pi05, Pi05Batch, flops_per_sample, sample_flow
-from trainkit.models.tokenizer import PromptTokenizer
+from trainkit.models.pi05.tokenizer import PromptTokenizer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -237,11 +237,11 @@ def test_init_weights_deterministic_after_to_empty():
 
 def test_bad_config_and_preset_are_named():
     with pytest.raises(ModelConfigError, match="vision_heads"):
-        build_model("pi05", "tiny", vision_heads=3)
+        build_model("pi05", "tiny", {"vision_heads": 3})
     with pytest.raises(ModelConfigError, match="nope"):
         build_model("pi05", "nope")
     with pytest.raises(ModelConfigError, match="widht"):
-        build_config("pi05", "tiny", widht=3)
+        build_config("pi05", "tiny", {"widht": 3})
 
 
 def test_tokenizer_deterministic_in_vocab_and_bins_match_numpy():

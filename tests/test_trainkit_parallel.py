@@ -12,16 +12,17 @@ from torch.distributed.fsdp import FSDPModule
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.config import DataConfig, ParallelConfig
-from trainkit.data import TrainData
+from trainkit.data import TrainData, open_shards
 from trainkit.errors import ConfigError
-from trainkit.models import build_model
+from trainkit.models import build_model, family
 from trainkit.parallel import parallelize
 
 
 def _batch(model, shards, prune):
-    data = TrainData(DataConfig(shards=str(shards), prune_slots=prune, num_workers=0), model.cfg, seed=3, rank=0,
+    dcfg = DataConfig(shards=str(shards), prune_slots=prune, num_workers=0)
+    data = TrainData(dcfg, open_shards(dcfg, model.cfg.max_slots), family("pi05"), model.cfg, seed=3, rank=0,
                      world_size=1, micro_batch=6, device=torch.device("cpu"), image_dtype=torch.float32)
-    return next(data.batches())
+    return next(data.batches()).model
 
 
 @pytest.mark.parametrize("stride", [{"vision_blocks": 4, "lm_layers": 1}, {"vision_blocks": 1, "lm_layers": 3},

@@ -31,8 +31,11 @@ Norm = Literal["mean_std", "quantile", "none"]
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    family: str = "pi05"  # a key of trainkit.models.MODEL_FAMILIES
-    preset: str = ""  # a preset of that family: "tiny", "tiny_deep", "full"
+    family: str = "pi05"  # a family of the registry, trainkit.models.FAMILIES
+    preset: str = ""  # a preset of that family (pi05: "tiny", "tiny_deep", "full")
+    # Every other model.* key is a field of the family's config, replaced on top of the preset
+    # (`model.lm_depth = 4`); checked against that config when the model is built.
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -201,6 +204,9 @@ def _set(raw: dict[str, Any], key: str, text: str) -> None:
     node = raw
     for i, part in enumerate(parts):
         fields = {f.name: f for f in dataclasses.fields(cls)}
+        if cls is ModelConfig and part not in fields and i == len(parts) - 1:  # model.lm_depth=4
+            node[part] = _parse(Any, text)
+            return
         if part not in fields:
             raise ConfigError(".".join(parts[: i + 1]), _unknown(cls, part))
         tp = _hints(cls)[part]
@@ -232,6 +238,9 @@ def _build(cls: Any, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(prefix.rstrip("."), f"must be a table, got {raw!r}")
     hints, kw = _hints(cls), {}
+    if cls is ModelConfig:  # keys other than its own are the family config's fields
+        raw = {**{k: v for k, v in raw.items() if k in hints},
+               "overrides": {**raw.get("overrides", {}), **{k: v for k, v in raw.items() if k not in hints}}}
     for name, value in raw.items():
         if name not in hints:
             raise ConfigError(prefix + name, _unknown(cls, name))
@@ -259,6 +268,8 @@ def _check(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(key, f"expected a table like {{name = value}}, got {value!r}")
         return {k: _check(typing.get_args(tp)[1], v, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value  # a family config field: checked by that config when the model is built
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is int and isinstance(value, bool) or not isinstance(value, tp):

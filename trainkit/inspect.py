@@ -1,9 +1,10 @@
 """`trainkit inspect`: what a run config will cost, computed on the meta device (no memory, no GPU).
 
-`inspect_model(cfg, world_size)` builds the model on the meta device and returns a JSON-able dict:
+`inspect_model(cfg, world_size)` builds the model on the meta device and returns a JSON-able dict;
+the family's record (trainkit/models/family.py) gives its FLOPs, tokens and saved activations:
 
-- `params`: total, trainable, and per part (`vision_blocks`, `lm_layers`, `root` = the rest:
-  patchify, embedding, projector, time MLP, action heads).
+- `params`: total, trainable (frozen block lists excluded), and per part (each block list of the
+  model's BLOCK_LISTS, `root` = the rest).
 - `slots_max`: image slots a batch can carry (data.slots minus never-filled "" slots when
   data.prune_slots, else all); `tokens_per_sample` and `flops_per_sample` (fwd+bwd, no recompute)
   keyed by the number of slots present, "1".."slots_max".
@@ -23,12 +24,13 @@
   reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step,
   sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
-- `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states,
-  each sharded over the world size (16 bytes/param / W, unsharded with fsdp "none"); gathered
+- `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states
+  (the last two of trainable parameters only), each sharded over the world size (16 bytes/param
+  / W, unsharded with fsdp "none"); gathered
   parameters and their unsharded gradients in param_dtype (the root unit, which stays gathered,
   plus two of the largest units: the one computing and the one prefetched; all of them for
   "root" or without reshard_after_forward); saved activations of one micro-batch (eager count of the tensors autograd keeps per
-  token and block, see `block_activations`; a recomputed block keeps only its input); and one
+  token and block, the family's `activations`; a recomputed block keeps only its input); and one
   block's full activations alive in backward (being recomputed, or its gradient temporaries). Not counted: CUDA context, allocator
   fragmentation, kernel workspaces. Against the probe's measured full-preset runs
   (../shared/probes/pi05_fsdp_probe.py) this eager count is higher than compiled runs (inductor
@@ -52,9 +54,8 @@ from typing import Any
 
 import torch
 
-from trainkit.models import build_config, build_model
+from trainkit.models import Activations, Family, build_config, build_model, family
 from trainkit.models.errors import ModelConfigError
-from trainkit.models.pi05 import Pi05Config, flops_per_sample, tokens_per_sample
 from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30
@@ -73,37 +74,13 @@ def gpu_memory() -> tuple[str, float]:
     return H200
 
 
-def block_activations(cfg: Pi05Config, n_slots: int) -> dict[str, dict[str, int]]:
-    """Saved-for-backward elements of ONE sample per block, eager: `full` when the block is not
-    recomputed, `input` when it is (only its input is kept). Per token of a SigLIP block: LN1
-    input and output, q, k, v, attention output, LN2 input and output (8 x width) and the MLP's
-    fc1 output and GELU output (2 x mlp). Per token of an MoT expert half: norm input and output,
-    q, k, v, attention output, post-attention residual and its norm output, GeGLU's gate/up output
-    (2 x mlp), GELU(gate) and the product (4 x mlp). The last layer's prefix half keeps only its
-    norm input/output and k, v."""
-    t, d = cfg.tokens_per_image, cfg.vision_width
-    p, a = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon
-    qd, kv = cfg.heads_q * cfg.head_dim, cfg.heads_kv * cfg.head_dim
-
-    def half(width: int, mlp: int) -> int:
-        return 4 * width + 2 * qd + 2 * kv + 4 * mlp
-
-    expert = a * half(cfg.expert_width, cfg.expert_mlp)
-    return {
-        "vision_blocks": {"full": n_slots * t * (8 * d + 2 * cfg.vision_mlp), "input": n_slots * t * d},
-        "lm_layers": {"full": p * half(cfg.lm_width, cfg.lm_mlp) + expert,
-                      "last": p * (2 * cfg.lm_width + 2 * kv) + expert,
-                      "input": p * cfg.lm_width + a * cfg.expert_width},
-    }
-
-
-def _slots_max(cfg: Any, model_cfg: Pi05Config) -> int:
-    slots = list(getattr(cfg.data, "slots", []) or [])
+def _slots_max(cfg: Any, fam: Family, model_cfg: Any) -> int:
+    slots, most = list(getattr(cfg.data, "slots", []) or []), fam.max_slots(model_cfg)
     if not slots:
-        return model_cfg.max_slots
+        return most
     n = sum(1 for s in slots if s) if getattr(cfg.data, "prune_slots", False) else len(slots)
-    if not 1 <= n <= model_cfg.max_slots:
-        raise ModelConfigError(f"data.slots: {n} image slots, the model takes 1..{model_cfg.max_slots}")
+    if not 1 <= n <= most:
+        raise ModelConfigError(f"data.slots: {n} image slots, the model takes 1..{most}")
     return n
 
 
@@ -131,14 +108,15 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     if world_size < 1:
         raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
     par, train = cfg.parallel, cfg.train
-    model_cfg = build_config(cfg.model.family, cfg.model.preset)
+    fam, overrides = family(cfg.model.family), getattr(cfg.model, "overrides", {})
+    model_cfg = build_config(cfg.model.family, cfg.model.preset, overrides)
     with torch.device("meta"):
-        model = build_model(cfg.model.family, cfg.model.preset)
+        model = build_model(cfg.model.family, cfg.model.preset, overrides)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     parts = {name: sum(p.numel() for p in getattr(model, name).parameters()) for name in model.BLOCK_LISTS}
     parts["root"] = total - sum(parts.values())
-    slots_max = _slots_max(cfg, model_cfg)
+    slots_max = _slots_max(cfg, fam, model_cfg)
 
     mode = par.fsdp
     units, root = _units(model, mode, dict(par.group))
@@ -163,7 +141,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     recompute = {name: [i for i in range(len(getattr(model, name))) if stride.get(name, 0) and i % stride[name] == 0]
                  for name in model.BLOCK_LISTS}
     def estimate(world: int) -> dict[str, Any]:
-        return _memory(model, model_cfg, slots_max, micro, world, mode, units, root, recompute,
+        return _memory(model, fam.activations(model_cfg, slots_max), slots_max, micro, world, mode, units, root, recompute,
                        DTYPE_BYTES[par.param_dtype], reshard)
 
     memory = estimate(world_size)
@@ -176,31 +154,27 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
         "params": {"total": total, "trainable": trainable, "by_part": parts},
         "slots_max": slots_max,
-        "tokens_per_sample": {str(n): tokens_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
-        "flops_per_sample": {str(n): flops_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
+        "tokens_per_sample": {str(n): fam.tokens_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
+        "flops_per_sample": {str(n): fam.flops_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
         "fsdp": fsdp, "recompute": recompute, "memory": memory,
     }
 
 
-def activation_elements(model: torch.nn.Module, cfg: Pi05Config, n_slots: int,
-                        recompute: dict[str, list[int]]) -> tuple[int, int]:
-    """(saved elements of one sample over all blocks, the largest single block's full set)."""
-    table = block_activations(cfg, n_slots)
-    saved, largest = 0, 0
-    for name in model.BLOCK_LISTS:
-        n = len(getattr(model, name))
-        for i in range(n):
-            full = table[name]["last"] if name == "lm_layers" and i == n - 1 else table[name]["full"]
-            saved += table[name]["input"] if i in recompute[name] else full
+def activation_elements(table: Activations, recompute: dict[str, list[int]]) -> tuple[int, int]:
+    """(saved elements of one sample over all blocks and the root, the largest single block's full set)."""
+    saved, largest = table.root, 0
+    for name, blocks in table.blocks.items():
+        for i, (full, kept_input) in enumerate(blocks):
+            saved += kept_input if i in recompute.get(name, ()) else full
             largest = max(largest, full)
-    images = n_slots * 3 * cfg.image_size ** 2  # the patchify conv keeps its input
-    return saved + images, largest
+    return saved, largest
 
 
-def _memory(model, cfg: Pi05Config, slots: int, micro: int, world: int, mode: str, units: list[int],
+def _memory(model, table: Activations, slots: int, micro: int, world: int, mode: str, units: list[int],
             root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True) -> dict[str, Any]:
     total = sum(p.numel() for p in model.parameters())
-    shard = total / (world if mode != "none" else 1)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    shard, trained = (total / world, trainable / world) if mode != "none" else (total, trainable)
     if mode == "block" and not reshard:
         gathered = total  # every unit stays gathered from its forward to its backward
     elif mode == "block":
@@ -209,14 +183,14 @@ def _memory(model, cfg: Pi05Config, slots: int, micro: int, world: int, mode: st
         gathered = total
     else:
         gathered = 0
-    saved, largest = activation_elements(model, cfg, slots, recompute)
+    saved, largest = activation_elements(table, recompute)
     parts = {
-        "params_gib": 4 * shard / GIB, "grads_gib": 4 * shard / GIB, "optimizer_gib": 8 * shard / GIB,
+        "params_gib": 4 * shard / GIB, "grads_gib": 4 * trained / GIB, "optimizer_gib": 8 * trained / GIB,
         "gathered_params_gib": act_bytes * gathered / GIB, "unsharded_grads_gib": act_bytes * gathered / GIB,
         "activations_gib": act_bytes * saved * micro / GIB, "backward_transient_gib": act_bytes * largest * micro / GIB,
     }
-    no_ac, _ = activation_elements(model, cfg, slots, {k: [] for k in recompute})
-    all_ac, _ = activation_elements(model, cfg, slots, {k: list(range(len(getattr(model, k)))) for k in recompute})
+    no_ac, _ = activation_elements(table, {})
+    all_ac, _ = activation_elements(table, {k: list(range(len(v))) for k, v in table.blocks.items()})
     # rounded to 1 KiB, so a tiny preset's parts keep their digits
     return {**{k: round(v, 6) for k, v in parts.items()}, "peak_gib": round(sum(parts.values()), 6),
             "activations_no_recompute_gib": round(act_bytes * no_ac * micro / GIB, 6),
@@ -247,7 +221,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"model {report['family']}/{report['preset']}: {_si(p['total'], '')} params "
              f"({_si(p['trainable'], '')} trainable; " + ", ".join(f"{k} {_si(v, '')}" for k, v in p["by_part"].items()) + ")"]
     for n, tok in report["tokens_per_sample"].items():
-        lines.append(f"  {n} slot(s): {tok['prefix']} prefix + {tok['suffix']} suffix tokens, "
+        lines.append(f"  {n} slot(s): " + ", ".join(f"{v} {k}" for k, v in tok.items()) + " tokens, "
                      f"{_si(report['flops_per_sample'][n], 'FLOP')}/sample fwd+bwd")
     if f["mode"] != "none" and world == 1:
         lines.append(f"FSDP {f['mode']}: {f['units']} units, no all-gather or reduce-scatter at world size 1 (FSDP2 "

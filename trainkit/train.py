@@ -34,11 +34,10 @@ from torch.distributed.tensor import DTensor
 from datakit.durable import write_atomic
 from trainkit.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
-from trainkit.data import TrainData, check_shards, index_folder
+from trainkit.data import Shards, TrainData, open_shards
 from trainkit.errors import BatchDataError, LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
-from trainkit.models import build_model
-from trainkit.models.pi05 import flops_per_sample, tokens_per_sample
+from trainkit.models import Family, build_model, family
 from trainkit.nonfinite import NonFiniteGuard, check_state
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
@@ -97,22 +96,27 @@ def run(cfg: RunConfig) -> RunResult:
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.shards)
     accum = grad_accumulation(cfg, world_size)
+    fam = family(cfg.model.family)
     with torch.device("meta"):
-        model = build_model(cfg.model.family, cfg.model.preset)
-    check_shards(cfg.data, model.cfg.max_slots)
-    check_memory(cfg, world_size)
-    # --- devices and process group --------------------------------------------------------------
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if cfg.parallel.fsdp == "none" and world_size > 1:
-        raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
-    init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
-    with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
-        return train(cfg, model, device, out, accum)
+        model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
+    shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
+    try:
+        check_memory(cfg, world_size)
+        # --- devices and process group --------------------------------------------------------------
+        device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if cfg.parallel.fsdp == "none" and world_size > 1:
+            raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
+        init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
+        with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
+            return train(cfg, fam, model, shards, device, out, accum)
+    finally:
+        shards.close()  # a URL root's download cache (the loader stops its downloads with it)
 
 
-def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, accum: int) -> RunResult:
+def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device: torch.device, out: Path,
+          accum: int) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours."""
     rank, world_size, _ = world()
     global_batch = cfg.train.micro_batch * world_size * accum
@@ -124,11 +128,11 @@ def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, acc
     model.init_weights()
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
-    data = TrainData(cfg.data, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
+    data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(index_folder(cfg.data)),
+    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
     start = 0
     found = find_checkpoint(out) if cfg.output.resume else None
@@ -162,16 +166,16 @@ def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, acc
                     raise guard.data_error(step, e) from None
                 wait += time.perf_counter() - t0
                 if sample_log is not None:
-                    sample_log.write(step, micro, *data.last)
-                guard.add(data.last[2], batch.actions)
-                b, slots = batch.images.shape[:2]
+                    sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
+                guard.add(batch.rows, batch.actions)
+                b, slots = batch.samples, batch.slots
                 with cast:
-                    loss = model(batch)
+                    loss = model(batch.model)
                 (loss / accum).backward()
                 loss_sum = loss_sum + loss.detach() / accum
                 samples += b
-                flops += b * flops_per_sample(mcfg, slots)
-                tokens += b * tokens_per_sample(mcfg, slots)["sequence"]
+                flops += b * fam.flops_per_sample(mcfg, slots)
+                tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
             applied = guard.step_ok(step, loss_sum, grad_norm, params)  # NaN/inf: stop, or skip the update
             if applied:
@@ -199,6 +203,7 @@ def train(cfg: RunConfig, model: nn.Module, device: torch.device, out: Path, acc
                           start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
                                                   "parallel_applied": plan.applied})
     summary["nonfinite_skipped"] = guard.skipped
+    summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")

@@ -37,24 +37,32 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
 from datakit.shards.frames_check import check_reads
-from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
+from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_shards import OpenShards
+from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 
 
 class ShardDataset(torch.utils.data.Dataset):
     """Map-style dataset: position i is the i-th valid anchor; batches via `__getitems__`."""
 
-    def __init__(self, root: str | Path, cfg: LoaderConfig):
+    def __init__(self, root: str | Path, cfg: LoaderConfig, *,
+                 opened: tuple[Path, ShardCache | None, ShardIndex] | None = None):
+        """`opened`: (folder, cache, index) of `root` as the caller already opened it
+        (`open_root`, `load_index`), so a trainer that checks the index first opens it once."""
         self.cfg = cfg
-        self.folder, self.cache = open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir,
-                                            cache_bytes=cfg.cache_bytes, storage_options=cfg.storage_options)
+        if opened is None:
+            self.folder, self.cache = open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir,
+                                                cache_bytes=cfg.cache_bytes, storage_options=cfg.storage_options)
+            index = None
+        else:
+            self.folder, self.cache, index = opened
         # what errors name: the local folder, or the URL of a remote root
         self.root: str | Path = self.cache.root_url if self.cache is not None else self.folder
-        self._open()
+        self._open(index)
 
-    def _open(self) -> None:
-        cfg, self.index = self.cfg, load_index(self.folder)
+    def _open(self, index: ShardIndex | None = None) -> None:
+        cfg, self.index = self.cfg, index if index is not None else load_index(self.folder)
         frames = load_frames(self.folder, self.index)
         self.slots = slot_map(self.index, cfg.slots)
         used = [c for c in self.slots.cameras if c is not None]

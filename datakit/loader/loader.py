@@ -38,7 +38,7 @@ import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, identity_collate
-from datakit.loader.gpu_batch import DeviceBatcher, pin_host
+from datakit.loader.gpu_batch import DeviceBatcher, HostBatch, pin_host
 from datakit.loader.loans import HostRing, Loans
 from datakit.loader.normalise import Normaliser
 from datakit.loader.downloads import EpochDownloads
@@ -102,9 +102,15 @@ class ShardLoader:
             yield batch
 
     def device_batches(self, device: torch.device | str | None = None, *, steps: int | None = None,
-                       depth: int = 2) -> Iterator[dict[str, torch.Tensor]]:
+                       depth: int = 2, extras: Callable[[HostBatch], HostBatch] | None = None
+                       ) -> Iterator[dict[str, torch.Tensor]]:
         """Normalised device batches from the current state on, across epochs (`steps` of them,
         or forever): copied from pinned buffers on a side stream, double-buffered.
+
+        `extras(host_batch) -> host_batch`: the caller's per-batch host work (a trainer's prompt
+        tokens, flow noise), run on each host batch before its copy, in the feeder thread on
+        CUDA (so during the previous step); the tensors it adds travel with the batch and are
+        not normalised. It may read `epoch` / `step` to seed its draws.
 
         Batches the device batcher prefetched do not count as delivered: the state advances
         when a batch is handed to the caller."""
@@ -112,6 +118,8 @@ class ShardLoader:
                                 pin_memory=self.cfg.pin_memory)
         start = (self.sampler.epoch, self.sampler.step)
         host = self._stream(*start, pin=batcher.pin)
+        if extras is not None:
+            host = map(extras, host)
         self._host = None  # the batcher owns this stream (it reads ahead)
         # islice: the batch after the last one wanted is never taken, so never counted delivered
         yield from islice(batcher(host, on_take=self._took), steps)

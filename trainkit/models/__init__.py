@@ -1,39 +1,66 @@
-"""Model families of trainkit, built by name: `build_model("pi05", "full")`.
+"""The family registry: model families by name, and what is built from their records.
 
-A family module exposes a config dataclass, `PRESETS` (name -> config factory) and a model class
-with `BLOCK_LISTS` (names of its nn.ModuleList block lists, addressed by trainkit.parallel).
+    fam = family("pi05")                                   # the record (trainkit/models/family.py)
+    model = build_model("pi05", "full", {"lm_depth": 4})   # on the current default device
+
+A family is one package ending in a `Family(...)` record, registered here (`register`): the
+built-in ones below, and a test's or a user's own at run time. The trainer, `inspect` and the data
+stream reach a family only through its record.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import torch.nn as nn
 
 from trainkit.models.errors import ModelConfigError
-from trainkit.models.pi05 import PRESETS as PI05_PRESETS
-from trainkit.models.pi05 import Pi05
+from trainkit.models.family import Activations, BatchAdapter, Family
+from trainkit.models.pi05 import FAMILY as PI05
 
-# family -> (model class, presets)
-MODEL_FAMILIES: dict[str, tuple[type[nn.Module], dict]] = {"pi05": (Pi05, PI05_PRESETS)}
+__all__ = ["Activations", "BatchAdapter", "FAMILIES", "Family", "build_config", "build_model", "family", "register"]
+
+FAMILIES: dict[str, Family] = {}
 
 
-def build_config(family: str, preset: str, **overrides):
-    """The config of `family`/`preset` with fields replaced by `overrides` (checked again)."""
-    if family not in MODEL_FAMILIES:
-        raise ModelConfigError(f"unknown model family {family!r}; known: {sorted(MODEL_FAMILIES)}")
-    presets = MODEL_FAMILIES[family][1]
-    if preset not in presets:
-        raise ModelConfigError(f"unknown {family} preset {preset!r}; known: {sorted(presets)}")
-    cfg = presets[preset]()
-    names = {f.name for f in dataclasses.fields(cfg)}
-    unknown = sorted(set(overrides) - names)
+def register(fam: Family) -> Family:
+    """Make `fam` reachable as `model.family = "<fam.name>"` (a second one of that name replaces it)."""
+    FAMILIES[fam.name] = fam
+    return fam
+
+
+def family(name: str) -> Family:
+    """The record of family `name`; ModelConfigError naming the known ones."""
+    if name not in FAMILIES:
+        raise ModelConfigError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def build_config(name: str, preset: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """The config of family `name` at `preset`, with fields replaced by `overrides` (`model.*` of
+    the run config) and checked again by the config's own __post_init__."""
+    fam = family(name)
+    if preset not in fam.presets:
+        raise ModelConfigError(f"unknown {name} preset {preset!r}; known: {sorted(fam.presets)}")
+    cfg = fam.presets[preset]()
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cfg)})
     if unknown:
-        raise ModelConfigError(f"unknown {family} config field(s) {unknown}")
+        raise ModelConfigError(f"model.{unknown[0]}: not a field of {type(cfg).__name__} "
+                               f"(fields: {', '.join(f.name for f in dataclasses.fields(cfg))})")
     return dataclasses.replace(cfg, **overrides)
 
 
-def build_model(family: str, preset: str, **overrides) -> nn.Module:
-    """The model of `family` at `preset` shapes (plus overrides), built on the current default
-    device (wrap in `with torch.device("meta"):` for a no-memory build)."""
-    cfg = build_config(family, preset, **overrides)
-    return MODEL_FAMILIES[family][0](cfg)
+def build_model(name: str, preset: str, overrides: Mapping[str, Any] | None = None) -> nn.Module:
+    """The model of family `name` at `preset` (plus overrides), its frozen block lists without
+    gradients, built on the current default device (in `with torch.device("meta"):` it costs no
+    memory)."""
+    fam = family(name)
+    model = fam.model(build_config(name, preset, overrides))
+    for block_list in fam.frozen:
+        getattr(model, block_list).requires_grad_(False)
+    return model
+
+
+register(PI05)

@@ -2,12 +2,12 @@
 
 SigLIP tower (patchify conv + `vision_blocks`) -> projector -> prefix [image tokens of the slots
 present; text tokens]; suffix = `horizon` noisy action tokens. `lm_layers` are mixture-of-transformers
-layers (trainkit.models.mot): the Gemma backbone handles the prefix, the action expert (adaRMSNorm on
+layers (pi05/mot.py): the Gemma backbone handles the prefix, the action expert (adaRMSNorm on
 the flow time) the suffix, one joint attention per layer. The loss is flow-matching MSE:
 x_t = t * noise + (1 - t) * actions, target = noise - actions, prediction = the expert's output.
 Noise and time come in the batch (`sample_flow` draws them), so the loss is a pure function of
 (weights, batch). RoPE positions count only VALID prefix tokens, so pruning an empty image slot and
-keeping it masked give the same loss. Shapes and FLOPs: trainkit.models.pi05_config.
+keeping it masked give the same loss. Shapes and FLOPs: pi05/config.py.
 """
 from __future__ import annotations
 
@@ -19,11 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from trainkit.models.layers import RMSNorm, SiglipBlock, ada_rms_norm, rope_tables
-from trainkit.models.mot import MoTLayer
-from trainkit.models.pi05_config import PRESETS, Pi05Config, flops_per_sample, tokens_per_sample
-
-__all__ = ["PRESETS", "Pi05", "Pi05Batch", "Pi05Config", "flops_per_sample", "sample_flow", "tokens_per_sample"]
-
+from trainkit.models.pi05.config import Pi05Config
+from trainkit.models.pi05.mot import MoTLayer
 
 @dataclass
 class Pi05Batch:

@@ -1,4 +1,4 @@
-"""Shapes of the `pi05` family (`Pi05Config`, presets) and its analytic FLOP count.
+"""Shapes of the `pi05` family: `Pi05Config` and its presets.
 
 `full` is OpenPI's Pi0.5: SigLIP So400m/14 (27 x 1152, MLP 4304, 16 heads, 224 px -> 256 tokens per
 image), projector 1152 -> 2048, Gemma-2B backbone (18 x 2048, GeGLU 16384, 8 query / 1 KV head x 256,
@@ -86,34 +86,3 @@ def tiny_deep() -> Pi05Config:
 
 
 PRESETS: dict[str, Callable[[], Pi05Config]] = {"tiny": tiny, "tiny_deep": tiny_deep, "full": full}
-
-
-def tokens_per_sample(cfg: Pi05Config, n_slots: int) -> dict[str, int]:
-    """Token counts of one sample with `n_slots` image slots present: vision (per image x slots),
-    prefix (images + text), suffix (actions), total sequence through the MoT layers."""
-    prefix = n_slots * cfg.tokens_per_image + cfg.text_len
-    return {"vision": n_slots * cfg.tokens_per_image, "prefix": prefix, "suffix": cfg.horizon,
-            "sequence": prefix + cfg.horizon}
-
-
-def flops_per_sample(cfg: Pi05Config, n_slots: int) -> float:
-    """Analytic model FLOPs of one sample, forward + backward (= 3 x forward: a matmul's backward is
-    two matmuls), no recompute. Counts every matmul (2 FLOPs per multiply-add) and attention's
-    QK^T and AV; not norms, activations, RoPE, softmax or the embedding lookup (no matmul).
-    Follows the model exactly: the last MoT layer has no prefix queries/O/MLP (pi05.MoTLayer)."""
-    if not 1 <= n_slots <= cfg.max_slots:
-        raise ModelConfigError(f"n_slots {n_slots} is outside 1..max_slots={cfg.max_slots}")
-    t, d, a = cfg.tokens_per_image, cfg.vision_width, cfg.horizon
-    per_image = (2 * t * 3 * cfg.patch ** 2 * d                                           # patchify conv
-                 + cfg.vision_depth * (2 * t * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * t * t * d)
-                 + 2 * t * d * cfg.lm_width)                                               # projector
-    p = n_slots * t + cfg.text_len
-    qd, kvd = cfg.heads_q * cfg.head_dim, 2 * cfg.heads_kv * cfg.head_dim
-    lw, ew = cfg.lm_width, cfg.expert_width
-    lm_full = 2 * p * (lw * (qd + kvd) + qd * lw + 3 * lw * cfg.lm_mlp) + 4 * p * p * qd
-    lm_last = 2 * p * lw * kvd                                                             # K/V only
-    expert = (2 * a * (ew * (qd + kvd) + qd * ew + 3 * ew * cfg.expert_mlp)
-              + 4 * a * (p + a) * qd + 2 * ew * 6 * ew)                                    # + adaRMS linear
-    heads = 2 * a * cfg.action_dim * ew * 2 + 2 * 2 * ew * ew + 2 * ew * 2 * ew            # act in/out, time MLP, final ada
-    forward = n_slots * per_image + (cfg.lm_depth - 1) * lm_full + lm_last + cfg.lm_depth * expert + heads
-    return 3.0 * forward

@@ -1,0 +1,68 @@
+"""The record of one model family: everything the trainer, `inspect` and the data stream reach a
+family through (trainkit/models/__init__.py keeps them by name).
+
+A family is one package (`trainkit/models/pi05/`) that ends in one `Family(...)`; adding one is
+that package, its configs and a `register` call. The trainer never imports a family by name.
+Shapes are functions of the batch's shape, which is datakit.loader's: B samples x K image slots
+kept (the slots of a batch may be fewer than the model's after pruning).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn as nn
+
+HostBatch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Saved-for-backward elements of ONE sample, eager, for inspect's memory estimate."""
+
+    blocks: dict[str, list[tuple[int, int]]]  # block list -> per block (kept without recompute, kept with: its input)
+    root: int = 0  # kept outside the blocks (e.g. the patchify conv's input)
+
+
+class BatchAdapter(Protocol):
+    """What a family adds to datakit.loader's batches, on either side of the copy to the device."""
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        """Host side, per batch (before the copy): the batch with the family's extra tensors
+        (prompt tokens, flow noise and time, ...); `generator` is this batch's own CPU stream."""
+
+    def model_batch(self, b: HostBatch) -> Any:
+        """Device side: the normalised loader batch (with the extras) as the model's batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """One model family, as the trainer sees it. `Any` below is the family's config dataclass."""
+
+    name: str  # the `model.family` word
+    config: type  # the config dataclass: kw_only, a comment per field, checks in __post_init__
+    presets: Mapping[str, Callable[[], Any]]  # preset name -> config; `model.<field>` overrides apply on top
+    # config -> model: an nn.Module with BLOCK_LISTS (names of its nn.ModuleList block lists),
+    # init_weights() (from the global torch RNG, after to_empty) and forward(batch) -> scalar loss
+    model: Callable[[Any], nn.Module]
+    frozen: tuple[str, ...] = ()  # block lists built with requires_grad False (no gradient, no optimiser state)
+    # (config, image slots of the batch) -> model FLOPs of one sample: trained parts 3x their
+    # forward (forward + backward), frozen parts 1x (forward only); no recompute
+    flops_per_sample: Callable[[Any, int], float]
+    # (config, image slots) -> token counts of one sample; "sequence" is what tokens/s counts
+    tokens_per_sample: Callable[[Any, int], dict[str, int]]
+    activations: Callable[[Any, int], Activations]  # (config, image slots) -> inspect's saved elements
+    max_slots: Callable[[Any], int]  # config -> the model's image slots
+    # the loader preset: (config, index, **trainer's loader settings) -> datakit LoaderConfig with
+    # what the model needs from a sample (frames per sample, action horizon, image size, tiling)
+    loader_config: Callable[..., Any]
+    # (config, index, loader config) -> the batch adapter (host extras + model batch)
+    batches: Callable[[Any, Any, Any], BatchAdapter]
+
+    def __post_init__(self) -> None:
+        blocks = getattr(self.model, "BLOCK_LISTS", None)
+        if blocks is None or not set(self.frozen) <= set(blocks):
+            raise TypeError(f"family {self.name!r}: frozen {self.frozen} must name block lists of "
+                            f"{getattr(self.model, '__name__', self.model)}.BLOCK_LISTS ({blocks})")

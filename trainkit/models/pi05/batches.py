@@ -1,0 +1,69 @@
+"""What `pi05` needs from datakit.loader: its loader preset, and the batch adapter that adds the
+host-side extras and builds `Pi05Batch` on the device.
+
+Host side, per batch: the prompt tokens (task string + the normalised state discretised into bins,
+pi05/tokenizer.py) and the flow-matching noise and time, drawn from the batch's own CPU generator
+(the trainer seeds it by (seed, loader epoch, loader step, rank), so they are the same on any
+device, with any number of workers, and after a resume). Device side: the newest frame of each
+kept slot, and the action chunk zero-padded to the model's action channels.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from datakit.loader import LoaderConfig, Normaliser, pi05_config
+from datakit.shards.index import ShardIndex
+from trainkit.errors import BatchDataError
+from trainkit.models.errors import TokenizerError
+from trainkit.models.family import HostBatch
+from trainkit.models.pi05.config import Pi05Config
+from trainkit.models.pi05.model import Pi05Batch, sample_flow
+from trainkit.models.pi05.tokenizer import PromptTokenizer
+
+
+def loader_config(cfg: Pi05Config, index: ShardIndex, **kw: Any) -> LoaderConfig:
+    """datakit's `pi05_config` at this model's shapes: `cfg.horizon` actions, and rgb frames of
+    another size resized to `cfg.image_size` on the device. `kw`: the trainer's loader settings
+    (slots, order, workers, norm, ...)."""
+    slots = kw.get("slots") or tuple(index.cameras)
+    frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
+    size = (cfg.image_size, cfg.image_size)
+    return pi05_config(action_horizon=cfg.horizon, resize=None if frame_hw == size or index.layout != "rgb" else size,
+                       **kw)
+
+
+class Pi05Batches:
+    """The `pi05` batch adapter (trainkit.models.family.BatchAdapter)."""
+
+    def __init__(self, cfg: Pi05Config, index: ShardIndex, loader: LoaderConfig):
+        self.cfg = cfg
+        self.tasks = list(index.tasks)
+        self.state_affine = Normaliser.from_index(index, loader).state_affine  # host copy: state for the prompt
+        self.tokenizer = PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""
+        state = hb["state"][:, -1].float() * self.state_affine[0] + self.state_affine[1]
+        tasks = [self.tasks[i] for i in hb["task_index"].tolist()]
+        try:
+            tokens, token_mask = self.tokenizer.encode(tasks, state)
+        except TokenizerError:
+            bad = ~torch.isfinite(state).all(dim=1)
+            if not bad.any():
+                raise
+            rows = hb["row"]  # a NaN/inf state (shards converted with --nonfinite keep): name its rows
+            raise BatchDataError(rows.tolist(), rows[bad].tolist(), "non-finite state") from None
+        b, c = state.shape[0], self.cfg
+        noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), generator)
+        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time}
+
+    def model_batch(self, b: HostBatch) -> Pi05Batch:
+        c = self.cfg
+        actions = b["action"]
+        if actions.shape[-1] < c.action_dim:  # datasets have fewer action dims: zero-padded to 32
+            actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
+        return Pi05Batch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
+                         token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"])

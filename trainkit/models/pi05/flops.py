@@ -1,0 +1,64 @@
+"""The analytic cost of one `pi05` sample, as a function of the image slots its batch carries:
+FLOPs (forward + backward), token counts, and the activations autograd saves (inspect's memory
+estimate). `tests/test_trainkit_model.py` checks the FLOPs against torch.utils.flop_counter.
+"""
+from __future__ import annotations
+
+from trainkit.models.errors import ModelConfigError
+from trainkit.models.family import Activations
+from trainkit.models.pi05.config import Pi05Config
+
+
+def tokens_per_sample(cfg: Pi05Config, n_slots: int) -> dict[str, int]:
+    """Token counts of one sample with `n_slots` image slots present: vision (per image x slots),
+    prefix (images + text), suffix (actions), total sequence through the MoT layers."""
+    prefix = n_slots * cfg.tokens_per_image + cfg.text_len
+    return {"vision": n_slots * cfg.tokens_per_image, "prefix": prefix, "suffix": cfg.horizon,
+            "sequence": prefix + cfg.horizon}
+
+
+def flops_per_sample(cfg: Pi05Config, n_slots: int) -> float:
+    """Analytic model FLOPs of one sample, forward + backward (= 3 x forward: a matmul's backward is
+    two matmuls), no recompute. Counts every matmul (2 FLOPs per multiply-add) and attention's
+    QK^T and AV; not norms, activations, RoPE, softmax or the embedding lookup (no matmul).
+    Follows the model exactly: the last MoT layer has no prefix queries/O/MLP (pi05.MoTLayer)."""
+    if not 1 <= n_slots <= cfg.max_slots:
+        raise ModelConfigError(f"n_slots {n_slots} is outside 1..max_slots={cfg.max_slots}")
+    t, d, a = cfg.tokens_per_image, cfg.vision_width, cfg.horizon
+    per_image = (2 * t * 3 * cfg.patch ** 2 * d                                           # patchify conv
+                 + cfg.vision_depth * (2 * t * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * t * t * d)
+                 + 2 * t * d * cfg.lm_width)                                               # projector
+    p = n_slots * t + cfg.text_len
+    qd, kvd = cfg.heads_q * cfg.head_dim, 2 * cfg.heads_kv * cfg.head_dim
+    lw, ew = cfg.lm_width, cfg.expert_width
+    lm_full = 2 * p * (lw * (qd + kvd) + qd * lw + 3 * lw * cfg.lm_mlp) + 4 * p * p * qd
+    lm_last = 2 * p * lw * kvd                                                             # K/V only
+    expert = (2 * a * (ew * (qd + kvd) + qd * ew + 3 * ew * cfg.expert_mlp)
+              + 4 * a * (p + a) * qd + 2 * ew * 6 * ew)                                    # + adaRMS linear
+    heads = 2 * a * cfg.action_dim * ew * 2 + 2 * 2 * ew * ew + 2 * ew * 2 * ew            # act in/out, time MLP, final ada
+    forward = n_slots * per_image + (cfg.lm_depth - 1) * lm_full + lm_last + cfg.lm_depth * expert + heads
+    return 3.0 * forward
+
+
+def activations(cfg: Pi05Config, n_slots: int) -> Activations:
+    """Saved-for-backward elements of ONE sample, eager: per block the set kept when it is not
+    recomputed, and its input (all a recomputed block keeps). Per token of a SigLIP block: LN1
+    input and output, q, k, v, attention output, LN2 input and output (8 x width) and the MLP's
+    fc1 output and GELU output (2 x mlp). Per token of an MoT expert half: norm input and output,
+    q, k, v, attention output, post-attention residual and its norm output, GeGLU's gate/up output
+    (2 x mlp), GELU(gate) and the product (4 x mlp). The last layer's prefix half keeps only its
+    norm input/output and k, v. Outside the blocks the patchify conv keeps its input images."""
+    t, d = cfg.tokens_per_image, cfg.vision_width
+    p, a = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon
+    qd, kv = cfg.heads_q * cfg.head_dim, cfg.heads_kv * cfg.head_dim
+
+    def half(width: int, mlp: int) -> int:
+        return 4 * width + 2 * qd + 2 * kv + 4 * mlp
+
+    expert = a * half(cfg.expert_width, cfg.expert_mlp)
+    vision = (n_slots * t * (8 * d + 2 * cfg.vision_mlp), n_slots * t * d)
+    lm_input = p * cfg.lm_width + a * cfg.expert_width
+    lm = [(p * half(cfg.lm_width, cfg.lm_mlp) + expert, lm_input)] * (cfg.lm_depth - 1)
+    lm.append((p * (2 * cfg.lm_width + 2 * kv) + expert, lm_input))
+    return Activations(blocks={"vision_blocks": [vision] * cfg.vision_depth, "lm_layers": lm},
+                       root=n_slots * 3 * cfg.image_size ** 2)
