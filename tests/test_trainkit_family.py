@@ -172,8 +172,7 @@ def test_a_family_defined_in_a_test_trains_through_trainkit_run(toy_family, shar
     interval = next(x for x in lines if x["kind"] == "interval")
     slots = interval["image_slots"]
     assert slots == 2  # the fixture's blank third camera is pruned
-    from trainkit.metrics import PEAK_FLOPS
-    per_sample = interval["mfu"] * PEAK_FLOPS / interval["samples_per_s_gpu"]
+    per_sample = interval["model_flops_per_s_gpu"] / interval["samples_per_s_gpu"]
     assert per_sample == pytest.approx(toy_flops(ToyConfig(width=24), slots), rel=1e-9)
     tokens = interval["tokens_per_s_gpu"] / interval["samples_per_s_gpu"]
     assert tokens == pytest.approx(slots + TOY_HORIZON, rel=1e-9)

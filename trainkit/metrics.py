@@ -17,7 +17,8 @@ interval and a progress bar (tqdm) on rank 0.
 - `"kind": "step"`: step, loss (mean over the step's micro-batches, rank 0), grad_norm (global),
   lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
 - `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
-  tokens_per_s_gpu (image + text + action tokens), mfu (fraction, or null), peak_flops (the peak MFU is
+  tokens_per_s_gpu (image + text + action tokens), model_flops_per_s_gpu (the analytic count, on any
+  device), mfu (fraction, or null), peak_flops (the peak MFU is
   measured against, or null), peak_mem_gib (max allocated since start; null off CUDA, where the
   allocator keeps no count), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
   loss, image_slots.
@@ -159,6 +160,7 @@ class Metrics:
             "kind": "interval", "step": recs[-1].step, "steps": n, "step_time_s": step_s,
             "samples_per_s_gpu": sum(r.samples for r in recs) / dt,
             "tokens_per_s_gpu": sum(r.tokens for r in recs) / dt,
+            "model_flops_per_s_gpu": sum(r.flops for r in recs) / dt,
             "mfu": None if self._peak is None else sum(r.flops for r in recs) / dt / self._peak,
             "peak_flops": self._peak,
             "peak_mem_gib": (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda"
