@@ -24,7 +24,7 @@ from datakit.errors import StorageError  # noqa: E402
 from datakit.storage import transfer  # noqa: E402
 from datakit.storage.cache import ShardCache  # noqa: E402
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy  # noqa: E402
-from datakit.storage.verify_remote import verify_remote  # noqa: E402
+from datakit.verify.remote import verify_remote  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "scale-out.md"
 pytestmark = pytest.mark.timeout(60)
