@@ -181,12 +181,14 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
     checksums.json, each shard's size, by `shard_size(name)`, default a stat in OUT); damage is
     refused, naming it. (Redoing a damaged shard in place would rewrite a folder readers trust.)"""
     if is_finished(out):
+        # checksums first: an edited index is damage (refused naming the file, with --force), and
+        # load_index would only say that it differs; the options of an edited index mean nothing
+        if problems := checksum_problems(out):
+            raise _damaged(out, problems)
         try:
             idx = load_index(out)
         except Exception as e:
             raise OutputError(out / MANIFEST_NAME, f"unreadable index ({e})") from None
-        if problems := checksum_problems(out):  # before the options: those of an edited index mean nothing
-            raise _damaged(out, problems)
         if idx.options != options:
             raise OutputError(out, f"holds a finished conversion made with other options {idx.options}; "
                               f"use a new folder, or --force to start over")
