@@ -83,3 +83,14 @@ def check(out: Path, name: str, got: str) -> None:
     if recorded(out, (name,))[name] != got:
         raise IndexFileError(Path(out) / name, f"sha256 differs from {CHECKSUMS_NAME}: the file was changed after "
                                                f"the conversion wrote it (`datakit verify {out}` says more)")
+
+
+def check_same_conversion(where: str | Path, now: dict[str, str] | None, opened: dict[str, str]) -> None:
+    """IndexFileError naming `where` (a checksums.json) unless `now`, the identity it records today
+    (None: it is gone), is the one a reader `opened`: the dataset was rewritten under the reader."""
+    if now is None:
+        raise IndexFileError(where, "gone since this reader opened the dataset: it is being rewritten "
+                                    "(convert --force?); open it again once that conversion has finished")
+    if now != opened:
+        raise IndexFileError(where, "changed since this reader opened the dataset: another conversion was "
+                                    "written there; open it again to read the new one")

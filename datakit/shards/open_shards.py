@@ -57,6 +57,7 @@ import numpy as np
 
 from datakit.durable import check_size, fd_sha256
 from datakit.errors import IndexFileError, ResourceLimitError, ShardError
+from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, ShardEntry, conversion_id
 
 if TYPE_CHECKING:
@@ -186,11 +187,8 @@ class OpenShards:
         try:
             now = conversion_id(self.root)
         except IndexFileError:
-            raise IndexFileError(where, "gone since this reader opened the dataset: it is being rewritten "
-                                        "(convert --force?); open it again once that conversion has finished") from None
-        if now != self.identity:
-            raise IndexFileError(where, "changed since this reader opened the dataset: another conversion was "
-                                        "written there; open it again to read the new one")
+            now = None
+        checksums.check_same_conversion(where, now, self.identity)
 
     def _os_error(self, path: str | Path, e: OSError, what: str) -> Exception:
         if e.errno == errno.EMFILE:

@@ -141,11 +141,8 @@ class ShardCache:
         try:
             now = checksums.parse(self._remote_checksums(), url, (MANIFEST_NAME, FRAMES_NAME))
         except StorageError:
-            raise IndexFileError(url, "gone since this reader opened the dataset: it is being rewritten "
-                                      "(convert --force?); open it again once that conversion has finished") from None
-        if now != self.identity:
-            raise IndexFileError(url, "changed since this reader opened the dataset: another conversion was "
-                                      "written there; open it again to read the new one")
+            now = None
+        checksums.check_same_conversion(url, now, self.identity)
 
     # --- shards --------------------------------------------------------------------------------
     def local_path(self, entry: ShardEntry) -> Path:
