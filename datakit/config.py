@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ class ConvertConfig:
     decoder_threads: int = 1  # threads per decoder; episodes are parallel across --workers
     resize: str | None = None  # "HxW" applied to every camera (antialiased), None = native size
     layout: str = "rgb"  # rgb (H,W,3) or nv12 (1.5 bytes/pixel, read back as RGB)
-    workers: int = field(default_factory=available_cpus)  # processes converting episodes in parallel
+    # processes converting in parallel; None: from the plan and the cores (convert/plan.py
+    # plan_workers); more than the usable cores is clamped to them, with a warning
+    workers: int | None = None
     shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
     on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
     # NaN/inf (or float64 beyond float32) in state/action: reject the episode as bad input, or
@@ -53,13 +55,13 @@ class ConvertConfig:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ray_cpus_per_task <= 0 or (self.ray_memory_per_task is not None and self.ray_memory_per_task < 1):
             raise ValueError("ray_cpus_per_task > 0 and ray_memory_per_task >= 1 (bytes) are required")
-        if self.workers < 1 or self.decoder_threads < 0 or self.shard_size < 1:
+        if (self.workers is not None and self.workers < 1) or self.decoder_threads < 0 or self.shard_size < 1:
             raise ValueError("workers >= 1, decoder_threads >= 0 and shard_size >= 1 are required")
 
     @property
     def use_prefetch(self) -> bool:
         """Per-camera decode threads pay off only where cores are left over by the workers."""
-        return self.prefetch if self.prefetch is not None else self.workers < available_cpus()
+        return self.prefetch if self.prefetch is not None else (self.workers or available_cpus()) < available_cpus()
 
     @property
     def size(self) -> tuple[int, int] | None:
