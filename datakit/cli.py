@@ -33,11 +33,14 @@ def add_convert(sub) -> None:
     p.add_argument("--config", type=Path, help="TOML file with [convert] options; flags override it")
     p.add_argument("--format", choices=["auto", "lerobot", "droid"], help="source format (default auto)")
     p.add_argument("--decoder", choices=["auto", "pyav", "decord", "torchcodec"],
-                   help="video decoder (default auto: fastest that reads the codec, with fallback)")
+                   help="video decoder (default auto: the fastest for conversion that reads the codec, from this "
+                        "machine's conversion ranking (datakit bench-decoders) or the project's measurements; "
+                        "falls back to the next)")
     p.add_argument("--decoder-threads", type=int, help="threads per decoder (default 1; 0 = FFmpeg's choice)")
     p.add_argument("--resize", metavar="HxW", help="resize every camera, antialiased (e.g. 224x224)")
     p.add_argument("--layout", choices=["rgb", "nv12"], help="stored colour layout (default rgb)")
-    p.add_argument("--workers", type=int, help="parallel episode workers (default: all cores)")
+    p.add_argument("--workers", type=int, help="worker processes (default: one per shard, or per episode below "
+                                                "the shard, up to the usable cores; more than the cores is clamped)")
     p.add_argument("--shard-size", type=_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
     p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
     p.add_argument("--nonfinite", choices=["reject", "keep"],
@@ -71,14 +74,15 @@ def run_convert(args) -> int:
               f"source and options; `datakit verify` re-hashes the shards); nothing to do")
     elif s.resumed_shards:
         print(f"resumed: kept {s.resumed_shards} complete shard(s) from an earlier run")
-    print_summary(s.index, None if s.already_complete else s.seconds)
+    print_summary(s.index, None if s.already_complete else s.seconds,
+                  notes=None if s.already_complete else {"decoder": s.decoder_why, "workers": s.workers})
     if args.debug:
         for ep, trace in sorted(s.traces.items()):
             print(f"skipped episode {ep}:\n{trace}", file=sys.stderr)
     if args.json:
         try:
-            args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders},
-                                            indent=1))
+            args.json.write_text(json.dumps({**s.index.info(), "seconds": s.seconds, "decoders": s.decoders,
+                                             "decoder_why": s.decoder_why, "workers": s.workers}, indent=1))
         except OSError as e:
             raise output_error(args.json, e) from e
     return 0

@@ -12,7 +12,8 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def index_table(index: ShardIndex, seconds: float | None = None, title: str = "datakit") -> Table:
+def index_table(index: ShardIndex, seconds: float | None = None, title: str = "datakit",
+                notes: dict[str, str] | None = None) -> Table:
     t = Table(title=title, show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
@@ -26,6 +27,9 @@ def index_table(index: ShardIndex, seconds: float | None = None, title: str = "d
     if seconds is not None:
         t.add_row("time", f"{seconds:.1f} s ({index.num_frames / max(seconds, 1e-9):.0f} frames/s)")
     t.add_row("skipped episodes", str(len(index.skipped)))
+    for what, text in (notes or {}).items():  # how the run was made: decoder, workers, and why
+        if text:
+            t.add_row(what, escape(text))
     return t
 
 
@@ -49,9 +53,10 @@ def skipped_table(index: ShardIndex) -> Table:
     return t
 
 
-def print_summary(index: ShardIndex, seconds: float | None = None, console: Console | None = None) -> None:
+def print_summary(index: ShardIndex, seconds: float | None = None, console: Console | None = None,
+                  notes: dict[str, str] | None = None) -> None:
     console = console or Console()
-    console.print(index_table(index, seconds))
+    console.print(index_table(index, seconds, notes=notes))
     console.print(camera_table(index))
     if index.skipped:
         console.print(skipped_table(index))

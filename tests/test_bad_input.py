@@ -149,7 +149,7 @@ def test_auto_decoder_falls_back(ds, tmp_path, monkeypatch):
 
     monkeypatch.setitem(decoders.BACKENDS, "broken", "tests.fake_backends")
     rec = tmp_path / "rec.json"
-    rec.write_text(json.dumps({"recommendations": {"h264": {"sequential": ["broken", "torchcodec"]}}}))
+    rec.write_text(json.dumps({"conversion": {"h264": ["broken", "torchcodec"]}}))  # a conversion ranking
     monkeypatch.setenv("DATAKIT_DECODER_RECOMMENDATIONS", str(rec))
     assert decoders.backend_order("h264")[:2] == ["broken", "torchcodec"]
     dec = decoders.open_decoder(_video(ds), "auto")

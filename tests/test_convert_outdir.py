@@ -209,7 +209,7 @@ def test_decoder_order_change_is_a_different_source(base, tmp_path, monkeypatch,
     out = tmp_path / "out"
     _unfinished(base, out, monkeypatch)
     rec = tmp_path / "rec.json"
-    rec.write_text(json.dumps({"recommendations": {"h264": {"sequential": ["pyav"]}}}))
+    rec.write_text(json.dumps({"conversion": {"h264": ["torchcodec"]}}))
     monkeypatch.setenv("DATAKIT_DECODER_RECOMMENDATIONS", str(rec))
     rc, _, err = _cli(capsys, base, out)
     assert rc == 2 and "decoder order differs" in err and str(rec) in err, err

@@ -82,9 +82,9 @@ def test_one_shard_plan_uses_every_worker(src, one_writer, tmp_path, monkeypatch
     log.mkdir()
     real = local_split.write_part
 
-    def recording(spec, cfg, scratch, shard, ref):
+    def recording(spec, cfg, scratch, shard, ref, *progress):
         (log / f"{ref.episode_index}-{os.getpid()}").touch()
-        return real(spec, cfg, scratch, shard, ref)
+        return real(spec, cfg, scratch, shard, ref, *progress)
 
     monkeypatch.setattr(local_split, "write_part", recording)
     monkeypatch.setenv("DATAKIT_MP_START", "fork")
@@ -131,10 +131,10 @@ def test_dead_worker_below_the_shard_stops_and_rerun_resumes(src, one_writer, tm
 
     real = local_split.write_part
 
-    def dying(spec, cfg, scratch, shard, ref):
+    def dying(spec, cfg, scratch, shard, ref, *progress):
         if ref.episode_index == 2:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(spec, cfg, scratch, shard, ref)
+        return real(spec, cfg, scratch, shard, ref, *progress)
 
     monkeypatch.setattr(local_split, "write_part", dying)
     monkeypatch.setenv("DATAKIT_MP_START", "fork")

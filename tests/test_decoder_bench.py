@@ -15,7 +15,7 @@ from datakit.decoder_bench import crosscheck, recommend, runner
 from datakit.decoder_bench.measure import Job, Setting, measure
 from datakit.decoder_bench.patterns import PATTERNS, get_pattern
 from datakit.decoder_bench.videos import VideoSpec, from_dataset, generate
-from datakit.decoders import backend_module, backend_order
+from datakit.decoders import CONVERT_ORDER, backend_module, backend_order
 
 REQUIRED = ("decoder", "version", "codec", "height", "width", "pattern", "threads", "frames", "wall_s_median",
             "frames_per_s", "cpu_ms_per_frame", "peak_rss_mb", "frames_correct", "error")
@@ -167,10 +167,11 @@ def test_command_json_schema_recommendation_and_missing_backend(tmp_path, tiny, 
     assert missing and all(r["error"].startswith("unavailable") for r in missing)  # reported, not skipped
     assert "unavailable" in md and "## Recommendation" in md
     assert (out / "r.png").stat().st_size > 1000
-    rec = json.loads((out / "rec.json").read_text())["recommendations"]
-    assert rec["h264"]["sequential"] == ["pyav"]
+    written = json.loads((out / "rec.json").read_text())
+    assert written["recommendations"]["h264"]["sequential"] == ["pyav"]
+    assert written["conversion"] == {}  # --no-reopen: nothing conversion-shaped was measured
     monkeypatch.setenv("DATAKIT_DECODER_RECOMMENDATIONS", str(out / "rec.json"))
-    assert backend_order("h264", "sequential")[0] == "pyav"
+    assert backend_order("h264") == CONVERT_ORDER  # so convert keeps the project's conversion order
     # re-rendering a saved run measures nothing and gives the same Markdown tables
     assert main(["bench-decoders", "--from-json", str(out / "r.json"), "--markdown", str(out / "again.md")]) == 0
     again = (out / "again.md").read_text()

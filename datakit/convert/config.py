@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ class ConvertConfig:
     decoder_threads: int = 1  # threads per decoder; episodes are parallel across --workers
     resize: str | None = None  # "HxW" applied to every camera (antialiased), None = native size
     layout: str = "rgb"  # rgb (H,W,3) or nv12 (1.5 bytes/pixel, read back as RGB)
-    workers: int = field(default_factory=available_cpus)  # processes converting episodes in parallel
+    # processes converting in parallel; None: from the plan and the cores (convert/plan.py
+    # plan_workers); more than the usable cores is clamped to them, with a warning
+    workers: int | None = None
     shard_size: int = 1 << 30  # bytes; a shard is closed at the first episode boundary past it
     on_error: str = "fail"  # fail: stop at the first bad episode; skip: record it and go on
     # NaN/inf (or float64 beyond float32) in state/action: reject the episode as bad input, or
@@ -51,7 +53,7 @@ class ConvertConfig:
             if self.layout == "nv12" and (h % 2 or w % 2):
                 raise ConfigError("resize", f"nv12 needs an even size, got --resize {self.resize}")
         memory = self.ray_memory_per_task
-        for name, value, least in (("workers", self.workers, 1), ("shard_size", self.shard_size, 1),
+        for name, value, least in (("workers", 1 if self.workers is None else self.workers, 1), ("shard_size", self.shard_size, 1),
                                    ("decoder_threads", self.decoder_threads, 0),
                                    ("ray_memory_per_task", 1 if memory is None else memory, 1)):
             if value < least:
@@ -62,7 +64,7 @@ class ConvertConfig:
     @property
     def use_camera_threads(self) -> bool:
         """Per-camera decode threads pay off only where cores are left over by the workers."""
-        return self.camera_threads if self.camera_threads is not None else self.workers < available_cpus()
+        return self.camera_threads if self.camera_threads is not None else (self.workers or available_cpus()) < available_cpus()
 
     @property
     def size(self) -> tuple[int, int] | None:

@@ -8,7 +8,7 @@ import io
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 import torch
@@ -135,7 +135,7 @@ def _image_frames(cam: str, images: list[bytes], cfg: ConvertConfig, source: Pat
 
 
 def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg: ConvertConfig,
-                   sink: BinaryIO | ShardFile, res: EpisodeResult) -> None:
+                   sink: BinaryIO | ShardFile, res: EpisodeResult, progress: Callable[[int], None]) -> None:
     T = len(table)
     streams: dict[str, FrameStream] = {}
     for cam in spec.cameras:
@@ -164,6 +164,7 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
         offs = writer.write_frame(ref.episode_index, int(table.frame_index[t]), images, state[t], action[t], meta)
         for cam, o in offs.items():
             res.offsets[cam][t] = o
+        progress(1)
     for cam, s in streams.items():
         vs = ref.videos.get(cam)
         if vs is not None and vs.to_timestamp is None and (extra := s.extra(2)) >= 2:
@@ -172,18 +173,36 @@ def _write_episode(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable, cfg:
     res.nbytes = writer.pos
 
 
-def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink: ShardFile) -> EpisodeResult:
+def convert_episode(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink: ShardFile,
+                    progress: Callable[[int], None] = lambda n: None) -> EpisodeResult:
     """Append one episode to the open shard `sink`. A bad input comes back in `.error` (a
     DatakitError naming the file; nothing written); an OutputError (the sink failed: disk full,
-    read-only OUT) is raised, since skipping the episode cannot help."""
+    read-only OUT) is raised, since skipping the episode cannot help. `progress(n)` hears of
+    every frame written, and of the rest of `ref.length` once the episode is done or failed."""
     res = EpisodeResult(ref.episode_index, str(ref.source), base=sink.bytes)
+    counted = 0
+
+    def frame_done(n: int) -> None:
+        nonlocal counted
+        counted += n
+        progress(n)
+
+    try:
+        return _convert(spec, ref, cfg, sink, res, frame_done)
+    finally:
+        if ref.length > counted:
+            progress(ref.length - counted)
+
+
+def _convert(spec: DatasetSpec, ref: EpisodeRef, cfg: ConvertConfig, sink: ShardFile, res: EpisodeResult,
+             progress: Callable[[int], None]) -> EpisodeResult:
     try:
         table = load_episode(spec, ref)
         raise_first_error(check_episode_table(spec, ref, table, nonfinite=getattr(cfg, "nonfinite", "reject")))
         with np.errstate(over="ignore"):  # kept (nonfinite="keep") values beyond float32 become +-inf
             table.state, table.action = table.state.astype(np.float32), table.action.astype(np.float32)
         try:
-            _write_episode(spec, ref, table, cfg, sink, res)
+            _write_episode(spec, ref, table, cfg, sink, res, progress)
         except BaseException:
             sink.truncate(res.base)
             raise

@@ -37,7 +37,7 @@ def decoder_order(decoder: str) -> dict[str, Any]:
     if decoder != "auto":
         return {"requested": decoder, "order": {"*": [decoder]}}
     try:
-        ranked = json.loads(recommendations_path().read_text())["recommendations"]
+        ranked = json.loads(recommendations_path().read_text())["conversion"]  # what auto reads
         codecs = sorted(c for c in ranked if isinstance(c, str))
     except (OSError, KeyError, ValueError, TypeError):
         codecs = []

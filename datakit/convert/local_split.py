@@ -15,7 +15,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -38,16 +37,21 @@ from datakit.sources.episode import DatasetSpec, EpisodeRef
 _WORKER: dict = {}
 
 
-def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, parent: int) -> None:
+def _init_worker(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, frames, parent: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)  # parallelism is across episodes; one core per worker
-    _WORKER.update(spec=spec, cfg=cfg, scratch=scratch)
+    _WORKER.update(spec=spec, cfg=cfg, scratch=scratch, frames=frames)
 
 
-def _part_task(shard: int, ref: EpisodeRef) -> EpisodePart:
-    return write_part(_WORKER["spec"], _WORKER["cfg"], _WORKER["scratch"], shard, ref)
+def _part_task(task: int, shard: int, ref: EpisodeRef) -> EpisodePart:
+    frames = _WORKER["frames"]  # shared with the parent: the progress bar, per frame
+
+    def progress(n: int) -> None:
+        frames[task] += n
+
+    return write_part(_WORKER["spec"], _WORKER["cfg"], _WORKER["scratch"], shard, ref, progress)
 
 
 def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
@@ -59,10 +63,10 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     need = window * max(predicted_bytes(spec, cfg, ref) for _, ref in episodes)
     scratch = shm_scratch(out, need) or new_scratch(out, "local")
     ctx = mp.get_context(start_method())
+    frames = ctx.Array("q", len(episodes), lock=False)  # per episode: frames converted so far
     before = {p.pid for p in mp.active_children()}
     pool = ProcessPoolExecutor(nworkers, mp_context=ctx, initializer=_init_worker,
-                               initargs=(spec, cfg, scratch, os.getpid()))
-    finished: deque[int] = deque()  # frames of episodes done, appended by the pool's callback thread
+                               initargs=(spec, cfg, scratch, frames, os.getpid()))
     futures: dict[tuple[int, int], Future] = {}
     done: list[Journal] = []
     workers: set[int] = set()  # our pool's worker pids, the only processes we ever signal
@@ -72,8 +76,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
         them first come, first served)."""
         while len(futures) < min(joined + window, len(episodes)):
             i, ref = episodes[len(futures)]
-            f = futures[i, ref.episode_index] = pool.submit(_part_task, i, ref)
-            f.add_done_callback(lambda _, n=ref.length: finished.append(n))
+            futures[i, ref.episode_index] = pool.submit(_part_task, len(futures), i, ref)
         workers.update({p.pid for p in mp.active_children()} - before)
 
     joined = 0
@@ -84,8 +87,8 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
             top_up(joined)
             f = futures[i, ref.episode_index]
             while not wait([f], timeout=0.2).done:
-                _drain(finished, bar)
-            _drain(finished, bar)
+                bar.update(sum(frames) - bar.n)
+            bar.update(sum(frames) - bar.n)
             try:
                 part = f.result()
             except BrokenProcessPool:
@@ -116,11 +119,3 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return done
-
-
-def _drain(finished: deque[int], bar: tqdm) -> None:
-    n = 0
-    while finished:
-        n += finished.popleft()
-    if n:
-        bar.update(n)

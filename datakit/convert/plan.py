@@ -1,14 +1,18 @@
-"""The shard plan: which episodes go into which shard, from the source metadata alone.
+"""The shard plan: which episodes go into which shard, from the source metadata alone, and how
+many local workers convert them.
 
-Every engine (the local process pool here, a cluster engine later) starts from this plan:
-it depends only on the scanned source and the options, so any worker, on any machine, run
-again after a crash, gives the same shard boundaries and the same bytes.
+Every engine (the local process pool, Ray) starts from this plan: it depends only on the
+scanned source and the options, so any worker, on any machine, run again after a crash, gives
+the same shard boundaries and the same bytes. The worker count never changes the bytes.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from datakit.convert.config import ConvertConfig
+from datakit.machine import available_cpus
 from datakit.shards.writer import BLOCK, npy_header
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 from datakit.stages.colour import stored_shape
@@ -44,3 +48,28 @@ def plan_shards(spec: DatasetSpec, cfg: ConvertConfig) -> list[list[EpisodeRef]]
             plan.append([])
             size = 0
     return [p for p in plan if p]
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """How many worker processes convert the planned shards, and why (for the summary)."""
+
+    workers: int
+    why: str
+    clamped_from: int | None = None  # the --workers asked for, when it was more than the cores
+
+
+def plan_workers(cfg: ConvertConfig, plan: list[list[EpisodeRef]], cores: int | None = None) -> WorkerPlan:
+    """--workers as given, at most the usable cores; by default one per shard, or per episode
+    when there are fewer shards than cores (the below-shard split), up to the cores. More
+    processes than cores only share them (--workers 8 on 2 cores ran at 0.6x)."""
+    cores = cores or available_cpus()
+    shards, episodes = len(plan), sum(len(refs) for refs in plan)
+    if cfg.workers is not None:
+        if cfg.workers > cores:
+            return WorkerPlan(cores, f"--workers {cfg.workers}, clamped to the {cores} usable cores", cfg.workers)
+        return WorkerPlan(cfg.workers, f"--workers {cfg.workers}")
+    units, what = (shards, "shards") if shards >= cores else (episodes, "episodes")
+    workers = max(1, min(cores, units))
+    return WorkerPlan(workers, f"default: {shards} shard(s) of {episodes} episode(s) on {cores} usable cores, "
+                               f"one worker per {what[:-1]} up to the cores")

@@ -12,6 +12,8 @@ and redoes the others: the same bytes as an unbroken run, with any number of wor
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -25,9 +27,10 @@ from datakit.convert.fingerprint import source_fingerprint
 from datakit.convert.journal import STAGING, load_journals
 from datakit.convert.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
-from datakit.convert.plan import plan_shards
+from datakit.convert.plan import plan_shards, plan_workers
 from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
 from datakit.convert.shard import check_committed
+from datakit.decoders import describe_choice
 from datakit.errors import output_error
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
 from datakit.sources import scan
@@ -39,6 +42,8 @@ class ConvertSummary:
     resumed_shards: int = 0
     already_complete: bool = False
     decoders: dict[str, int] = field(default_factory=dict)  # backend -> camera-episodes decoded
+    decoder_why: str = ""  # which decoder was used, and why (auto's ranking, a fallback)
+    workers: str = ""  # how many worker processes, and why
     traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
 
 
@@ -86,6 +91,12 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
         kept = load_journals(out, plan, list(spec.cameras), len(spec.state_names), len(spec.action_names))
         _remove_unfinished(out)  # left by a killed run
         jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
+        if cfg.engine == "local":
+            wp = plan_workers(cfg, [refs for _, refs in jobs])
+            if wp.clamped_from is not None:
+                logging.getLogger("datakit").warning(f"datakit convert: warning: --workers {wp.clamped_from} is "
+                                                     f"more than the {wp.workers} usable cores; using {wp.workers}")
+            cfg = dataclasses.replace(cfg, workers=wp.workers)
         tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
         with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
                   disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
@@ -104,4 +115,5 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
             decoders[b] = decoders.get(b, 0) + n
     traces = {s.episode_index: s.trace for j in journals for s in j.skipped if s.trace}
     return ConvertSummary(index, time.perf_counter() - t0, resumed_shards=len(kept), decoders=decoders,
-                          traces=traces)
+                          decoder_why=describe_choice(cfg.decoder, decoders, spec),
+                          workers=f"{wp.workers} ({wp.why})" if cfg.engine == "local" else "", traces=traces)

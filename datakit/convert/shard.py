@@ -121,8 +121,7 @@ def write_shard(spec: DatasetSpec, cfg: ConvertConfig, out: Path, index: int, re
     tally = ShardTally(index, cfg.on_error)
     try:
         for ref in refs:
-            res = convert_episode(spec, ref, cfg, shard)
-            progress(ref.length)
+            res = convert_episode(spec, ref, cfg, shard, progress)  # progress per frame
             if tally.accept(res):
                 tally.place(res)
         nbytes, sha = shard.finish()

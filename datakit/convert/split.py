@@ -23,7 +23,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from datakit.convert.config import ConvertConfig
 from datakit.convert.journal import STAGING, Journal
@@ -121,13 +121,14 @@ class EpisodePart:
     path: Path | None
 
 
-def write_part(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, shard: int, ref: EpisodeRef) -> EpisodePart:
-    """Convert one episode into `scratch/ep-N.part`. A bad input comes back in result.error;
-    an OutputError is raised (and the part removed)."""
+def write_part(spec: DatasetSpec, cfg: ConvertConfig, scratch: Path, shard: int, ref: EpisodeRef,
+               progress: Callable[[int], None] = lambda n: None) -> EpisodePart:
+    """Convert one episode into `scratch/ep-N.part` (`progress` per frame). A bad input comes
+    back in result.error; an OutputError is raised (and the part removed)."""
     path = Path(scratch) / f"ep-{ref.episode_index:06d}.part"
     part = PartFile(path)
     try:
-        res = convert_episode(spec, ref, cfg, part)
+        res = convert_episode(spec, ref, cfg, part, progress)
         part.close()
     except BaseException:
         part.f.close()

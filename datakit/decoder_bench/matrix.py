@@ -7,7 +7,8 @@ AV1 480x640, LeRobot's default codec at a common camera size), because crossing 
 with every video would take hours and mostly repeat what the main matrix says:
 - threads: decoder threads for sequential decode and clips (0 = the library's choice);
 - seek: TorchCodec's approximate seek mode against exact, for every random-access pattern;
-- reuse: a decoder reopened for every sample, as naive `__getitem__` code does;
+- reuse: a decoder reopened for every sample, as naive `__getitem__` code does, and for
+  the whole video in order (what conversion does per file: the ranking convert uses);
 - workers: 2..N processes decoding clips at once, for throughput against CPU contention.
 """
 from __future__ import annotations
@@ -85,9 +86,9 @@ def build(videos: list[BenchVideo], cfg: MatrixConfig) -> list[Job]:
             continue
         jobs += [Job(backend=b, video=sv, pattern=p, group="seek", setting=Setting(seek_mode=mode), **common)
                  for p in random_patterns for b in cfg.backends if b.startswith("torchcodec")]
-    if cfg.reopen:
+    if cfg.reopen:  # sequential reopened: conversion-shaped, the ranking convert --decoder auto uses
         jobs += [Job(backend=b, video=sv, pattern=p, group="reuse", setting=Setting(reuse=False), **common)
-                 for p in random_patterns if p in ("single", "clip") for b in cfg.backends]
+                 for p in cfg.patterns if p in ("sequential", "single", "clip") for b in cfg.backends]
     if "clip" in cfg.patterns:
         for w in cfg.workers:
             if w > 1:

@@ -1,36 +1,46 @@
 """Decoder registry: every backend behind one signature, chosen by name or "auto".
 
-`open_decoder(path, "auto")` opens the fastest backend known to read the stream's codec for
-sequential decoding and falls back to the next one when a backend is missing or cannot read
-it. The order comes from `datakit bench-decoders` results when present (see
-`recommendations_path()`), else from DEFAULT_ORDER.
+`open_decoder(path, "auto")` is what conversion uses: it opens the first backend of
+`backend_order(codec)` that reads the stream's codec, and falls back to the next one when a
+backend is missing or cannot read it. The order is the one that `datakit bench-decoders`
+measured on this machine *for conversion-shaped work* (every file opened inside the timing,
+every frame in order, 1 thread; see decoder_bench/recommend.py), when its file has one for the
+codec; else CONVERT_ORDER, from the project's own conversion measurements. A ranking of decode
+alone (decoder opened once and warm) is never used for conversion: it ranked Decord first on
+2 cores, where Decord converted 2.2x slower than PyAV (each Decord process pays ~1.4 s before
+its first frame, and its "1 thread" keeps 1.25 cores busy).
 """
 from __future__ import annotations
 
 import importlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from datakit.decoders.base import BackendUnavailable, VideoDecoder, VideoInfo, probe_video
+
+if TYPE_CHECKING:
+    from datakit.sources.episode import DatasetSpec
 
 BACKENDS = {
     "pyav": "datakit.decoders.pyav_backend",
     "decord": "datakit.decoders.decord_backend",
     "torchcodec": "datakit.decoders.torchcodec_backend",
 }
-# Used until a bench-decoders run on this machine says otherwise; from bench/results/decoders.md
-# (2 and 16 cores, AV1 and H.264, 1 thread): Decord decodes whole files fastest, TorchCodec
-# seeks fastest. PyAV, which reads everything, comes last.
-DEFAULT_ORDER = {
-    "sequential": ["decord", "torchcodec", "pyav"],
-    "random": ["torchcodec", "decord", "pyav"],
-}
+# Used for conversion until bench-decoders measures conversion-shaped work on this machine.
+# From bench/results/convert.md (2 cores, 480x640 AV1, native and 224x224, every decoder and
+# worker count): PyAV converts fastest; it is also the one backend that reports damaged frames
+# (README "What decoding cannot catch"). TorchCodec, then Decord, are the fallbacks.
+CONVERT_ORDER = ["pyav", "torchcodec", "decord"]
+CONVERT_RESULTS = "bench/results/convert.md"
 
 __all__ = [
-    "BACKENDS", "BackendUnavailable", "VideoDecoder", "VideoInfo", "probe_video",
-    "open_decoder", "backend_order", "backend_module", "recommendations_path",
+    "BACKENDS", "BackendUnavailable", "VideoDecoder", "VideoInfo", "probe_video", "CONVERT_ORDER",
+    "DecoderChoice", "open_decoder", "backend_order", "backend_module", "decoder_choice", "describe_choice",
+    "recommendations_path",
 ]
 
 
@@ -51,26 +61,84 @@ def recommendations_path() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "datakit" / "decoders.json"
 
 
-def backend_order(codec: str, pattern: str = "sequential") -> list[str]:
-    """Backends to try for a codec and access pattern, fastest first."""
+@dataclass(frozen=True)
+class DecoderChoice:
+    """The backends `--decoder auto` tries for a codec, fastest for conversion first, and why."""
+
+    order: list[str]
+    why: str
+
+
+def decoder_choice(codec: str) -> DecoderChoice:
+    """The conversion order for `codec`: this machine's conversion ranking when bench-decoders
+    measured one for the codec, else CONVERT_ORDER (the reason says which, and why)."""
     path = recommendations_path()
     try:
-        rec = json.loads(path.read_text())["recommendations"]
-        ranked = list(rec[codec][pattern])
-    except (OSError, KeyError, ValueError, TypeError):
-        ranked = []
-    default = DEFAULT_ORDER["sequential" if pattern == "sequential" else "random"]
-    return ranked + [b for b in default if b not in ranked]
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = None
+    ranked: list[str] = []
+    if isinstance(doc, dict):
+        conv = doc.get("conversion")
+        if isinstance(conv, dict) and isinstance(conv.get(codec), list):
+            ranked = [b for b in conv[codec] if isinstance(b, str)]
+    if ranked:
+        when = doc.get("machine", {}).get("date", "?") if isinstance(doc.get("machine"), dict) else "?"
+        why = f"ranked fastest for converting {codec} on this machine by datakit bench-decoders ({path}, {when})"
+    elif doc is None:
+        why = f"no decoder ranking on this machine ({path}): the project's conversion measurements ({CONVERT_RESULTS})"
+    else:
+        why = (f"{path} ranks decode alone (decoder opened once, warm), not conversion, for {codec or 'this codec'}: "
+               f"the project's conversion measurements ({CONVERT_RESULTS})")
+    return DecoderChoice(ranked + [b for b in CONVERT_ORDER if b not in ranked], why)
 
 
-def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek_mode: str = "exact",
-                 pattern: str = "sequential") -> VideoDecoder:
+def backend_order(codec: str) -> list[str]:
+    """Backends `--decoder auto` tries for a codec, fastest for conversion first."""
+    return decoder_choice(codec).order
+
+
+def _codecs(spec: "DatasetSpec") -> list[str]:
+    """The codecs of the source's videos, from the first video of each camera (a probe each)."""
+    firsts: dict[str, Path] = {}
+    for ref in spec.episodes:
+        for cam, vs in ref.videos.items():
+            if vs is not None:
+                firsts.setdefault(cam, vs.path)
+        if len(firsts) == len(spec.cameras):
+            break
+    codecs = set()
+    for path in firsts.values():
+        try:
+            codecs.add(probe_video(path).codec)
+        except Exception:  # a damaged first file was reported by the conversion itself
+            continue
+    return sorted(codecs)
+
+
+def describe_choice(requested: str, used: dict[str, int], spec: "DatasetSpec") -> str:
+    """One line for the summary: the decoder(s) used (camera-episodes each), and why."""
+    counts = ", ".join(f"{b} ({n} camera-episodes)" for b, n in sorted(used.items(), key=lambda x: -x[1]))
+    if requested != "auto":
+        return f"{counts or requested}: --decoder {requested}"
+    if not used:
+        return "auto: no video decoded"
+    why = []
+    for codec in _codecs(spec):
+        choice = decoder_choice(codec)
+        fallback = [b for b in used if b != choice.order[0]]
+        why.append(f"{codec}: {choice.order[0]} first, {choice.why}"
+                   + (f"; {', '.join(fallback)} where {choice.order[0]} could not read a file" if fallback else ""))
+    return f"{counts}: auto, " + "; ".join(why)
+
+
+def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek_mode: str = "exact") -> VideoDecoder:
     """Open `path` with backend `name`; "auto" tries backends in `backend_order` and falls back."""
     if name != "auto":
         return backend_module(name).open_video(path, threads=threads, seek_mode=seek_mode)
     codec = probe_video(path).codec
     errors = []
-    for b in backend_order(codec, pattern):
+    for b in backend_order(codec):
         dec = None
         try:
             dec = backend_module(b).open_video(path, threads=threads, seek_mode=seek_mode)
