@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from datakit.errors import IndexFileError
 from datakit.flag_types import non_negative_int, positive
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.machine import available_cpus
@@ -28,7 +29,6 @@ from datakit.planner.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_f
 from datakit.planner.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
 from datakit.planner.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
-from datakit.verify.quick import check_index_files
 
 PRESETS = {"default": LoaderConfig, "pi05": pi05_config, "dreamzero": dreamzero_config}
 
@@ -192,8 +192,14 @@ def run(args) -> int:
     cfg = loader_config(args)
     with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
         folder = _local_index(args.out, Path(scratch))
-        check_index_files(folder, None if folder == Path(args.out) else args.out)  # never plan from an edited index
-        index, frames = load_index(folder), load_frames(folder)
+        try:  # both checked against checksums.json, as every reader loads them: never plan from an edited index
+            index = load_index(folder)
+            frames = load_frames(folder, index)
+        except IndexFileError as e:  # a remote index is named by its URL, not by the scratch copy
+            if folder == Path(args.out):
+                raise
+            url = args.out.rstrip("/")
+            raise IndexFileError(e.where.replace(str(folder), url, 1), e.problem.replace(str(folder), url)) from None
         plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
                                ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
     bw = rate = top = None

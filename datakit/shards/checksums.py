@@ -39,7 +39,7 @@ def recorded(out: Path, names: tuple[str, ...]) -> dict[str, str]:
     try:
         text = path.read_bytes()
     except FileNotFoundError:
-        raise IndexFileError(path, "missing: the conversion into this folder has not finished (or it is being "
+        raise IndexFileError(path, "missing: the conversion into this folder did not finish (or it is being "
                                    "rewritten); readers use finished conversions only") from None
     except OSError as e:
         raise IndexFileError(path, f"unreadable ({e.strerror or e})") from None
@@ -52,7 +52,9 @@ def parse(text: bytes, where: str | Path, names: tuple[str, ...]) -> dict[str, s
     try:
         sums = json.loads(text)["sha256"]
         want = {name: sums[name] for name in names}
-    except (ValueError, KeyError, TypeError, RecursionError) as e:
+    except RecursionError:  # valid JSON, but nested deeper than the parser recurses
+        raise IndexFileError(where, "not a checksums file: nested too deeply to parse") from None
+    except (ValueError, KeyError, TypeError) as e:
         raise IndexFileError(where, f"not a checksums file ({type(e).__name__}: {e})") from None
     bad = next((n for n, d in want.items() if not isinstance(d, str) or not _HEX.fullmatch(d)), None)
     if bad is not None:
