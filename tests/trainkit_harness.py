@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "trainkit" / "configs" / "pi05_tiny.toml"
 
 
-def tiny_config(shards: Path, out: Path, *overrides: str) -> RunConfig:
-    """pi05_tiny.toml over `shards`, writing to `out`, CPU-fast, with `key=value` overrides."""
+def tiny_config(shards: Path, out: Path, *overrides: str, config: Path = TINY) -> RunConfig:
+    """`config` (pi05_tiny.toml) over `shards`, writing to `out`, CPU-fast, with `key=value` overrides."""
     base = [f"data.shards={shards}", f"output.dir={out}", "output.progress=false", "data.num_workers=0"]
-    return load_config(TINY, [*base, *overrides])
+    return load_config(config, [*base, *overrides])
 
 
 def _free_port() -> int:

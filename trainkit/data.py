@@ -10,8 +10,8 @@
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order; the
 family's record says what a sample is (its loader preset) and what each batch gains on the host
 that is not pixels (its batch adapter: Pi0.5's prompt tokens, flow noise and time), drawn from a
-CPU generator seeded by (seed, loader epoch, loader step, rank), so they are the same on any
-device, with any number of workers, and after a resume.
+CPU generator seeded by (seed, loader epoch, the batch's slice of the global order), so they are
+the same on any device, with any number of workers or ranks, and after a resume.
 
 Two host-to-device paths, one switch (`data.h2d_dtype`):
 - "uint8" (optimised): pixels stay uint8 in pinned memory, are copied on a side stream while the
@@ -94,9 +94,11 @@ def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardI
     return index, slots
 
 
-def flow_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Generator:
-    """The CPU generator of one batch's noise and time: a pure function of its position."""
-    key = ((seed * 1_000_003 + epoch) * 1_000_033 + step) * 1_009 + rank
+def flow_generator(seed: int, epoch: int, block: int) -> torch.Generator:
+    """The CPU generator of one batch's noise and time: a pure function of its position in the
+    epoch's global order (`block` = loader step x world size + rank, the sampler's slice of
+    order[block * B : (block + 1) * B]), so the same samples draw the same noise on any world size."""
+    key = ((seed * 1_000_003 + epoch) * 1_000_033 + block) * 1_009
     return torch.Generator().manual_seed(key % (1 << 63))
 
 
@@ -123,7 +125,7 @@ class TrainData:
         """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
         accumulation). Epochs are whole global batches, so the sample order is the same for any
         split of it into ranks and micro-batches, and a checkpoint resumes on another world size."""
-        self.dcfg, self.seed, self.rank, self.device = dcfg, seed, rank, device
+        self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
         index = shards.index
         h2d_f32 = dcfg.h2d_dtype == "float32"
         self.cfg: LoaderConfig = fam.loader_config(
@@ -173,7 +175,8 @@ class TrainData:
 
     def _extras(self, hb: HostBatch) -> HostBatch:
         """Host side, per batch: the family's extras, from this batch's own generator."""
-        return self.adapter.extras(hb, flow_generator(self.seed, int(hb["epoch"]), int(hb["step"]), self.rank))
+        block = int(hb["step"]) * self.world_size + self.rank
+        return self.adapter.extras(hb, flow_generator(self.seed, int(hb["epoch"]), block))
 
     def _host_float32(self, hb: HostBatch) -> HostBatch:
         """Baseline path: normalise on the host in float32, then a synchronous pageable copy."""

@@ -14,7 +14,7 @@ torch.distributed's all-gather entry points, which FSDP2 calls), not derived fro
 
 Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
 interval and a progress bar (tqdm) on rank 0.
-- `"kind": "step"`: step, loss (mean over the step's micro-batches, rank 0), grad_norm (global),
+- `"kind": "step"`: step, loss (mean over the global batch: ranks and micro-batches), grad_norm (global),
   lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
 - `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
   tokens_per_s_gpu (image + text + action tokens), model_flops_per_s_gpu (the analytic count, on any

@@ -59,6 +59,7 @@ class NonFiniteGuard:
         self.skipped: list[int] = []  # steps left out under "skip"
         self._run = 0  # non-finite steps in a row
         self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.mean_loss = torch.zeros(())  # the last checked step's loss, averaged over ranks
 
     def add(self, rows: torch.Tensor, actions: torch.Tensor) -> None:
         self._micro.append((rows, actions))
@@ -67,11 +68,13 @@ class NonFiniteGuard:
         """True: apply the step. False: skip it (counted). NonFiniteError under "stop", or when the
         parameters have diverged."""
         micro, self._micro = self._micro, []
-        flags = torch.zeros(self.world, device=self.device)
+        flags = torch.zeros(self.world + 1, device=self.device)  # per-rank non-finite flags, then the loss sum
         flags[self.rank] = (~torch.isfinite(torch.stack([loss.detach().float(), grad_norm.detach().float()]))).any()
+        flags[self.world] = loss.detach().float()
         if dist.is_initialized() and self.world > 1:
-            dist.all_reduce(flags)
-        bad_ranks = [r for r, f in enumerate(flags.tolist()) if f]
+            dist.all_reduce(flags)  # the one collective of the check also averages the loss over ranks
+        self.mean_loss = flags[self.world] / self.world
+        bad_ranks = [r for r, f in enumerate(flags[:self.world].tolist()) if f]
         self._run = self._run + 1 if bad_ranks else 0
         if not bad_ranks:
             return True

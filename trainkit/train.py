@@ -54,7 +54,7 @@ from trainkit.summary import format_summary, run_summary
 class RunResult:
     """What a run returns to its caller (the CLI prints nothing more; tests and benches read it)."""
 
-    losses: dict[int, float]  # step -> loss (rank 0's view; the loss is the mean over its micro-batches)
+    losses: dict[int, float]  # step -> loss: the mean over the global batch (ranks and micro-batches)
     history: list[dict[str, Any]]  # interval summaries, as written to metrics.jsonl
     plan: ParallelPlan
     start_step: int  # 0, or the step a resumed run continued from
@@ -183,7 +183,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             sched.step()
             opt.zero_grad(set_to_none=True)
             if applied:
-                metrics.record(StepRecord(step=step, loss=loss_sum, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
+                metrics.record(StepRecord(step=step, loss=guard.mean_loss, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
                                           image_slots=slots))
             profiler.after_step(step - start)
