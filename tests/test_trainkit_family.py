@@ -181,7 +181,8 @@ def test_a_family_defined_in_a_test_trains_through_trainkit_run(toy_family, shar
 
 def test_inspect_reaches_the_family_through_its_record(toy_family):
     from trainkit.config import load_config
-    from trainkit.inspect import activation_elements, inspect_model
+    from trainkit.inspect import inspect_model
+    from trainkit.memory import saved_elements
 
     cfg = load_config(TINY, ["model.family=toy", "model.preset=tiny", "model.depth=3", "parallel.group={}",
                              "parallel.ac_stride={blocks = 1}"], required=False)
@@ -194,9 +195,10 @@ def test_inspect_reaches_the_family_through_its_record(toy_family):
     assert report["tokens_per_sample"]["3"] == {"images": 3, "sequence": 3 + TOY_HORIZON}
     assert report["recompute"] == {"encoder": [], "blocks": [0, 1, 2]}
     # one sample, 3 slots: the encoder (not recomputed) keeps 3 x 16, each recomputed block its
-    # 16-wide input; the largest block set is the encoder's 48 (a block keeps 2 x 16)
+    # 16-wide input. Fullest in backward: the last block, recomputed (2 x 16), its gradient
+    # temporaries (2 x 16), and what the blocks before it keep (48 + 2 x 16)
     table = toy_activations(ToyConfig(width=16, depth=3), report["slots_max"])
-    assert activation_elements(table, report["recompute"]) == (3 * 16 + 3 * 16, 48)
+    assert saved_elements(table, report["recompute"]) == (3 * 16 + 3 * 16, 48 + 2 * 16 + 2 * 2 * 16)
 
 
 def test_model_overrides_are_checked_by_the_family_config(toy_family, shards_rgb, tmp_path, capsys):  # noqa: F811

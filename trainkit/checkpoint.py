@@ -70,11 +70,13 @@ class Found:
         return RunRecord(config=m.config, dataset=m.dataset, global_batch=m.global_batch)
 
 
-def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
-    """DCP's share of the state (tensors only: weights and Adam state), and the optimiser's param
-    groups as they are now (they are rebuilt from the config on resume, never read back)."""
+def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer,
+                  extra: dict[str, dict[str, torch.Tensor]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DCP's share of the state (tensors only: weights, Adam state and the `extra` trees, e.g. the
+    weight EMA), and the optimiser's param groups as they are now (they are rebuilt from the config
+    on resume, never read back)."""
     model_sd, optim_sd = get_state_dict(model, opt)
-    state = {"model": model_sd, "optim": optim_sd["state"]}
+    state = {"model": model_sd, "optim": optim_sd["state"], **(extra or {})}
     stray = [k for k, v in _leaves(state) if not isinstance(v, torch.Tensor)]
     if stray:  # DCP would write it as a pickled bytes entry, which checkpoint_reader.py refuses to read
         raise TypeError(f"checkpoint state {stray[0]} is not a tensor")
@@ -90,9 +92,9 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
                     sched: torch.optim.lr_scheduler.LRScheduler, data_state: dict[str, int], record: RunRecord,
-                    keep: int = 0) -> Path:
+                    keep: int = 0, extra: dict[str, dict[str, torch.Tensor]] | None = None) -> Path:
     """Write the checkpoint after `step` optimiser steps (collective: every rank calls it), then
-    keep only the newest `keep` (0: all)."""
+    keep only the newest `keep` (0: all). `extra`: more named tensor trees for DCP ({"ema": ...})."""
     rank, world = rank_world()
     root = Path(run_dir) / "checkpoints"
     final, tmp = root / f"step-{step:06d}", root / f"step-{step:06d}.tmp"
@@ -100,7 +102,7 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
-    state, _ = _tensor_state(model, opt)
+    state, _ = _tensor_state(model, opt, extra)
     dcp.save(state, checkpoint_id=str(tmp))
     manifest = Manifest(step=step, world_size=world, global_batch=record.global_batch, dataset=record.dataset,
                         config=record.config, sched=sched.state_dict(), ranks=[])
@@ -163,9 +165,11 @@ def find_checkpoint(run_dir: Path) -> Found | None:
 
 
 def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
-                    sched: torch.optim.lr_scheduler.LambdaLR, optim_cfg: OptimConfig) -> tuple[int, dict[str, int]]:
+                    sched: torch.optim.lr_scheduler.LambdaLR, optim_cfg: OptimConfig,
+                    extra: dict[str, dict[str, torch.Tensor]] | None = None) -> tuple[int, dict[str, int]]:
     """Restore model, optimiser, schedule and RNGs from `found` (collective); returns (steps done,
-    this rank's loader state). The optimiser's hyperparameters come from `optim_cfg`."""
+    this rank's loader state). The optimiser's hyperparameters come from `optim_cfg`; the tensors
+    of `extra` (trees the checkpoint was saved with) are loaded in place."""
     rank, world = rank_world()
     m, files = found.manifest, set(found.manifest.files)
     try:  # before DCP touches the folder: a planted metadata is refused, never unpickled as it is
@@ -173,7 +177,7 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
     except UnsafeCheckpoint as e:
         raise CheckpointError(str(found.path / METADATA_NAME), f"refused: {e}; nothing from it was run (planted, "
                               f"or not written by trainkit): move the folder away, or {START_OVER}") from None
-    state, param_groups = _tensor_state(model, opt)
+    state, param_groups = _tensor_state(model, opt, extra)
     try:
         dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
     except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure; one line is what the user needs

@@ -19,6 +19,10 @@ from datakit.errors import DatakitError
 from trainkit.errors import LaunchError, TrainkitError
 from trainkit.models.errors import ModelConfigError, TokenizerError
 
+# a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming its file
+# (a garbage index.json, a damaged shard): one line to the user, exit 2 (trainkit/trials.py: "refused")
+USER_ERRORS = (TrainkitError, ModelConfigError, TokenizerError, DatakitError)
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainkit", description=__doc__.split("\n\n")[0])
@@ -46,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
-    # a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming
-    # its file (a garbage index.json, a damaged shard) are one line too
-    except (TrainkitError, ModelConfigError, TokenizerError, DatakitError) as e:
+    except USER_ERRORS as e:
         print(f"trainkit: {e}", file=sys.stderr)
         return 2
     finally:

@@ -54,9 +54,16 @@ class DataConfig:
     prefetch_factor: int = 2  # batches each worker keeps ready
     shuffle: Shuffle = "random"  # datakit sampler mode
     norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
+    # Validation: whole episodes held out of training (trainkit/validation.py), named by their
+    # episode_index, or a fraction of the episodes spread evenly over the index; at most one of the two.
+    val_episodes: list[int] = field(default_factory=list)
+    val_fraction: float = 0.0  # in [0, 1); 0 and no val_episodes: no holdout, no validation loss
 
     def __post_init__(self) -> None:
         _choices(self, "data")
+        _finite("data.val_fraction", self.val_fraction, low=0.0, high=0.99, what="a number in [0, 0.99]")
+        if self.val_episodes and self.val_fraction:
+            raise ConfigError("data.val_fraction", "set data.val_episodes or data.val_fraction, not both")
         if self.num_workers < 0 or self.prefetch_factor < 1:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
         if self.cache_bytes < 0:
@@ -76,9 +83,22 @@ class TrainConfig:
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
     # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"
+    # EMA of the trainable weights, ema = d x ema + (1 - d) x w after every applied step, on the
+    # sharded fp32 parameters and in the checkpoint (trainkit/ema.py); 0 = off.
+    ema_decay: float = 0.0
+    # With a holdout (data.val_*): the validation loss every eval_every steps and after the last
+    # (0: after the last only), over eval_batches micro-batches per rank (trainkit/validation.py).
+    eval_every: int = 0
+    eval_batches: int = 4
 
     def __post_init__(self) -> None:
         _choices(self, "train")
+        _finite("train.ema_decay", self.ema_decay, low=0.0, high=1.0, what="a number in [0, 1) (0: off)")
+        if self.ema_decay == 1.0:
+            raise ConfigError("train.ema_decay", "must be < 1 (1 would never move the average)")
+        if self.eval_every < 0 or self.eval_batches < 1:
+            raise ConfigError("train.eval_every", f"needs eval_every >= 0 (0: after the last step only) and "
+                              f"eval_batches >= 1, got {self.eval_every} and {self.eval_batches}")
         if self.steps < 1:
             raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
         if self.micro_batch < 1:

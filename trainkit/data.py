@@ -121,17 +121,18 @@ class TrainData:
 
     def __init__(self, dcfg: DataConfig, shards: Shards, fam: Family, model_cfg: Any, *, seed: int, rank: int,
                  world_size: int, micro_batch: int, device: torch.device, image_dtype: torch.dtype,
-                 global_batch: int = 0):
+                 global_batch: int = 0, episodes: tuple[int, ...] | None = None):
         """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
         accumulation). Epochs are whole global batches, so the sample order is the same for any
-        split of it into ranks and micro-batches, and a checkpoint resumes on another world size."""
+        split of it into ranks and micro-batches, and a checkpoint resumes on another world size.
+        `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout)."""
         self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
         index = shards.index
         h2d_f32 = dcfg.h2d_dtype == "float32"
         self.cfg: LoaderConfig = fam.loader_config(
             model_cfg, index, slots=shards.slots, prune_slots=dcfg.prune_slots, seed=seed,
             batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size, epoch_batch=global_batch,
-            num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm,
+            num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm, episodes=episodes,
             image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
             pin_memory=device.type == "cuda", cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
         try:

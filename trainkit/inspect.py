@@ -24,29 +24,22 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step,
   sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
-- `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states
-  (the last two of trainable parameters only), each sharded over the world size (16 bytes/param
-  / W, unsharded with fsdp "none"); gathered
-  parameters and their unsharded gradients in param_dtype (the root unit, which stays gathered,
-  plus two of the largest units: the one computing and the one prefetched; all of them for
-  "root" or without reshard_after_forward); saved activations of one micro-batch (eager count of the tensors autograd keeps per
-  token and block, the family's `activations`; a recomputed block keeps only its input); and one
-  block's full activations alive in backward (being recomputed, or its gradient temporaries). Not counted: CUDA context, allocator
-  fragmentation, kernel workspaces. Against the probe's measured full-preset runs
-  (../shared/probes/pi05_fsdp_probe.py) this eager count is higher than compiled runs (inductor
-  recomputes pointwise ops instead of saving them), i.e. on the safe side for a memory cap.
-  Keys: params_gib, grads_gib, optimizer_gib, gathered_params_gib, unsharded_grads_gib,
-  activations_gib, backward_transient_gib, peak_gib (their sum), activations_no_recompute_gib and
+- `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/memory.py has the model):
+  fp32 parameters and AdamW states (sharded over the world size), fp32 gradients only under
+  gradient accumulation, gathered parameters in param_dtype, saved activations of one micro-batch
+  (the family's eager count x its measured ratio, compiled or eager; a recomputed block keeps only
+  its input) and the block in backward (its recomputed forward, its gradient temporaries). The
+  ratios are the family record's (`Family.memory`), fitted to the GPU runs listed there; against
+  those runs the estimate is within 3.8% (bench/results/memory.md).
+  Keys: params_gib, optimizer_gib, grads_gib, gathered_params_gib, activations_gib,
+  backward_transient_gib, peak_gib (their sum), activations_no_recompute_gib and
   activations_full_recompute_gib (the same micro-batch under no / every-block recompute), slots
-  (the slot count estimated: slots_max), estimate (always true); and the GPU it is compared with:
+  (the slot count estimated: slots_max), calibrated (the family's constants come from measured
+  runs), estimate (always true); and the GPU it is compared with:
   gpu (this machine's first CUDA device, else the H200 the presets are tuned on), gpu_memory_gib,
   fits (peak <= gpu_memory_gib), fits_from_world_size (the least power-of-two world size whose
   estimate fits, None if none up to 1024: activations do not shrink with more GPUs) and
   peak_gib_at_fits_from.
-  Seen 2026-11-30 on 2 H200s (trainer bench, full preset, micro-batch 32): baseline (root unit,
-  recompute everywhere, eager, 3 slots) estimated 44.5 GiB, measured 38.7; optimised (block units,
-  vision grouped by 4, compiled, no recompute, 2 slots) estimated 103.3 GiB, measured 85.9:
-  15-20% high.
 """
 from __future__ import annotations
 
@@ -54,7 +47,8 @@ from typing import Any
 
 import torch
 
-from trainkit.models import Activations, Family, build_config, build_model, family
+from trainkit.memory import block_params, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.models import Family, build_config, build_model, family
 from trainkit.models.errors import ModelConfigError
 from trainkit.parallel.fsdp import all_gathers_per_step
 
@@ -86,18 +80,10 @@ def _slots_max(cfg: Any, fam: Family, model_cfg: Any) -> int:
 
 def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[list[int], int]:
     """Parameter counts of the block units (forward order) and of the root unit."""
-    total = sum(p.numel() for p in model.parameters())
-    if mode != "block":
-        return [], total
-    unknown = sorted(set(group) - set(model.BLOCK_LISTS))
+    unknown = sorted(set(group) - set(model.BLOCK_LISTS)) if mode == "block" else []
     if unknown:
         raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    units: list[int] = []
-    for name in model.BLOCK_LISTS:
-        sizes = [sum(p.numel() for p in block.parameters()) for block in getattr(model, name)]
-        g = group.get(name, 1)
-        units += [sum(sizes[i:i + g]) for i in range(0, len(sizes), g)]
-    return units, total - sum(units)
+    return unit_sizes(block_params(model), sum(p.numel() for p in model.parameters()), mode, group)
 
 
 def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None) -> dict[str, Any]:
@@ -138,18 +124,24 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     unknown = sorted(set(stride) - set(model.BLOCK_LISTS))
     if unknown:
         raise ModelConfigError(f"parallel.ac_stride: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    recompute = {name: [i for i in range(len(getattr(model, name))) if stride.get(name, 0) and i % stride[name] == 0]
-                 for name in model.BLOCK_LISTS}
-    def estimate(world: int) -> dict[str, Any]:
-        return _memory(model, fam.activations(model_cfg, slots_max), slots_max, micro, world, mode, units, root, recompute,
-                       DTYPE_BYTES[par.param_dtype], reshard)
+    table = fam.activations(model_cfg, slots_max)
+    recompute = recompute_map(block_params(model), stride)
+    act_bytes = DTYPE_BYTES[par.param_dtype]
+    gathered = gathered_params(total, units, root, mode, reshard, act_bytes)
 
-    memory = estimate(world_size)
+    def memory_at(world: int) -> dict[str, Any]:
+        return estimate(total=total, trainable=trainable, gathered=gathered, table=table, recompute=recompute,
+                        micro=micro, world=world, sharded=mode != "none", act_bytes=act_bytes,
+                        compiled=bool(getattr(par, "compile", False) or getattr(par, "cuda_graphs", False)),
+                        accum=accum, calib=fam.memory)
+
+    memory = memory_at(world_size)
+    memory.update(slots=slots_max, calibrated=bool(fam.memory.measured), estimate=True)
     name, gib = gpu or gpu_memory()
-    fits_from = next((w for w in (2 ** i for i in range(11)) if estimate(w)["peak_gib"] <= gib), None)
+    fits_from = next((w for w in (2 ** i for i in range(11)) if memory_at(w)["peak_gib"] <= gib), None)
     memory.update(gpu=name, gpu_memory_gib=round(gib, 2), fits=memory["peak_gib"] <= gib,
                   fits_from_world_size=fits_from,
-                  peak_gib_at_fits_from=None if fits_from is None else estimate(fits_from)["peak_gib"])
+                  peak_gib_at_fits_from=None if fits_from is None else memory_at(fits_from)["peak_gib"])
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
         "params": {"total": total, "trainable": trainable, "by_part": parts},
@@ -158,44 +150,6 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
         "flops_per_sample": {str(n): fam.flops_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
         "fsdp": fsdp, "recompute": recompute, "memory": memory,
     }
-
-
-def activation_elements(table: Activations, recompute: dict[str, list[int]]) -> tuple[int, int]:
-    """(saved elements of one sample over all blocks and the root, the largest single block's full set)."""
-    saved, largest = table.root, 0
-    for name, blocks in table.blocks.items():
-        for i, (full, kept_input) in enumerate(blocks):
-            saved += kept_input if i in recompute.get(name, ()) else full
-            largest = max(largest, full)
-    return saved, largest
-
-
-def _memory(model, table: Activations, slots: int, micro: int, world: int, mode: str, units: list[int],
-            root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True) -> dict[str, Any]:
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    shard, trained = (total / world, trainable / world) if mode != "none" else (total, trainable)
-    if mode == "block" and not reshard:
-        gathered = total  # every unit stays gathered from its forward to its backward
-    elif mode == "block":
-        gathered = root + 2 * max(units, default=0)
-    elif mode == "root":
-        gathered = total
-    else:
-        gathered = 0
-    saved, largest = activation_elements(table, recompute)
-    parts = {
-        "params_gib": 4 * shard / GIB, "grads_gib": 4 * trained / GIB, "optimizer_gib": 8 * trained / GIB,
-        "gathered_params_gib": act_bytes * gathered / GIB, "unsharded_grads_gib": act_bytes * gathered / GIB,
-        "activations_gib": act_bytes * saved * micro / GIB, "backward_transient_gib": act_bytes * largest * micro / GIB,
-    }
-    no_ac, _ = activation_elements(table, {})
-    all_ac, _ = activation_elements(table, {k: list(range(len(v))) for k, v in table.blocks.items()})
-    # rounded to 1 KiB, so a tiny preset's parts keep their digits
-    return {**{k: round(v, 6) for k, v in parts.items()}, "peak_gib": round(sum(parts.values()), 6),
-            "activations_no_recompute_gib": round(act_bytes * no_ac * micro / GIB, 6),
-            "activations_full_recompute_gib": round(act_bytes * all_ac * micro / GIB, 6),
-            "slots": slots, "estimate": True}
 
 
 def _si(x: float, unit: str) -> str:
@@ -232,7 +186,7 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
                      f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
     lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
-    summed = ("params", "grads", "optimizer", "gathered_params", "unsharded_grads", "activations", "backward_transient")
+    summed = ("params", "optimizer", "grads", "gathered_params", "activations", "backward_transient")
     lines.append(f"memory estimate per GPU (world {world}, micro-batch {report['micro_batch']}, "
                  f"{m['slots']} slots): peak {_mem(m['peak_gib'])} = "
                  + " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed))

@@ -22,14 +22,18 @@ interval and a progress bar (tqdm) on rank 0.
   measured against, or null), peak_mem_gib (max allocated since start; null off CUDA, where the
   allocator keeps no count), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
   loss, image_slots.
+- `"kind": "eval"`: step (the last trained), val_loss (trainkit/validation.py), val_loss_ema (with
+  train.ema_decay), samples (over all ranks); its wall time is left out of the interval's step time.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -113,6 +117,7 @@ class Metrics:
     records: list[StepRecord] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)  # every interval summary (bench reads it)
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss (tests read it)
+    evals: list[dict[str, Any]] = field(default_factory=list)  # every validation record (summary.json)
 
     def __post_init__(self) -> None:
         self._peak = peak_flops(self.device)
@@ -141,6 +146,31 @@ class Metrics:
         self.records.append(rec)
         if self._bar is not None:
             self._bar.update(1)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave the block's wall time (a validation pass) out of the current interval's step time."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self._t0 += time.perf_counter() - t
+
+    def log_eval(self, rec: dict[str, Any]) -> None:
+        """A validation record ({"step", "val_loss", ...}): a metrics.jsonl line and a terminal line."""
+        rec = {"kind": "eval", **rec}
+        self.evals.append(rec)
+        if self.rank != 0:
+            return
+        self._jsonl.write(json.dumps(rec) + "\n")
+        self._jsonl.flush()
+        line = f"eval {rec['step']:>6} | " + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in rec.items()
+                                                        if k.startswith("val_loss"))
+        (self._bar.write if self._bar is not None else print)(line)
 
     def flush(self) -> dict[str, Any] | None:
         """Synchronise once, write the interval's step records and summary; returns the summary."""

@@ -5,14 +5,15 @@ identity, its global batch). On resume the current run is compared with it, key 
 
 - Refused, in one line naming the key: another dataset, another model (`model.*`), seed
   (`train.seed`), global batch, image slots, normalisation or sample order (`data.slots`,
-  `data.norm`, `data.shuffle`). They decide what the restored weights, Adam moments and sampler
+  `data.norm`, `data.shuffle`, the validation holdout `data.val_*`). They decide what the restored weights, Adam moments and sampler
   position mean; going on under others would be a different run started from a state not its own.
   The dataset is compared by identity, not path: the `sha256` entries of its `checksums.json`
   (index.json and frames.arrow, and through the index every shard's hash), so a moved or
   downloaded copy is the same dataset and a re-conversion of other data with the same frame count
   is not.
 - Applied from the resumed step on, and said in one line: the optimiser and its schedule
-  (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`.
+  (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`,
+  `train.ema_decay` (an average the checkpoint lacks starts at the resumed weights).
   Lowering the lr after a loss spike or extending a run is a legitimate thing to want; the Adam
   moments and step count are restored, the hyperparameters always come from the config.
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
@@ -30,8 +31,8 @@ from typing import Any
 from datakit.shards.index import CHECKSUMS_NAME
 from trainkit.errors import CheckpointError, DataError
 
-REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle")
-APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite")
+REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_")
+APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite", "train.ema_decay")
 # the way out of every refused resume (output.resume=false would leave the old checkpoints beside
 # the new run's, for a later resume to pick up)
 START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"

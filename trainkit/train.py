@@ -35,7 +35,8 @@ from datakit.durable import write_atomic
 from trainkit.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
 from trainkit.data import Shards, TrainData, open_shards
-from trainkit.errors import BatchDataError, LaunchError
+from trainkit.ema import WeightEMA
+from trainkit.errors import BatchDataError, ConfigError, LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
 from trainkit.nonfinite import NonFiniteGuard, check_state
@@ -48,6 +49,7 @@ from trainkit.resume_rules import RunRecord, dataset_identity, resume_changes
 from trainkit.run_lock import check_output_dir, run_lock
 from trainkit.sample_log import SampleLog
 from trainkit.summary import format_summary, run_summary
+from trainkit.validation import Validation, holdout
 
 
 @dataclass
@@ -128,9 +130,15 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     model.init_weights()
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
+    ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init
+    split = holdout(cfg.data, shards.index)  # whole episodes out of the training stream (validation.py)
     data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
-                     global_batch=global_batch)
+                     global_batch=global_batch, episodes=split.train)
+    if cfg.train.eval_every and not split.val:
+        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
+    val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
+                     image_dtype=compute_dtype(cfg.parallel)) if split.val else None
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
@@ -140,8 +148,13 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
         for why in found.skipped:
             say(f"skipping checkpoint {out / 'checkpoints'}/{why}; resuming from {found.path.name}")
         changes = resume_changes(found.path, found.record, found.manifest.world_size, record, world_size)
-        start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim)
+        saved_ema = ema is not None and found.manifest.config["train"].get("ema_decay", 0.0) > 0
+        start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,
+                                            extra={"ema": ema.state_dict()} if saved_ema else None)
         data.load_state_dict(data_state)
+        if ema is not None and not saved_ema:
+            ema.reset()
+            say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
     # --- loop ---------------------------------------------------------------------------------------
@@ -180,6 +193,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             applied = guard.step_ok(step, loss_sum, grad_norm, params)  # NaN/inf: stop, or skip the update
             if applied:
                 opt.step()
+                if ema is not None:
+                    ema.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             if applied:
@@ -189,10 +204,14 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             profiler.after_step(step - start)
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
                 metrics.flush()
+            if val is not None and (step + 1 == cfg.train.steps or cfg.train.eval_every and
+                                    (step + 1) % cfg.train.eval_every == 0):
+                with metrics.paused():
+                    metrics.log_eval(val.record(step, model, cast, ema))
             if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
                 check_state(step, model, opt, device)  # a non-finite state is never saved
                 save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
-                                keep=cfg.output.keep_checkpoints)
+                                keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
         metrics.close()
     finally:
         counter.uninstall()
@@ -204,6 +223,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                                                   "parallel_applied": plan.applied})
     summary["nonfinite_skipped"] = guard.skipped
     summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
+    summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
+    summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")

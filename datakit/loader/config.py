@@ -36,6 +36,10 @@ class LoaderConfig:
     # `*_is_pad` mask (LeRobot's behaviour); "skip" keeps only anchors whose whole window
     # and action horizon fit inside the episode.
     boundary: str = "pad"
+    # Sample only anchors of these episodes (their `episode_index`); None: every episode. A trainer
+    # holds whole episodes out for validation with it: windows are clamped to the anchor's episode,
+    # so a sample of one set never reads a frame, state or action of the other.
+    episodes: tuple[int, ...] | None = None
 
     # --- camera slots -------------------------------------------------------------------
     # The model's fixed image slots, in order: each names a dataset camera or None (a slot
@@ -130,6 +134,10 @@ class LoaderConfig:
         self.state_offsets = _offsets("state_offsets", self.state_offsets)
         self.camera_offsets = {c: _offsets(f"camera_offsets[{c!r}]", o) for c, o in self.camera_offsets.items()}
         self.slots = tuple(self.slots)
+        if self.episodes is not None:
+            self.episodes = tuple(sorted({int(e) for e in self.episodes}))
+            if not self.episodes:
+                raise ValueError("episodes is empty; use None for every episode")
         named = [s for s in self.slots if s is not None]
         if len(set(named)) != len(named):
             raise ValueError(f"slots name a camera twice: {self.slots}")

@@ -87,12 +87,27 @@ class ShardDataset(torch.utils.data.Dataset):
         )
         self.ep_of_row = self.episodes.of_rows(len(self.shard))
         window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
-        self.anchors = anchor_rows(self.episodes, window, cfg.boundary)
+        self.anchors = self._selected(anchor_rows(self.episodes, window, cfg.boundary))
         # no read outside a shard, no task index LeRobotView cannot look up
         check_reads(self.index, self.shard, self.offsets, self.folder, task=self.meta["task_index"])
         self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards,
                                 cache=self.cache)
         self.num_skipped = 0
+
+    def _selected(self, anchors: np.ndarray) -> np.ndarray:
+        """The anchors of `cfg.episodes` (all without it); ValueError naming episodes the index lacks."""
+        wanted = self.cfg.episodes
+        if wanted is None:
+            return anchors
+        have = self.episodes.episode_index
+        missing = sorted(set(wanted) - set(have.tolist()))
+        if missing:
+            raise ValueError(f"episodes {missing[:8]} are not in the index (it has {have.size} episodes, "
+                             f"episode_index {int(have.min())}..{int(have.max())})")
+        kept = anchors[np.isin(have[self.ep_of_row[anchors]], np.asarray(wanted, np.int64))]
+        if not kept.size:
+            raise ValueError(f"episodes {list(wanted)[:8]} hold no sample anchor for this window")
+        return kept
 
     def __getstate__(self) -> dict[str, Any]:
         # workers re-map the files; nothing big is pickled (the cache travels without its thread)

@@ -16,10 +16,11 @@ from typing import Any
 import torch.nn as nn
 
 from trainkit.models.errors import ModelConfigError
-from trainkit.models.family import Activations, BatchAdapter, Family
+from trainkit.models.family import Activations, BatchAdapter, Family, MemoryCalibration, MemoryMeasurement
 from trainkit.models.pi05 import FAMILY as PI05
 
-__all__ = ["Activations", "BatchAdapter", "FAMILIES", "Family", "build_config", "build_model", "family", "register"]
+__all__ = ["Activations", "BatchAdapter", "FAMILIES", "Family", "MemoryCalibration", "MemoryMeasurement", "build_config",
+           "build_model", "family", "register"]
 
 FAMILIES: dict[str, Family] = {}
 

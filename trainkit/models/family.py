@@ -26,6 +26,30 @@ class Activations:
     root: int = 0  # kept outside the blocks (e.g. the patchify conv's input)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryMeasurement:
+    """One measured GPU peak of a run of this repository's configs: what a family's memory
+    constants are fitted to and checked against (tests/test_trainkit_memory.py, bench/results/memory.md)."""
+
+    config: str  # the TOML file under trainkit/configs/ the run started from
+    sets: tuple[str, ...] = ()  # its `--set key=value` overrides that change the model or its memory
+    world_size: int  # GPUs (ranks) of the run
+    peak_gib: float  # torch.cuda.max_memory_allocated per GPU: the trainer's "peak memory (allocated)"
+    source: str  # where the number is recorded: results file and run name(s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryCalibration:
+    """The family's constants of the memory estimate (trainkit/memory.py), with the measurements
+    they were fitted to (`python bench/memory_table.py --fit FAMILY`, least squares on the relative
+    error). The defaults are the eager count itself: a family with no measurement yet."""
+
+    saved_compiled: float = 1.0  # saved activations measured / the eager count, blocks under torch.compile
+    saved_eager: float = 1.0  # the same, eager blocks
+    backward_block: float = 1.0  # gradient temporaries of the block in backward / its full eager set
+    measured: tuple[MemoryMeasurement, ...] = ()  # the runs behind the constants
+
+
 class BatchAdapter(Protocol):
     """What a family adds to datakit.loader's batches, on either side of the copy to the device."""
 
@@ -60,6 +84,7 @@ class Family:
     loader_config: Callable[..., Any]
     # (config, index, loader config) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]
+    memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
 
     def __post_init__(self) -> None:
         blocks = getattr(self.model, "BLOCK_LISTS", None)

@@ -12,12 +12,17 @@ import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 
+def recompute_indices(n_blocks: int, every: int) -> list[int]:
+    """The blocks a stride recomputes: 0, every, 2 x every, ... (none for 0)."""
+    return list(range(0, n_blocks, every)) if every else []
+
+
 def apply_ac(model: nn.Module, stride: dict[str, int]) -> dict[str, list[int]]:
     """Wrap every `stride[name]`-th block of each named block list; returns the wrapped indices."""
     wrapped: dict[str, list[int]] = {}
     for name, every in stride.items():
         blocks: nn.ModuleList = getattr(model, name)
-        wrapped[name] = [i for i in range(len(blocks)) if every and i % every == 0]
+        wrapped[name] = recompute_indices(len(blocks), every)
         for i in wrapped[name]:
             blocks[i] = checkpoint_wrapper(blocks[i], preserve_rng_state=False)
     return wrapped
