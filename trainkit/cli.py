@@ -3,6 +3,7 @@
     trainkit run CONFIG.toml [--set key=value ...]         # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
+    trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from datakit.errors import DatakitError
@@ -38,6 +40,22 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
     i.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="memory of one GPU to compare the estimate with (default: this machine's GPU, else an H200)")
+    lad = sub.add_parser("ladder", help="baseline, then each optimisation turned on in turn: step time, MFU, "
+                                        "memory, parity (trainkit/ladder.py)")
+    lad.add_argument("config", help="the baseline config")
+    lad.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override for every rung, e.g. data.shards=OUT")
+    lad.add_argument("--target", default=None, help="config the family-specific values come from "
+                     "(default: the baseline's *optimised* sibling)")
+    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; see trainkit/ladder.py)")
+    lad.add_argument("--steps", type=int, default=20, help="measured steps per rung (default 20)")
+    lad.add_argument("--warmup", type=int, default=10, help="steps before the measured ones (default 10)")
+    lad.add_argument("--profile-steps", type=int, default=3, help="torch.profiler window inside the warm-up (0: none)")
+    lad.add_argument("--nproc", type=int, default=1, help="processes per rung (torchrun for > 1)")
+    lad.add_argument("--rung-timeout", type=float, default=900.0, help="seconds a rung may take (default 900)")
+    lad.add_argument("--parity-abs", type=float, default=1e-3, help="mean |loss diff| vs baseline (default 1e-3)")
+    lad.add_argument("--parity-rel", type=float, default=0.02, help="mean relative loss diff, FP8 (default 0.02)")
+    lad.add_argument("--out", default=None, help="output folder (default runs/ladder-<config name>)")
     return p
 
 
@@ -47,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(load_config(args.config, args.overrides, required=False), args)
+        if args.command == "ladder":
+            return _ladder(args, argv if argv is not None else sys.argv[1:])
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
@@ -60,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _inspect(cfg, args) -> int:
-    import os
-
     from trainkit.inspect import format_report, inspect_model
     world = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
     if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
@@ -69,6 +87,35 @@ def _inspect(cfg, args) -> int:
     gpu = None if args.gpu_memory_gib is None else ("GPU (--gpu-memory-gib)", args.gpu_memory_gib)
     report = inspect_model(cfg, world_size=world, gpu=gpu)
     print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+def _ladder(args, argv: list[str]) -> int:
+    import datetime
+    import platform
+    from pathlib import Path
+
+    import torch
+
+    from trainkit.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
+    from trainkit.ladder_report import write_report
+
+    config = Path(args.config)
+    out = Path(args.out) if args.out else Path("runs") / f"ladder-{config.stem}"
+    if out.exists() and any(out.iterdir()) and not (out / "ladder.json").exists():
+        raise LaunchError(f"--out {out}: exists and holds no earlier ladder (ladder.json); use another folder")
+    spec = LadderSpec(config=config, overrides=tuple(args.overrides),
+                      target=Path(args.target) if args.target else default_target(config), out=out,
+                      warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps, nproc=args.nproc,
+                      rung_timeout_s=args.rung_timeout, parity_abs=args.parity_abs, parity_rel=args.parity_rel)
+    rungs = resolve_rungs(args.rungs)
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "device": f"{device}, {os.cpu_count()} cores", "command": "trainkit " + " ".join(argv),
+            "torch": torch.__version__, "target": str(spec.target) if spec.target else None}
+    results = run_ladder(spec, rungs, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print(write_report(spec, results, info))
+    print(f"\nladder: {out / 'ladder.md'}, {out / 'ladder.json'}", file=sys.stderr)
     return 0
 
 
