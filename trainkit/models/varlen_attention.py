@@ -18,6 +18,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+try:  # torch >= 2.9; parallel/attention.py refuses the switch on CUDA without it
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
 
 def pack_keys(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For `keep` (S, T) bool: `dest` (S*T,) the packed row of every flattened key (valid keys of
@@ -37,7 +42,6 @@ def varlen_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
     segment. CUDA: FlashAttention-2 varlen. CPU (tests, tiny runs): SDPA with a segment mask built
     from the same offsets, dense, so only the CUDA path is mask-free."""
     if q.is_cuda:
-        from torch.nn.attention.varlen import varlen_attn
         return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k)
     seg_q = torch.searchsorted(cu_q, torch.arange(q.shape[0], device=q.device), right=True)
     seg_k = torch.searchsorted(cu_k, torch.arange(k.shape[0], device=k.device), right=True)

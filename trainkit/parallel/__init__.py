@@ -57,7 +57,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
     plan = ParallelPlan()
     # 0. swap in the mask-free joint attention and the FP8 linears
     if cfg.attention != "masked":
-        apply_attention(model, cfg.attention)
+        apply_attention(model, cfg.attention, cfg.param_dtype)
         plan.applied.append(f"attention_{cfg.attention}")
     if cfg.float8_modules:
         plan.float8_linears = apply_float8(model, cfg.float8_modules)
