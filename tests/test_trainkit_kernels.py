@@ -177,3 +177,39 @@ def test_float8_linears_track_bf16_on_cuda():
         got = fp8(x)
     want = ref.cuda()(x.float())
     assert (got.float() - want).norm() / want.norm() < 0.05
+
+
+def test_packed_rows_outside_every_segment_cannot_leak_gradients(monkeypatch):
+    """FlashAttention's varlen backward leaves the key rows past the last segment unwritten (any
+    value, NaN included): the packing cuts them, so every gradient stays finite and exact."""
+    import trainkit.models.varlen_attention as va
+    reference = va.varlen_kernel
+
+    class Garbage(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, k, v, cu_k):
+            ctx.save_for_backward(cu_k)
+            return k.clone(), v.clone()
+
+        @staticmethod
+        def backward(ctx, dk, dv):
+            (cu_k,) = ctx.saved_tensors
+            dk, dv = dk.clone(), dv.clone()
+            dk[int(cu_k[-1]):], dv[int(cu_k[-1]):] = float("nan"), float("nan")
+            return dk, dv, None
+
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k):
+        k, v = Garbage.apply(k, v, cu_k)
+        return reference(q, k, v, cu_q, cu_k, max_q, max_k)
+
+    b, hq, hd, p, a = 3, 4, 8, 12, 5
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(b, p + a, h, hd, generator=g, dtype=torch.float64, requires_grad=True) for h in (hq, 1, 1))
+    keep = _keep("masked_slot", b, p)
+    args = (q[:, :p], k[:, :p], v[:, :p], q[:, p:], k[:, p:], v[:, p:], keep)
+    want = torch.autograd.grad(sum(o.sum() for o in varlen_prefix_suffix_attention(*args)), (q, k, v))
+    monkeypatch.setattr(va, "varlen_kernel", kernel)
+    got = torch.autograd.grad(sum(o.sum() for o in varlen_prefix_suffix_attention(*args)), (q, k, v))
+    for x, y in zip(got, want):
+        assert torch.isfinite(x).all()
+        torch.testing.assert_close(x, y)
