@@ -8,7 +8,7 @@ gradient's operands), the three GEMMs of forward + backward run through `torch._
 the weights stay in the configured precision (fp32 master, bf16 compute through FSDP). The casts
 are elementwise work that torch.compile fuses into the neighbouring kernels, so FP8 is only worth
 it on GEMMs large enough to hide them: published results (torchao, torchtitan) show linears with
-small K or N losing. The optimised config takes only Gemma-2B's GeGLU (K and N >= 2048, 73% of the
+small K or N losing. The optimised config takes only Gemma-2B's GeGLU (K and N >= 2048, 75% of the
 step's GEMM time in the profile of bench/results/trainkit.md); bench/bench_kernels_gpu.py times
 FP8 against bf16 per linear family to confirm or widen that (not yet run on a GPU). FP8 counts
 the same FLOPs as bf16 for MFU.
