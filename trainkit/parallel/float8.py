@@ -13,6 +13,10 @@ step's GEMM time in the profile of bench/results/trainkit.md); bench/bench_kerne
 FP8 against bf16 per linear family to confirm or widen that (not yet run on a GPU). FP8 counts
 the same FLOPs as bf16 for MFU.
 
+`torch._scaled_mm` wants every contracted dimension a multiple of 16, and the weight gradient
+contracts over the micro-batch's tokens: Pi0.5's prefix has 712 or 968 tokens (8 mod 16), so its
+FP8 micro-batches must be even (an odd one fails in the first backward, naming _scaled_mm).
+
 torchao is an optional dependency (`pip install 'robodata[float8]'`); FP8 GEMMs need a CUDA GPU
 with FP8 tensor cores (compute capability 8.9+: L40, H100/H200, B200), so a CPU run is refused.
 Applied first in parallelize() (on the meta model, as torchtitan's converters): recompute,
