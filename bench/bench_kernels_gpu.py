@@ -4,8 +4,9 @@ backward as Inductor compiles it.
 
     python3 bench/bench_kernels_gpu.py --out $OUT/kernels.json [--batch 32] [--cases a b ...]
 
-Every case runs in its own process, all at once: compilation (CPU) overlaps, and the timed part
-holds an exclusive file lock, so no two cases time the GPU together. Cases:
+Every case runs in its own process, all at once: compilation (CPU) overlaps; every case waits
+until all have compiled, and the timed part holds an exclusive file lock, so no two cases use the
+GPU while one times. Cases:
 - attn_*: the joint attention of one MoT layer (prefix 512 image + 200 text tokens, 20-60 of the
   text valid, one image slot masked in a quarter of the samples; suffix 50; 8 query / 1 K/V head x
   256). masked = the model's SDPA with key-padding masks (cuDNN); no_mask = the same without masks
@@ -30,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,15 +54,27 @@ def sync() -> None:
         sync()
 
 
-def timed(step, reps: int) -> float:
+def ready(name: str) -> None:
+    """Say this case has compiled, then wait (at most 200 s) until every case has: no case's first
+    (compiling) step runs on the GPU while another one times."""
+    folder = os.environ.get("BENCH_READY_DIR")
+    if not folder:
+        return
+    Path(folder, name).touch()
+    end = time.time() + 200
+    while len(os.listdir(folder)) < int(os.environ["BENCH_CASES"]) and time.time() < end:
+        time.sleep(0.2)
+
+
+def timed(step, reps: int, name: str) -> float:
     """Mean ms of `step()` over `reps`, after warm-up, holding the GPU lock."""
     reps = int(os.environ.get("BENCH_REPS", reps))  # 1 for a CPU dry run
-    for _ in range(3 if reps > 1 else 1):
-        step()
+    step()
     sync()
+    ready(name)
     with open(LOCK, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        for _ in range(2 if reps > 1 else 0):
+        for _ in range(4 if reps > 1 else 0):
             step()
         sync()
         t0 = time.perf_counter()
@@ -179,7 +193,7 @@ def attention_case(name: str, b: int) -> dict:
     def step():
         out = fn(*x)
         torch.autograd.grad(loss(out), x[:6])
-    res["fwd_bwd_ms"] = round(timed(step, 20), 3)
+    res["fwd_bwd_ms"] = round(timed(step, 20, name), 3)
     return res
 
 
@@ -234,7 +248,7 @@ def linear_case(name: str, b: int) -> dict:
     def step():
         y = cmod(x)
         y.backward(dy)
-    ms = timed(step, 10)
+    ms = timed(step, 10, name)
     return {"case": name, "m": m, "fwd_bwd_ms": round(ms, 3), "tflops": round(flops / ms / 1e9, 1)}
 
 
@@ -251,13 +265,16 @@ def main() -> None:
             res = attention_case(a.case, a.batch) if a.case.startswith("attn") else linear_case(a.case, a.batch)
         except Exception as e:  # noqa: BLE001 - a failed option is a result
             res = {"case": a.case, "error": f"{type(e).__name__}: {str(e)[:400]}"}
+            ready(a.case)  # (a second touch of a case already ready changes nothing)
         print("RESULT " + json.dumps(res), flush=True)
         return
     t0 = time.time()
+    ready_dir = Path(tempfile.mkdtemp(prefix="bench_kernels_ready_"))
     procs = {c: subprocess.Popen([sys.executable, __file__, "--case", c, "--batch", str(a.batch)], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True,
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-                                      "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+                                      "TORCHINDUCTOR_COMPILE_THREADS": "1", "BENCH_READY_DIR": str(ready_dir),
+                                      "BENCH_CASES": str(len(a.cases))})
              for c in a.cases}
     results = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "torch": torch.__version__, "cases": {}}
