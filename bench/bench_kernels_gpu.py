@@ -21,7 +21,7 @@ GPU while one times. Cases:
   (1024 -> 8192 -> 1024, M = B x 50) and SigLIP's MLP (1152 -> 4304 -> 1152, M = B x 512), each
   compiled, bf16 vs torchao rowwise FP8 (`trainkit.parallel.float8.apply_float8`).
 - mlp_lm_bf16_nocat: the GeGLU compiled with Inductor's pointwise concatenation off
-  (max_pointwise_cat_inputs = 1), which decides how the (gate, up) gradient is written.
+  (max_[complex_]pointwise_cat_inputs = 1), which decides how the (gate, up) gradient is written.
 """
 from __future__ import annotations
 
@@ -240,7 +240,9 @@ def linear_case(name: str, b: int) -> dict:
         from trainkit.parallel.float8 import apply_float8
         apply_float8(mod, ["*"])
     if name.endswith("nocat"):
-        torch._inductor.config.max_pointwise_cat_inputs = 1
+        for knob in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs"):  # the second from torch 2.12
+            if hasattr(torch._inductor.config, knob):
+                setattr(torch._inductor.config, knob, 1)
     cmod = torch.compile(mod)
     x = (torch.randn(m, d, device=DEV, dtype=torch.bfloat16) * 0.5).requires_grad_()
     dy = torch.randn(m, d, device=DEV, dtype=torch.bfloat16)
