@@ -213,3 +213,24 @@ def test_packed_rows_outside_every_segment_cannot_leak_gradients(monkeypatch):
     for x, y in zip(got, want):
         assert torch.isfinite(x).all()
         torch.testing.assert_close(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_FP8, reason="needs a CUDA GPU with FP8 (sm89+)")
+def test_tiny_model_with_both_switches_compiled_tracks_the_masked_bf16_loss_on_cuda():
+    """parallelize(attention=varlen, FP8 GeGLU, compile) on the tiny preset, bf16 on the GPU: the
+    loss stays within FP8's error of the plain masked model's, and every gradient is finite."""
+    pytest.importorskip("torchao")
+    cfg = PRESETS["tiny"]()
+    torch.manual_seed(0)
+    ref = build_model("pi05", "tiny").cuda().to(torch.bfloat16)
+    fast = copy.deepcopy(ref)
+    plan = parallelize(fast, ParallelConfig(fsdp="none", compile=True, attention="varlen",
+                                            float8_modules=["lm_layers.*.lm.mlp.*"]), world_size=1)
+    assert plan.applied[:2] == ["attention_varlen", "float8"] and len(plan.float8_linears) == 2
+    batch = _batch(cfg, b=4).to("cuda")
+    batch = Pi05Batch(**{**batch.__dict__, "images": batch.images.to(torch.bfloat16)})
+    want, got = ref(batch), fast(batch)
+    got.backward()
+    assert abs(float(got) - float(want)) <= 0.02 * abs(float(want))
+    assert all(torch.isfinite(p.grad).all() for p in fast.parameters() if p.grad is not None)
