@@ -45,6 +45,10 @@ TUNE = {  # optimised plus one change, tried before fixing the optimised config 
     "autotune_gemm": ["env:TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1"],  # inductor times cuBLAS vs Triton per GEMM shape
     "coord_descent": ["env:TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1"],  # tuned launch configs of fused kernels
     "keep_params": ["parallel.reshard_after_forward=false"],
+    "fp8": ["train.micro_batch=32"],  # optimised as configured (varlen + FP8 GeGLU) at mbs 32: one GPU
+    "bf16": ["train.micro_batch=32", "parallel.float8_modules=[]"],  # optimised without FP8 (mbs 32: one GPU)
+    "masked_bf16": ["train.micro_batch=32", "parallel.float8_modules=[]", "parallel.attention=masked"],
+    "fp8_all_lm": ["train.micro_batch=32", 'parallel.float8_modules=["lm_layers.*.lm.*"]'],
     "mbs40_keep": ["train.micro_batch=40", "parallel.reshard_after_forward=false"],
 }
 ABLATION = {  # optimised with one switch turned off
@@ -95,6 +99,7 @@ def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, 
             f"output.log_every={args.log_every}", "output.progress=false", "output.resume=false", *sets]
     if args.cpu:
         sets += ["model.preset=tiny", "parallel.param_dtype=float32", "parallel.compile=false", "train.micro_batch=4",
+                 "parallel.float8_modules=[]",
                  "data.num_workers=1"]
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}", "-m", "trainkit.cli", "run",
            str(config), *[x for s in sets for x in ("--set", s)]]
@@ -104,7 +109,8 @@ def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, 
                  "command": " ".join([*(f"{k}={v}" for k, v in env.items()), "python3", *cmd[1:]])}
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **env})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                                   "PYTHONUNBUFFERED": "1", **env})
         res["rc"] = proc.returncode
         tail = (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:
@@ -125,6 +131,33 @@ def run_variant(name: str, config: Path, sets: list[str], args, run_root: Path, 
         res["error_tail"] = "OOM" if "OutOfMemoryError" in tail else tail[-1500:]
     print(json.dumps({k: v for k, v in res.items() if k not in ("history", "losses", "command")}), flush=True)
     return res
+
+
+def run_parity(args, run_root: Path, opt: Path, budget_end: float) -> dict:
+    """Baseline and optimised variants over the same steps, batches and flow noise: their losses.
+    Two processes share the GPU at a time (each holds its own full fp32 state: about 55 GB)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sets = [f"train.micro_batch={args.parity_mbs}"]
+    jobs = [("parity_baseline", CONFIGS / "pi05_baseline.toml", sets)]
+    jobs += [(f"parity_{n}", opt, [*TUNE[n], *sets]) for n in args.parity]
+    saved = (args.steps, args.log_every, args.variant_timeout)
+    args.steps, args.log_every, args.variant_timeout = args.parity_steps, 50, max(args.variant_timeout, 400)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(lambda j: run_variant(j[0], j[1], j[2], args, run_root, budget_end), jobs))
+    finally:
+        args.steps, args.log_every, args.variant_timeout = saved
+    out = {"micro_batch": args.parity_mbs, "steps": args.parity_steps, "runs": done}
+    base = done[0].get("losses", [])
+    for r in done[1:]:
+        n = min(len(base), len(r.get("losses", [])))
+        if n:
+            diffs = [abs(a - b) for a, b in zip(base[:n], r["losses"][:n])]
+            r["parity"] = {"steps": n, "mean_abs_diff": sum(diffs) / n, "max_abs_diff": max(diffs),
+                           "mean_rel_diff": sum(d / abs(b) for d, b in zip(diffs, base)) / n}
+            print(r["variant"], json.dumps(r["parity"]), flush=True)
+    return out
 
 
 def run_probe(variants: list[str], args, budget_end: float) -> list[dict]:
@@ -187,6 +220,13 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=560, help="stop starting variants after this")
     p.add_argument("--variant-timeout", type=float, default=300)
     p.add_argument("--work", type=Path, default=Path("/tmp/trainkit_bench"))
+    p.add_argument("--episodes", type=int, default=8, help="episodes of the generated dataset")
+    p.add_argument("--length", type=int, default=80, help="frames per generated episode")
+    p.add_argument("--parity", nargs="*", default=[], metavar="VARIANT",
+                   help="loss parity: baseline and these TUNE variants of optimised, --parity-steps steps at "
+                        "--parity-mbs, two at a time on the GPU (speed is not measured)")
+    p.add_argument("--parity-steps", type=int, default=200)
+    p.add_argument("--parity-mbs", type=int, default=4)
     p.add_argument("--cpu", action="store_true", help="dry run of the same path: tiny preset on 2 gloo processes")
     args = p.parse_args()
     budget_end = time.time() + args.budget_s
@@ -197,7 +237,7 @@ def main() -> None:
            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
            "torch": torch.__version__, "nproc": args.nproc, "variants": []}
     t0 = time.time()
-    args.shards = make_shards(args.work / "data", 224, episodes=8, length=80)
+    args.shards = make_shards(args.work / "data", 224, episodes=args.episodes, length=args.length)
     res["shards_s"] = round(time.time() - t0, 1)
     dump = lambda: (args.out / f"trainkit_{args.tag}.json").write_text(json.dumps(res, indent=1) + "\n")  # noqa: E731
     runs, opt = args.work / "runs", CONFIGS / "pi05_optimised.toml"
@@ -231,6 +271,9 @@ def main() -> None:
         dump()
     if args.baseline:
         go("baseline", CONFIGS / "pi05_baseline.toml", ["output.profile_steps=3"])
+    if args.parity:
+        res["parity"] = run_parity(args, runs, opt, budget_end)
+        dump()
     names = list(ABLATION) if args.ablate == ["all"] else args.ablate
     for n in names:
         go(n, opt, [*base, *ABLATION[n]])

@@ -149,6 +149,12 @@ class ParallelConfig:
     ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
     compile: bool = False  # torch.compile each block
     cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)
+    # The joint attention of MoT layers: "masked" (SDPA with a key-padding mask) or "varlen" (the
+    # same function with the valid keys packed and a variable-length kernel, no mask: parallel/attention.py)
+    attention: Literal["masked", "varlen"] = "masked"
+    # fnmatch patterns of nn.Linear names trained with rowwise FP8 GEMMs (torchao; CUDA sm89+ only;
+    # parallel/float8.py); [] = every linear in param_dtype
+    float8_modules: list[str] = field(default_factory=list)
     param_dtype: Dtype = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
     reduce_dtype: Dtype = "float32"  # dtype of gradient reduce-scatter
     expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -3,6 +3,8 @@
     plan = parallelize(model, cfg.parallel, device)   # after build on meta, before to_empty
 
 The order matters and is torchtitan's (`parallelize_llama`):
+0. model changes that swap modules or functions (mask-free joint attention, FP8 linears), first,
+   so that recompute, compile and FSDP wrap what will run (torchtitan's model converters);
 1. activation checkpointing wraps blocks first, so recompute covers exactly the block;
 2. torch.compile each (wrapped) block, so the compiled graph contains the checkpoint region
    and FSDP's hooks around blocks stay outside the graphs;
@@ -21,9 +23,11 @@ from torch.distributed.fsdp import FSDPModule
 
 from trainkit.config import ParallelConfig
 from trainkit.errors import ConfigError
+from trainkit.parallel.attention import apply_attention
 from trainkit.parallel.checkpointing import apply_ac
 from trainkit.parallel.compile import apply_compile
 from trainkit.parallel.cudagraphs import cuda_graph_mode
+from trainkit.parallel.float8 import apply_float8
 from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
 from trainkit.parallel.precision import mp_policy
 
@@ -35,12 +39,13 @@ class ParallelPlan:
     applied: list[str] = field(default_factory=list)  # step names in the order applied
     recompute: dict[str, list[int]] = field(default_factory=dict)  # block list -> wrapped indices
     compiled_blocks: int = 0
+    float8_linears: list[str] = field(default_factory=list)  # linears converted to FP8 GEMMs
     units: list[FSDPModule] = field(default_factory=list)  # FSDP block units in forward order
     all_gathers_per_step: int = 0  # per forward + backward (x micro-batches per optimiser step)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
-    """Apply AC, compile, FSDP and prefetch to `model` in place, as configured."""
+    """Apply attention/FP8 swaps, AC, compile, FSDP and prefetch to `model` in place, as configured."""
     lists = tuple(model.BLOCK_LISTS)
     for key in ("group", "ac_stride"):
         unknown = sorted(set(getattr(cfg, key)) - set(lists))
@@ -50,6 +55,13 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
     graph_mode = cuda_graph_mode(cfg.cuda_graphs, cfg.fsdp)
     plan = ParallelPlan()
+    # 0. swap in the mask-free joint attention and the FP8 linears
+    if cfg.attention != "masked":
+        apply_attention(model, cfg.attention, cfg.param_dtype)
+        plan.applied.append(f"attention_{cfg.attention}")
+    if cfg.float8_modules:
+        plan.float8_linears = apply_float8(model, cfg.float8_modules)
+        plan.applied.append("float8")
     # 1. recompute: innermost wrapper around a block
     if any(cfg.ac_stride.values()):
         plan.recompute = apply_ac(model, cfg.ac_stride)

@@ -1,6 +1,7 @@
 """The mixture-of-transformers (MoT) layer of Pi0/Pi0.5: two experts (the VLM backbone for the
 prefix, the action expert for the suffix), each with its own norms, Q/K/V/O projections and MLP,
-sharing one joint attention per layer (`layers.prefix_suffix_attention`).
+sharing one joint attention per layer (`layers.prefix_suffix_attention`, or the mask-free
+`varlen_attention.varlen_prefix_suffix_attention` when `parallel.attention = "varlen"`).
 
 The action expert's norms are adaRMSNorm conditioned on the flow time: one linear per layer maps
 the time embedding to (scale, shift, gate) for each of its two norms. Gates enter as (1 + gate), so
@@ -79,6 +80,9 @@ class MoTLayer(nn.Module):
         self.prefix_out = prefix_out
         self.lm = ExpertHalf(lm_width, lm_mlp, heads_q, heads_kv, head_dim, with_out=prefix_out)
         self.expert = ExpertHalf(expert_width, expert_mlp, heads_q, heads_kv, head_dim, adaptive_cond=expert_width)
+        # the joint attention function; parallel.attention swaps in a mask-free one of the same
+        # signature and function (trainkit/parallel/attention.py)
+        self.joint_attention = prefix_suffix_attention
 
     def forward(self, xp: torch.Tensor, xs: torch.Tensor, cond: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor, prefix_keep: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -90,6 +94,6 @@ class MoTLayer(nn.Module):
         mod = self.expert.modulation(cond)
         qp, kp, vp = self.lm.qkv_heads(xp, None, cos[:, :p], sin[:, :p])
         qs, ks, vs = self.expert.qkv_heads(xs, mod, cos[:, p:], sin[:, p:])
-        attn_p, attn_s = prefix_suffix_attention(qp, kp, vp, qs, ks, vs, prefix_keep)
+        attn_p, attn_s = self.joint_attention(qp, kp, vp, qs, ks, vs, prefix_keep)
         xs = self.expert.finish(xs, attn_s, mod)
         return (self.lm.finish(xp, attn_p, None) if self.prefix_out else None), xs
