@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from test_loader_fixtures import LENGTHS, shards_rgb  # noqa: F401 - session fixture
-from trainkit.errors import DataError
+from trainkit.errors import ConfigError, DataError
 from trainkit_fixtures import step_lines
 from trainkit_harness import TINY
 
@@ -132,3 +132,15 @@ def test_holdout_takes_whole_episodes_and_refuses_what_cannot_be(shards_rgb):  #
         holdout(DataConfig(shards=str(shards_rgb), val_episodes=[1, 9]), index)
     with pytest.raises(DataError, match="takes all 4 episodes"):
         holdout(DataConfig(shards=str(shards_rgb), val_episodes=every), index)
+    with pytest.raises(ConfigError, match="set data.val_episodes or data.val_fraction, not both"):
+        DataConfig(shards=str(shards_rgb), val_episodes=[1], val_fraction=0.5)
+
+
+def test_evaluation_without_a_holdout_is_refused(shards_rgb, tmp_path, capsys):  # noqa: F811
+    from trainkit.cli import main
+
+    code = main(["run", str(TINY), "--set", f"data.shards={shards_rgb}", "--set", f"output.dir={tmp_path}",
+                 "--set", "train.eval_every=2"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == ("trainkit: train.eval_every: needs held-out episodes: set "
+                                               "data.val_episodes or data.val_fraction")
