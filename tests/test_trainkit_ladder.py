@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
+from trainkit.config import load_config
 from trainkit.errors import LaunchError
 from trainkit.ladder import BY_NAME, LadderSpec, Rung, resolve_rungs, run_ladder
 from trainkit.ladder_report import write_report
@@ -100,3 +101,33 @@ def test_rung_names_are_checked():
     assert [x.name for x in resolve_rungs(None)][:3] == ["slot_pruning", "uint8_h2d", "block_fsdp"]
     with pytest.raises(LaunchError, match="unknown rung 'fp16'; known: slot_pruning, uint8_h2d"):
         resolve_rungs("compile,fp16")
+
+
+def test_rungs_follow_the_keys_that_exist(shards_rgb, tmp_path):  # noqa: F811
+    """A rung over a key trainkit or the family has is planned to run (on a CUDA machine too); over one
+    it lacks, skipped with the reason, so the rung is picked up the day the key lands."""
+    from trainkit.ladder import plan_rung
+
+    spec = LadderSpec(config=TINY, overrides=(f"data.shards={shards_rgb}", *OFF), out=tmp_path, profile_steps=0)
+    runs = [Rung("model_key", "a family field", {"model.rope_theta": 5000.0}),
+            Rung("parallel_key", "a trainkit key", {"parallel.reshard_after_forward": False}, needs_cuda=True)]
+    for rung in runs:
+        assert plan_rung(rung, spec, {}, None, cuda=True)[:2] == (None, ""), rung
+    status, reason, _ = plan_rung(Rung("new", "a key to come", {"parallel.not_yet": True}), spec, {}, None, cuda=True)
+    assert (status, reason) == ("skipped", "trainkit has no parallel.not_yet (yet): the rung runs once the key exists")
+    assert plan_rung(BY_NAME["grouping"], spec, {}, None, cuda=True)[:2] == (
+        "skipped", "parallel.group comes from the target config; none given (--target OPT.toml)")
+    target = load_config(TINY, required=False)  # the tiny config's grouping, over a baseline without one
+    spec = LadderSpec(config=TINY, overrides=(*spec.overrides, "parallel.group={}"), out=tmp_path, profile_steps=0)
+    assert plan_rung(BY_NAME["grouping"], spec, {}, target, cuda=True) == (None, "", {"parallel.group": target.parallel.group})
+
+
+def test_cli_refuses_a_foreign_out_folder_and_unknown_rungs(tmp_path, capsys):
+    from trainkit.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["ladder", str(TINY), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}: exists and holds no earlier ladder (ladder.json)" in capsys.readouterr().err
+    assert main(["ladder", str(TINY), "--out", str(tmp_path / "new"), "--rungs", "fp16"]) == 2
+    assert "--rungs: unknown rung 'fp16'" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()

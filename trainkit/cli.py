@@ -93,6 +93,7 @@ def _inspect(cfg, args) -> int:
 def _ladder(args, argv: list[str]) -> int:
     import datetime
     import platform
+    import shutil
     from pathlib import Path
 
     import torch
@@ -109,7 +110,8 @@ def _ladder(args, argv: list[str]) -> int:
                       warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps, nproc=args.nproc,
                       rung_timeout_s=args.rung_timeout, parity_abs=args.parity_abs, parity_rel=args.parity_rel)
     rungs = resolve_rungs(args.rungs)
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
+    shutil.rmtree(out / "rungs", ignore_errors=True)  # an earlier ladder's run folders (checked above)
+    device = _gpu_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
     info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "device": f"{device}, {os.cpu_count()} cores", "command": "trainkit " + " ".join(argv),
             "torch": torch.__version__, "target": str(spec.target) if spec.target else None}
@@ -117,6 +119,18 @@ def _ladder(args, argv: list[str]) -> int:
     print(write_report(spec, results, info))
     print(f"\nladder: {out / 'ladder.md'}, {out / 'ladder.json'}", file=sys.stderr)
     return 0
+
+
+def _gpu_name() -> str:
+    """The GPU's name from nvidia-smi: the ladder's own process never opens a CUDA context (its
+    memory would be missing from every rung's)."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"{len(out)} x {out[0]}" if out else "CUDA GPU"
 
 
 if __name__ == "__main__":

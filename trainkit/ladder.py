@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainkit.config import RunConfig, load_config
+from trainkit.config import ModelConfig, RunConfig, load_config
 from trainkit.errors import ConfigError, LaunchError
 from trainkit.models.errors import ModelConfigError
 from trainkit.trials import Trial, TrialError, TrialResult, run_trial
@@ -196,21 +196,39 @@ def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: 
     if rung.needs_cuda and not cuda:
         return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
                           f"is False)", sets
-    over = [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in {**applied, **sets}.items())]
+    missing = [k for k in sets if not _trainkit_has(k)]
+    if missing:
+        return "skipped", f"trainkit has no {missing[0]} (yet): the rung runs once the key exists", sets
     before = load_config(spec.config, [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in applied.items())])
     try:
-        after = load_config(spec.config, over)
+        after = load_config(spec.config, [*spec.overrides,
+                                          *(f"{k}={toml_value(v)}" for k, v in {**applied, **sets}.items())])
         new = {k: _current(after, k) for k in sets}
-    except ConfigError as e:
-        if "unknown key" in e.problem:
-            return "skipped", f"trainkit has no {e.key} (yet): the rung runs once the key exists", sets
-        return "skipped", f"{e}", sets
+    except ConfigError as e:  # a value the key does not take
+        return "skipped", str(e), sets
     except (ModelConfigError, KeyError):
         keys = ", ".join(k for k in sets if k.startswith("model.")) or ", ".join(sets)
         return "skipped", f"family {before.model.family!r} has no {keys} (not a field of its config)", sets
     if all(_current(before, k) == v for k, v in new.items()):
-        return "skipped", f"already on below this rung ({', '.join(f'{k}={v!r}' for k, v in new.items())})", sets
+        now = ", ".join(f"{k}={v!r}" for k, v in new.items())
+        return "skipped", f"already on in the baseline or a rung below ({now})", sets
     return None, "", sets
+
+
+def _trainkit_has(key: str) -> bool:
+    """Whether RunConfig has the dotted `key` (a model.* key is the family's to have: see _current)."""
+    import dataclasses
+    import typing
+
+    cls: Any = RunConfig
+    for part in key.split("."):
+        if cls is ModelConfig:
+            return True
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            return False
+        cls = hints[part]
+    return True
 
 
 def measure(result: TrialResult, spec: LadderSpec, micro_batch: int) -> Measured:
@@ -255,37 +273,40 @@ def run_ladder(spec: LadderSpec, rungs: Sequence[Rung], *, cuda: bool | None = N
     load_config(spec.config, list(spec.overrides))  # a bad baseline fails here, in one line
     target = load_config(spec.target, required=False) if spec.target else None  # as written, not under --set
     results: list[RungResult] = []
-    applied: dict[str, Any] = {}
-    base: RungResult | None = None
-    prev: RungResult | None = None
+    applied: dict[str, Any] = {}  # the switches of the rungs that ran
+    base = prev = None
     for i, rung in enumerate([Rung("baseline", "baseline", {}), *rungs]):
         status, reason, sets = (None, "", {}) if i == 0 else plan_rung(rung, spec, applied, target, cuda)
         res = RungResult(name=rung.name, title=rung.title, status=status or "ok", sets=sets, reason=reason)
         if status is None:
-            out = spec.out / "rungs" / f"{i:02d}-{rung.name}"
-            trial = run_trial(Trial(config=spec.config, out_dir=out, overrides=spec.overrides,
-                                    overlay={**applied, **sets, **spec.measure_sets()}, nproc=spec.nproc,
-                                    timeout_s=spec.rung_timeout_s, name=rung.name), replace=True)
-            res.out_dir, res.losses, res.applied = str(out), trial.losses, {**applied, **sets}
-            if trial.ok and not any(h["step"] + 1 - h["steps"] >= spec.warmup for h in trial.intervals):
-                trial.status, trial.error = "crash", TrialError(kind="crash", type="NoMeasurement",
-                                                                message="the run wrote no metric interval after the warm-up")
-            if trial.ok:
-                res.measured = measure(trial, spec, _micro_batch(spec, res.applied))
-                applied.update(sets)
-                if base is None and i == 0:
-                    base = res
-                if base is not None:
-                    res.parity = parity(rung, trial.losses, base.losses, spec) if i else None
-                    res.gain_base = res.measured.samples_per_s_gpu / base.measured.samples_per_s_gpu
-                if prev is not None:
-                    res.gain_prev = res.measured.samples_per_s_gpu / prev.measured.samples_per_s_gpu
-                prev = res
-            else:
-                res.status, res.error = "failed", trial.error
+            _climb(res, spec.out / "rungs" / f"{i:02d}-{rung.name}", {**applied, **sets}, spec)
+        if res.measured is not None:
+            applied.update(sets)
+            base = base or (res if i == 0 else None)
+            if base is not None:
+                res.parity = parity(rung, res.losses, base.losses, spec) if i else None
+                res.gain_base = res.measured.samples_per_s_gpu / base.measured.samples_per_s_gpu
+            if prev is not None:
+                res.gain_prev = res.measured.samples_per_s_gpu / prev.measured.samples_per_s_gpu
+            prev = res
         results.append(res)
         echo(_line(i, res))
     return results
+
+
+def _climb(res: RungResult, out: Path, applied: dict[str, Any], spec: LadderSpec) -> None:
+    """Run one rung with `applied` switches into `out`; its figures, or its error."""
+    trial = run_trial(Trial(config=spec.config, out_dir=out, overrides=spec.overrides,
+                            overlay={**applied, **spec.measure_sets()}, nproc=spec.nproc,
+                            timeout_s=spec.rung_timeout_s, name=res.name), replace=True)
+    res.out_dir, res.losses, res.applied = str(out), trial.losses, applied
+    if not trial.ok:
+        res.status, res.error = "failed", trial.error
+    elif not any(h["step"] + 1 - h["steps"] >= spec.warmup for h in trial.intervals):
+        res.status, res.error = "failed", TrialError(kind="crash", type="NoMeasurement",
+                                                     message=f"{out}: no metric interval after the warm-up")
+    else:
+        res.measured = measure(trial, spec, _micro_batch(spec, applied))
 
 
 def _micro_batch(spec: LadderSpec, applied: Mapping[str, Any]) -> int:
@@ -301,7 +322,8 @@ def _line(i: int, r: RungResult) -> str:
         gain = f", x{r.gain_base:.2f} baseline" if r.gain_base is not None and i else ""
         par = "" if not r.parity or r.parity["ok"] is None else \
             f", parity {'ok' if r.parity['ok'] else 'BROKEN'} ({r.parity['value']:.2e})"
-        return f"ladder: {i:2d} {r.name}: {m.step_time_s * 1e3:.0f} ms/step, {m.samples_per_s_gpu:.2f} samples/s/GPU{gain}{par}"
+        return (f"ladder: {i:2d} {r.name}: {m.step_time_s * 1e3:.0f} ms/step, {m.samples_per_s_gpu:.2f} "
+                f"samples/s/GPU{gain}{par}")
     if r.status == "failed" and r.error is not None:
         return f"ladder: {i:2d} {r.name}: FAILED ({r.error.kind}: {r.error.message})"
     return f"ladder: {i:2d} {r.name}: {r.status} ({r.reason})"

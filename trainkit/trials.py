@@ -168,6 +168,9 @@ def run_trial(trial: Trial, *, replace: bool = False) -> TrialResult:
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             rc = None
+        except BaseException:  # the caller stopped (Ctrl-C): no rank of the trial is left running
+            _stop_group(proc)
+            raise
     wall = time.perf_counter() - t0
     error = _error(out, rc, trial.timeout_s)
     result = TrialResult(name=trial.name, status="ok" if error is None else error.kind, error=error, returncode=rc,
@@ -294,13 +297,15 @@ def child(argv: list[str]) -> int:
     p.add_argument("config")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args(argv)
-    out_dir = next(s.partition("=")[2] for s in reversed(args.overrides) if s.startswith("output.dir="))
+    # run_trial always sets output.dir last; started by hand without one, errors are not recorded
+    out_dir = next((s.partition("=")[2] for s in reversed(args.overrides) if s.startswith("output.dir=")), None)
     try:
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
     except BaseException as e:  # noqa: BLE001 - recorded, then reported as `trainkit run` would
-        _record(out_dir, e)
+        if out_dir:
+            _record(out_dir, e)
         if isinstance(e, USER_ERRORS):
             print(f"trainkit: {e}", file=sys.stderr)
             return 2
