@@ -26,6 +26,7 @@ pytestmark = pytest.mark.timeout(300)
 WARMUP, STEPS = 1, 2
 OFF = ("data.num_workers=0", "data.prune_slots=false", "parallel.fsdp=root", "parallel.prefetch=false")
 BOOM = Rung("boom", "a rung that raises", {"model.action_dim": 1})
+MISSING = Rung("missing", "a switch the family lacks", {"model.attention": "split"})
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def ladder(shards_rgb, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("ladder")
     spec = LadderSpec(config=TINY, overrides=(f"data.shards={shards_rgb}", *OFF), out=out, warmup=WARMUP,
                       steps=STEPS, profile_steps=0)
-    rungs = [BY_NAME["slot_pruning"], BOOM, BY_NAME["block_fsdp"], BY_NAME["mask_free_attention"],
+    rungs = [BY_NAME["slot_pruning"], BOOM, BY_NAME["block_fsdp"], MISSING,
              BY_NAME["cuda_graphs"], BY_NAME["fp8"]]
     lines: list[str] = []
     results = run_ladder(spec, rungs, cuda=False, echo=lines.append)
@@ -76,10 +77,10 @@ def test_a_rung_that_raises_is_recorded_and_the_ladder_goes_on(ladder):
 
 def test_cuda_only_rungs_are_refused_and_missing_switches_skipped(ladder):
     _, r, _, _ = ladder
-    for name, key in (("cuda_graphs", "parallel.cuda_graphs"), ("fp8", "parallel.fp8")):
+    for name, key in (("cuda_graphs", "parallel.cuda_graphs"), ("fp8", "parallel.float8_modules")):
         assert r[name].status == "refused"
         assert r[name].reason.startswith(f"{key} needs CUDA, and this machine has none"), r[name].reason
-    skipped = r["mask_free_attention"]
+    skipped = r["missing"]
     assert skipped.status == "skipped" and skipped.reason == "family 'pi05' has no model.attention (not a field of its config)"
 
 
@@ -87,7 +88,7 @@ def test_the_report_files(ladder):
     spec, r, _, table = ladder
     doc = json.loads((spec.out / "ladder.json").read_text())
     assert [x["name"] for x in doc["rungs"]] == ["baseline", "slot_pruning", "boom", "block_fsdp",
-                                                 "mask_free_attention", "cuda_graphs", "fp8"]
+                                                 "missing", "cuda_graphs", "fp8"]
     assert doc["rungs"][2]["error"]["kind"] == "crash" and doc["settings"]["warmup"] == WARMUP
     md = (spec.out / "ladder.md").read_text()
     assert md.count("\n| ") == 1 + 7 and "parity vs baseline" in md

@@ -54,6 +54,7 @@ class Rung:
     # how its losses are held to baseline's: mean |diff| ("abs", bf16 switches), mean relative
     # diff ("rel", FP8), or not at all ("none": it changes the batch, so other losses are right)
     parity: Parity = "abs"
+    skip_empty: bool = False  # a FROM_TARGET value that is empty ([]: no FP8 linear) skips the rung
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -65,9 +66,9 @@ RUNGS: tuple[Rung, ...] = (
     Rung("compile", "torch.compile", {"parallel.compile": True}),
     Rung("fused_adamw", "fused AdamW", {"optim.fused": True}),
     Rung("expandable_segments", "expandable segments", {"parallel.expandable_segments": True}),
-    Rung("mask_free_attention", "mask-free attention", {"model.attention": "split"}),
+    Rung("mask_free_attention", "mask-free attention", {"parallel.attention": "varlen"}),
     Rung("cuda_graphs", "CUDA graphs", {"parallel.cuda_graphs": True}, needs_cuda=True),
-    Rung("fp8", "FP8", {"parallel.fp8": True}, needs_cuda=True, parity="rel"),
+    Rung("fp8", "FP8", {"parallel.float8_modules": FROM_TARGET}, needs_cuda=True, parity="rel", skip_empty=True),
     Rung("micro_batch", "larger micro-batch, recompute re-tuned",
          {"train.micro_batch": FROM_TARGET, "parallel.ac_stride": FROM_TARGET}, parity="none"),
 )
@@ -186,6 +187,9 @@ def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: 
     """(None, "", resolved sets) for a rung to run over `applied`; else (skipped / refused, reason, sets)."""
     from trainkit.trials import toml_value
 
+    if rung.needs_cuda and not cuda:
+        return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
+                          f"is False)", dict(rung.sets)
     sets: dict[str, Any] = {}
     for key, value in rung.sets.items():
         if value == FROM_TARGET:
@@ -193,9 +197,9 @@ def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: 
                 return "skipped", f"{key} comes from the target config; none given (--target OPT.toml)", sets
             value = _dotted(target.to_dict(), key)
         sets[key] = value
-    if rung.needs_cuda and not cuda:
-        return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
-                          f"is False)", sets
+    empty = [k for k in rung.sets if rung.skip_empty and rung.sets[k] == FROM_TARGET and not sets[k]]
+    if empty:
+        return "skipped", f"the target config sets no {empty[0]} (empty there)", sets
     missing = [k for k in sets if not _trainkit_has(k)]
     if missing:
         return "skipped", f"trainkit has no {missing[0]} (yet): the rung runs once the key exists", sets
