@@ -5,8 +5,8 @@ memory cap, by short measured runs, each in its own process (trainkit/trials.py)
    fsdp = "block") x compile on/off x CUDA graphs on/off (where parallel/cudagraphs.py allows
    them with this fsdp mode). About 4,600 settings for pi05.
 2. Every setting gets inspect's memory estimate (trainkit/memory.py, on counts of one meta-device
-   build) and a predicted throughput (`predicted_speed`). A setting whose estimate is above the cap
-   is never run.
+   build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
+   never run, nor one that only adds recompute to a setting that fits (`undominated`).
 3. The first run, the best-predicted setting under the cap, calibrates the estimate: its measured
    peak over the estimate's micro-batch part (`memory.dynamic_gib`) scales that part for every
    later setting. Then the rest are run best-first until the budget ends. Each run's peak can only
@@ -52,9 +52,10 @@ GROUPS = (1, 2, 4)  # blocks per FSDP unit
 # Predicted speed, relative (only the order matters). Measured on pi05 full, 2 H200s
 # (bench/results/trainkit.md): a step costs about 6 samples' worth of fixed time (661 ms at
 # micro-batch 32, 800 at 40: 17.4 ms per sample + 105 ms), compile is 1.16x eager (49.93 vs
-# 43.15 samples/s), and recompute repeats a block's forward, a third of its forward + backward.
+# 43.15 samples/s), and recomputing every block made a step 1.227x longer (49.93 vs 40.69).
 STEP_OVERHEAD_SAMPLES = 6.0
 COMPILE_GAIN = 1.16
+RECOMPUTE_COST = 0.227  # added time per recomputed block, as a fraction of its share of the step
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
     table = fam.activations(model_cfg, image_slots(cfg, fam, model_cfg))
     act_bytes = DTYPE_BYTES[par.param_dtype]
     lists = list(model.BLOCK_LISTS)
+    # a block list's share of the step, by its share of the block parameters (pi05: vision 15%, LM
+    # 85%; by FLOPs 11% / 89%): close enough to order settings, and the same for any family
     share = {n: sum(blocks[n]) / max(1, sum(sum(v) for v in blocks.values())) for n in lists}
 
     micro = sorted(set(space.micro_batches) | {cfg.train.micro_batch})
@@ -173,7 +176,7 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
                          gathered=gathered_params(total, units, root, par.fsdp, par.reshard_after_forward, act_bytes),
                          table=table, recompute=recompute, micro=b, world=world_size, sharded=par.fsdp != "none",
                          act_bytes=act_bytes, compiled=c or cg, accum=accum, calib=fam.memory)
-        rerun = sum(share[n] * len(recompute[n]) / max(1, len(blocks[n])) for n in lists) / 3
+        rerun = RECOMPUTE_COST * sum(share[n] * len(recompute[n]) / max(1, len(blocks[n])) for n in lists)
         speed = b / (b + STEP_OVERHEAD_SAMPLES) / (1 + rerun) * (COMPILE_GAIN if c else 1.0)
         dyn = dynamic_gib(parts)
         out.append(Candidate(setting=setting, static_gib=parts["peak_gib"] - dyn, dynamic_gib=dyn, speed=speed,
@@ -184,6 +187,22 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
 def _core(s: Setting) -> tuple:
     """What distinguishes runs beyond grouping."""
     return s.micro_batch, s.ac_stride, s.compile, s.cuda_graphs
+
+
+def _but_recompute(s: Setting) -> tuple:
+    """What is left of a setting without its recompute strides."""
+    return s.micro_batch, s.group, s.compile, s.cuda_graphs
+
+
+def undominated(fits: list[Candidate]) -> list[Candidate]:
+    """Per setting-but-recompute, only the least recompute that fits (the fastest predicted): more
+    recompute at the same micro-batch only costs time."""
+    best: dict[tuple, Candidate] = {}
+    for c in fits:
+        key = _but_recompute(c.setting)
+        if key not in best or c.speed > best[key].speed:
+            best[key] = c
+    return list(best.values())
 
 
 def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s: float, out: Path,
@@ -204,7 +223,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
     deadline = time.monotonic() + budget_s
     pending = list(pool)
     while pending and deadline - time.monotonic() > 1:
-        fits = [c for c in pending if c.peak(scale()) <= cap_gib]
+        fits = undominated([c for c in pending if c.peak(scale()) <= cap_gib])
         if not fits:
             break
         pick = min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(scale())))
@@ -230,10 +249,14 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
             floor = max(floor, (gpu_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12))
         seen[_core(pick.setting)] = seen.get(_core(pick.setting), 0) + 1
         runs.append(run)
-    never = sum(1 for c in pending if c.peak(scale()) > cap_gib)
+        if run.status in ("ok", "over_cap"):  # measured: more recompute at this point is never needed
+            pending = [c for c in pending if _but_recompute(c.setting) != _but_recompute(pick.setting)
+                       or c.speed > pick.speed]
+    ran = {r.setting for r in runs}
+    never = sum(1 for c in pool if c.setting not in ran and c.peak(scale()) > cap_gib)
     ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None]
     best = max(ok, key=lambda r: r.samples_per_s, default=None)
-    return TuneResult(runs=runs, scale=round(scale(), 4), calibrated=bool(ratios), settings=len(pool),
+    return TuneResult(runs=runs, scale=scale(), calibrated=bool(ratios), settings=len(pool),
                       never_run_over_cap=never, best=best)
 
 
@@ -259,7 +282,7 @@ def format_table(result: TuneResult, cap_gib: float, base: Setting | None = None
                      _gib(r.peak_gib), _gib(r.estimate_gib), r.setting.label() + mark + (f"  [{r.error}]" if r.error else "")))
     width = [max(len(row[k]) for row in rows) for k in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:5], width)) + "  " + row[5] for row in rows]
-    how = (f"estimate's micro-batch part x {result.scale:g}, from the measured peaks" if result.calibrated else
+    how = (f"estimate's micro-batch part x {result.scale:.3f}, from the measured peaks" if result.calibrated else
            "estimate uncalibrated: no run measured a peak (no CUDA)")
     lines.append(f"{len(result.runs)} run(s) of {result.settings} settings; {result.never_run_over_cap} never run: "
                  f"estimated above the {cap_gib:g} GiB cap ({how})")
@@ -287,7 +310,7 @@ def write_outputs(result: TuneResult, out: Path, *, command: str, config: str | 
     doc = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "gpu": gpu_memory()[0] if torch.cuda.is_available() else None, "world_size": world_size,
            "memory_cap_gib": cap_gib, "budget_s": budget_s, "settings": result.settings,
-           "never_run_over_cap": result.never_run_over_cap, "memory_scale": result.scale,
+           "never_run_over_cap": result.never_run_over_cap, "memory_scale": round(result.scale, 4),
            "memory_calibrated": result.calibrated,
            "runs": [r.to_dict() for r in ranked(result.runs)],
            "best": None if result.best is None else result.best.to_dict()}
