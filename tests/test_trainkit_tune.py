@@ -7,6 +7,7 @@ runs real trials (one process each, trainkit/trials.py) end to end on CPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
@@ -66,6 +67,18 @@ def test_settings_over_the_cap_are_never_run(tmp_path):
     over = [s for s, peak in gpu.truth.items() if peak > cap]
     assert over and not set(over) & set(ran[1:]) and result.never_run_over_cap >= len(over) - 1
     assert max(s.micro_batch for s in ran) < 128  # the largest micro-batch never fits
+
+
+def test_the_first_run_is_the_configs_own_setting_under_the_cap(tmp_path):
+    cfg = _cfg()  # pi05_tiny: micro-batch 4, ac_stride {vision 2, lm 1}, group {vision 2, lm 1}, eager
+    base = base_setting(cfg, ["vision_blocks", "lm_layers"])
+    gpu = FakeGPU(cfg)
+    at = {c.setting.micro_batch: c.peak(1.0) for c in candidates(cfg, SPACE, 1)
+          if dataclasses.replace(c.setting, micro_batch=4) == base}
+    cap = at[2]  # the estimate fits at micro-batch 2, not at the config's 4
+    assert at[4] > cap
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, base=base)
+    assert gpu.run_settings()[0] == dataclasses.replace(base, micro_batch=2) == result.reference
 
 
 def test_an_injected_failure_is_recorded_and_the_search_goes_on(tmp_path):

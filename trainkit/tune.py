@@ -7,13 +7,15 @@ memory cap, by short measured runs, each in its own process (trainkit/trials.py)
 2. Every setting gets inspect's memory estimate (trainkit/memory.py, on counts of one meta-device
    build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
    never run, nor one that only adds recompute to a setting that fits (`undominated`).
-3. The first run, the best-predicted setting under the cap, calibrates the estimate: its measured
-   peak over the estimate's micro-batch part (`memory.dynamic_gib`) scales that part for every
-   later setting. Then the rest are run best-first until the budget ends. Each run's peak can only
-   raise the scale (the largest ratio seen wins, so a cap is not crossed by trusting a low one); an
-   out-of-memory run raises it until that setting is estimated at the GPU's memory, which prunes
-   it and everything needing more. Compile errors, crashes and time-outs are recorded; the search
-   goes on.
+3. The first run calibrates the estimate: the config's own setting, at the largest micro-batch up
+   to its own that the estimate fits under the cap (`reference`: what the hand-written config
+   does under this cap, the search's yardstick; without one, the best-predicted setting). Its
+   measured peak over the estimate's micro-batch part (`memory.dynamic_gib`) scales that part for
+   every later setting. Then the rest run best-first by predicted speed until the budget ends.
+   Each run's peak can only raise the scale (the largest ratio seen wins, so a cap is not crossed
+   by trusting a low one); an out-of-memory run raises it until that setting is estimated at the
+   GPU's memory, which prunes it and everything needing more. Compile errors, crashes and
+   time-outs are recorded; the search goes on.
 4. Output under --out: tune.json (every run, the counts pruned, the scale), best.toml (an overlay
    for `trainkit run CONFIG.toml --overlay best.toml`, its measured samples/s and peak beside it),
    one folder per run; the ranked table on the terminal.
@@ -134,6 +136,7 @@ class TuneResult:
     settings: int  # in the space
     never_run_over_cap: int  # settings never run because their estimate was above the cap
     best: Run | None
+    reference: Setting | None = None  # the config's own setting under the cap, run first
 
 
 def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
@@ -205,12 +208,23 @@ def undominated(fits: list[Candidate]) -> list[Candidate]:
     return list(best.values())
 
 
+def reference(pool: list[Candidate], base: Setting, cap_gib: float) -> Candidate | None:
+    """The config's own setting under the cap: its micro-batch, or the largest below it whose
+    (uncalibrated) estimate fits; None if none does."""
+    same = [c for c in pool if dataclasses.replace(c.setting, micro_batch=base.micro_batch) == base
+            and c.setting.micro_batch <= base.micro_batch and c.peak(1.0) <= cap_gib]
+    return max(same, key=lambda c: c.setting.micro_batch, default=None)
+
+
 def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s: float, out: Path,
            overrides: tuple[str, ...] = (), world_size: int = 1, steps: int = 12, log_every: int = 3,
            trial_timeout_s: float = 300.0, space: Space | None = None, gpu_gib: float | None = None,
-           runner: Callable[[Trial], TrialResult] = run_trial) -> TuneResult:
-    """Run the search (module docstring); `runner` runs one trial (tests pass their own)."""
+           base: Setting | None = None, runner: Callable[[Trial], TrialResult] = run_trial) -> TuneResult:
+    """Run the search (module docstring); with `base` (the config's own setting) the first run is
+    `reference(...)`, so the table compares the search with the hand-written config under the same
+    cap; `runner` runs one trial (tests pass their own)."""
     pool = candidates(cfg, space or Space(), world_size)
+    first = None if base is None else reference(pool, base, cap_gib)
     gpu_gib = gpu_gib or gpu_memory()[1]
     ratios: list[float] = []  # measured micro-batch part / estimated, per run with a peak
     floor = 0.0  # what out-of-memory runs say the scale is at least
@@ -226,7 +240,8 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
         fits = undominated([c for c in pending if c.peak(scale()) <= cap_gib])
         if not fits:
             break
-        pick = min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(scale())))
+        pick = first if first is not None and not runs else \
+            min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(scale())))
         pending.remove(pick)
         trial = Trial(config=config_path, out_dir=out / "runs" / f"{len(runs):02d}", name=pick.setting.label(),
                       overrides=(*overrides, f"train.steps={steps}", f"output.log_every={log_every}",
@@ -257,7 +272,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
     ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None]
     best = max(ok, key=lambda r: r.samples_per_s, default=None)
     return TuneResult(runs=runs, scale=scale(), calibrated=bool(ratios), settings=len(pool),
-                      never_run_over_cap=never, best=best)
+                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting)
 
 
 def ranked(runs: list[Run]) -> list[Run]:
@@ -274,10 +289,12 @@ def _gib(v: float | None) -> str:
 
 
 def format_table(result: TuneResult, cap_gib: float, base: Setting | None = None) -> str:
-    """The ranked table for the terminal; `base` (the config's own setting) is marked."""
+    """The ranked table for the terminal; the config's own setting (`base`) and the reference run
+    (it, under the cap) are marked."""
     rows = [("#", "status", "samples/s/GPU", "peak", "estimate", "setting")]
     for i, r in enumerate(ranked(result.runs), 1):
-        mark = "  (= CONFIG)" if base is not None and r.setting == base else ""
+        mark = ("  (= CONFIG)" if base is not None and r.setting == base else
+                "  (CONFIG's setting under the cap)" if r.setting == result.reference else "")
         rows.append((str(i), r.status, "-" if r.samples_per_s is None else f"{r.samples_per_s:.2f}",
                      _gib(r.peak_gib), _gib(r.estimate_gib), r.setting.label() + mark + (f"  [{r.error}]" if r.error else "")))
     width = [max(len(row[k]) for row in rows) for k in range(5)]
@@ -312,6 +329,7 @@ def write_outputs(result: TuneResult, out: Path, *, command: str, config: str | 
            "memory_cap_gib": cap_gib, "budget_s": budget_s, "settings": result.settings,
            "never_run_over_cap": result.never_run_over_cap, "memory_scale": round(result.scale, 4),
            "memory_calibrated": result.calibrated,
+           "reference": None if result.reference is None else result.reference.overlay(),
            "runs": [r.to_dict() for r in ranked(result.runs)],
            "best": None if result.best is None else result.best.to_dict()}
     (out / "tune.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -365,13 +383,13 @@ def main(args: Any) -> int:
     prepare_out(out)
     command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",
                                           f"--budget-min {args.budget_min:g}", *(f"--set {o}" for o in args.overrides)])
+    base = base_setting(cfg, list(family(cfg.model.family).model.BLOCK_LISTS))
     result = search(cfg, args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
                     overrides=tuple(args.overrides), world_size=args.nproc, steps=args.steps,
                     log_every=max(1, args.steps // 4), trial_timeout_s=args.trial_timeout_s, space=space,
-                    gpu_gib=args.gpu_memory_gib)
-    lists = list(family(cfg.model.family).model.BLOCK_LISTS)
-    print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min,
-                        world_size=args.nproc, base=base_setting(cfg, lists)))
+                    gpu_gib=args.gpu_memory_gib, base=base)
+    print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
+                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
     if result.best is None:
         print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
         return 1
