@@ -193,6 +193,8 @@ def format_report(report: dict[str, Any]) -> str:
                  + " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed))
     lines.append(f"  activations without recompute {_mem(m['activations_no_recompute_gib'])}, "
                  f"with recompute of every block {_mem(m['activations_full_recompute_gib'])}")
+    lines.append("  the allocated peak, calibrated on this family's measured GPU runs (bench/results/memory.md)"
+                 if m["calibrated"] else "  not calibrated: this family lists no measured GPU run (Family.memory)")
     if not m["fits"]:
         w = m["fits_from_world_size"]
         more = (f"at --world-size {w} it is {_mem(m['peak_gib_at_fits_from'])}" if w is not None else
