@@ -110,6 +110,13 @@ def test_bad_toml_names_the_file(tmp_path):
     ("output.profile_steps=-1", "output.profile_steps"),
     ("output.log_every=0", "output.log_every"),
     ("output.keep_checkpoints=-1", "output.keep_checkpoints"),
+    ("train.ema_decay=1", "train.ema_decay"),  # an average that never moves
+    ("train.ema_decay=-0.5", "train.ema_decay"),
+    ("train.ema_decay=nan", "train.ema_decay"),
+    ("train.eval_every=-1", "train.eval_every"),
+    ("train.eval_batches=0", "train.eval_batches"),
+    ("data.val_fraction=1.0", "data.val_fraction"),  # nothing left to train on
+    ("data.val_fraction=nan", "data.val_fraction"),
 ])
 def test_values_that_cannot_train_name_the_key(override, key):
     with pytest.raises(ConfigError) as err:

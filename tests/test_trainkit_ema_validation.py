@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from test_loader_fixtures import LENGTHS, shards_rgb  # noqa: F401 - session fixture
-from trainkit.errors import DataError
+from trainkit.errors import ConfigError, DataError
 from trainkit_fixtures import step_lines
 from trainkit_harness import TINY
 
@@ -102,6 +103,7 @@ def test_validation_is_logged_to_metrics_summary_and_terminal(runs):
     assert summary["evals"] == list(_evals(dirs["unbroken"]).values())
     assert summary["val_loss"] == _evals(dirs["unbroken"])[5]["val_loss"]
     assert any(f"eval      5 | val loss {summary['val_loss']:.4f}" in out for out in outs), outs
+    assert re.search(rf"validation loss \(after step 5\) +{summary['val_loss']:.4f}, EMA weights", outs[0]), outs[0]
 
 
 def test_training_never_samples_a_held_out_episode(runs, shards_rgb):  # noqa: F811
@@ -130,3 +132,15 @@ def test_holdout_takes_whole_episodes_and_refuses_what_cannot_be(shards_rgb):  #
         holdout(DataConfig(shards=str(shards_rgb), val_episodes=[1, 9]), index)
     with pytest.raises(DataError, match="takes all 4 episodes"):
         holdout(DataConfig(shards=str(shards_rgb), val_episodes=every), index)
+    with pytest.raises(ConfigError, match="set data.val_episodes or data.val_fraction, not both"):
+        DataConfig(shards=str(shards_rgb), val_episodes=[1], val_fraction=0.5)
+
+
+def test_evaluation_without_a_holdout_is_refused(shards_rgb, tmp_path, capsys):  # noqa: F811
+    from trainkit.cli import main
+
+    code = main(["run", str(TINY), "--set", f"data.shards={shards_rgb}", "--set", f"output.dir={tmp_path}",
+                 "--set", "train.eval_every=2"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == ("trainkit: train.eval_every: needs held-out episodes: set "
+                                               "data.val_episodes or data.val_fraction")

@@ -4,6 +4,7 @@
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--overlay best.toml] [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
+    trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from datakit.errors import DatakitError
@@ -57,6 +59,22 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--compile", choices=("both", "on", "off"), default="both", help="torch.compile settings tried")
     t.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="what an out-of-memory run had (default: this machine's GPU, else an H200)")
+    lad = sub.add_parser("ladder", help="baseline, then each optimisation turned on in turn: step time, MFU, "
+                                        "memory, parity (trainkit/ladder.py)")
+    lad.add_argument("config", help="the baseline config")
+    lad.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override for every rung, e.g. data.shards=OUT")
+    lad.add_argument("--target", default=None, help="config the family-specific values come from "
+                     "(default: the baseline's *optimised* sibling)")
+    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; see trainkit/ladder.py)")
+    lad.add_argument("--steps", type=int, default=20, help="measured steps per rung (default 20)")
+    lad.add_argument("--warmup", type=int, default=10, help="steps before the measured ones (default 10)")
+    lad.add_argument("--profile-steps", type=int, default=3, help="torch.profiler window inside the warm-up (0: none)")
+    lad.add_argument("--nproc", type=int, default=1, help="processes per rung (torchrun for > 1)")
+    lad.add_argument("--rung-timeout", type=float, default=900.0, help="seconds a rung may take (default 900)")
+    lad.add_argument("--parity-abs", type=float, default=1e-3, help="mean |loss diff| vs baseline (default 1e-3)")
+    lad.add_argument("--parity-rel", type=float, default=0.02, help="mean relative loss diff, FP8 (default 0.02)")
+    lad.add_argument("--out", default=None, help="output folder (default runs/ladder-<config name>)")
     return p
 
 
@@ -69,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return tune(args)
         if args.command == "inspect":
             return _inspect(load_config(args.config, args.overrides, required=False, overlay=args.overlay), args)
+        if args.command == "ladder":
+            return _ladder(args, argv if argv is not None else sys.argv[1:])
         from trainkit.train import run
         run(load_config(args.config, args.overrides, overlay=args.overlay))
         return 0
@@ -82,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _inspect(cfg, args) -> int:
-    import os
-
     from trainkit.inspect import format_report, inspect_model
     world = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
     if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
@@ -92,6 +110,49 @@ def _inspect(cfg, args) -> int:
     report = inspect_model(cfg, world_size=world, gpu=gpu)
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     return 0
+
+
+def _ladder(args, argv: list[str]) -> int:
+    import datetime
+    import platform
+    import shutil
+    from pathlib import Path
+
+    import torch
+
+    from trainkit.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
+    from trainkit.ladder_report import write_report
+
+    config = Path(args.config)
+    out = Path(args.out) if args.out else Path("runs") / f"ladder-{config.stem}"
+    if out.exists() and any(out.iterdir()) and not (out / "ladder.json").exists():
+        raise LaunchError(f"--out {out}: exists and holds no earlier ladder (ladder.json); use another folder")
+    spec = LadderSpec(config=config, overrides=tuple(args.overrides),
+                      target=Path(args.target) if args.target else default_target(config), out=out,
+                      warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps, nproc=args.nproc,
+                      rung_timeout_s=args.rung_timeout, parity_abs=args.parity_abs, parity_rel=args.parity_rel)
+    rungs = resolve_rungs(args.rungs)
+    shutil.rmtree(out / "rungs", ignore_errors=True)  # an earlier ladder's run folders (checked above)
+    device = _gpu_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "device": f"{device}, {os.cpu_count()} cores", "command": "trainkit " + " ".join(argv),
+            "torch": torch.__version__, "target": str(spec.target) if spec.target else None}
+    results = run_ladder(spec, rungs, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print(write_report(spec, results, info))
+    print(f"\nladder: {out / 'ladder.md'}, {out / 'ladder.json'}", file=sys.stderr)
+    return 0
+
+
+def _gpu_name() -> str:
+    """The GPU's name from nvidia-smi: the ladder's own process never opens a CUDA context (its
+    memory would be missing from every rung's)."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"{len(out)} x {out[0]}" if out else "CUDA GPU"
 
 
 if __name__ == "__main__":

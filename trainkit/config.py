@@ -97,9 +97,10 @@ class TrainConfig:
         _finite("train.ema_decay", self.ema_decay, low=0.0, high=1.0, what="a number in [0, 1) (0: off)")
         if self.ema_decay == 1.0:
             raise ConfigError("train.ema_decay", "must be < 1 (1 would never move the average)")
-        if self.eval_every < 0 or self.eval_batches < 1:
-            raise ConfigError("train.eval_every", f"needs eval_every >= 0 (0: after the last step only) and "
-                              f"eval_batches >= 1, got {self.eval_every} and {self.eval_batches}")
+        if self.eval_every < 0:
+            raise ConfigError("train.eval_every", f"must be >= 0 (0: after the last step only), got {self.eval_every}")
+        if self.eval_batches < 1:
+            raise ConfigError("train.eval_batches", f"must be >= 1, got {self.eval_batches}")
         if self.steps < 1:
             raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
         if self.micro_batch < 1:

@@ -56,6 +56,10 @@ def format_summary(s: dict[str, Any]) -> str:
             ("steps", f"{s['start_step']} -> {s['start_step'] + s['steps_run']}")]
     if s["first_loss"] is not None:
         rows.append(("loss first -> last", f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}"))
+    last_eval = (s.get("evals") or [None])[-1]  # trainkit/validation.py
+    if last_eval is not None:
+        ema = f", EMA weights {last_eval['val_loss_ema']:.4f}" if "val_loss_ema" in last_eval else ""
+        rows.append((f"validation loss (after step {last_eval['step']})", f"{last_eval['val_loss']:.4f}{ema}"))
     if st:
         rows += [(f"steady state (from step {st['from_step']}, median of {st['intervals']})", ""),
                  ("  step time", f"{st['step_time_s'] * 1e3:.0f} ms"),

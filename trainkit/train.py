@@ -97,6 +97,8 @@ def run(cfg: RunConfig) -> RunResult:
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.shards)
+    if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
+        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)
     fam = family(cfg.model.family)
     with torch.device("meta"):
@@ -135,8 +137,6 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=split.train)
-    if cfg.train.eval_every and not split.val:
-        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
                      image_dtype=compute_dtype(cfg.parallel)) if split.val else None
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --

@@ -294,13 +294,15 @@ def child(argv: list[str]) -> int:
     p.add_argument("config")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args(argv)
-    out_dir = next(s.partition("=")[2] for s in reversed(args.overrides) if s.startswith("output.dir="))
+    # run_trial always sets output.dir last; started by hand without one, errors are not recorded
+    out_dir = next((s.partition("=")[2] for s in reversed(args.overrides) if s.startswith("output.dir=")), None)
     try:
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0
     except BaseException as e:  # noqa: BLE001 - recorded, then reported as `trainkit run` would
-        _record(out_dir, e)
+        if out_dir:
+            _record(out_dir, e)
         if isinstance(e, USER_ERRORS):
             print(f"trainkit: {e}", file=sys.stderr)
             return 2
