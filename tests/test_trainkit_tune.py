@@ -137,3 +137,17 @@ def test_an_overlay_section_that_is_not_the_configs_is_refused(tmp_path):
     bad.write_text("[trian]\nmicro_batch = 4\n")
     with pytest.raises(Exception, match=f"{bad}: trian: unknown key 'trian'"):
         load_config(TINY, overlay=bad, required=False)
+
+
+def test_the_search_estimates_what_trainkit_inspect_says(tmp_path):
+    """tune builds the model once and estimates every setting from its counts; `trainkit inspect`
+    of the config with that setting's keys set must say the same."""
+    from trainkit.inspect import inspect_model
+    from trainkit.trials import toml_value
+
+    cfg = _cfg()
+    pool = candidates(cfg, Space(micro_batches=(3, 8), strides=(0, 2), groups=(1, 2)), 1)
+    for c in pool[::7]:
+        sets = [f"{k}={toml_value(v)}" for k, v in c.setting.overlay().items()]
+        peak = inspect_model(load_config(TINY, sets, required=False), world_size=1)["memory"]["peak_gib"]
+        assert c.peak(1.0) == pytest.approx(peak, abs=2e-6), c.setting.label()

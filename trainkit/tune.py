@@ -106,6 +106,7 @@ class Run:
     setting: Setting
     status: str  # "ok", "over_cap" (ran, peak above the cap), or the trial's failure status
     estimate_gib: float  # the calibrated estimate when it was started
+    inspect_gib: float  # `trainkit inspect`'s estimate (uncalibrated): beside the peak, for memory.md
     predicted: float
     samples_per_s: float | None = None
     peak_gib: float | None = None
@@ -249,7 +250,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
                       overlay=pick.setting.overlay(), nproc=world_size,
                       timeout_s=max(1.0, min(trial_timeout_s, deadline - time.monotonic())))
         run = Run(setting=pick.setting, status="", estimate_gib=round(pick.peak(scale()), 6),
-                  predicted=round(pick.speed, 4), out_dir=str(trial.out_dir))
+                  inspect_gib=round(pick.peak(1.0), 6), predicted=round(pick.speed, 4), out_dir=str(trial.out_dir))
         result = runner(trial)
         run.wall_s, run.status = round(result.wall_s, 1), result.status
         run.error = None if result.error is None else f"{result.error.type}: {result.error.message}"
