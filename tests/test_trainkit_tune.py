@@ -1,4 +1,4 @@
-"""`trainkit tune` (trainkit/tune.py) on tiny presets.
+"""`trainkit tune` (trainkit/tune.py, tune_report.py) on tiny presets.
 
 Oracles: a fake GPU whose peak for each setting the test defines (1.3x the estimate's
 micro-batch part, as a model that under-counts activations), so "over the cap" is known without
@@ -18,7 +18,8 @@ from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
 from trainkit.config import load_config
 from trainkit.trials import Trial, TrialError, TrialResult
-from trainkit.tune import Space, base_setting, candidates, search, write_outputs
+from trainkit.tune import Space, base_setting, candidates, search
+from trainkit.tune_report import write_outputs
 from trainkit_harness import TINY
 
 pytestmark = pytest.mark.timeout(180)
