@@ -10,8 +10,8 @@ The average is kept where the optimiser keeps the master weights: on each parame
 fp32 storage (an FSDP2 DTensor's local shard, or the plain tensor without FSDP), one
 `_foreach_lerp_` per step, ema += (1 - d)(w - ema), so it costs one fp32 copy of this rank's shard
 and no communication (at Pi0.5 `full` on one GPU: 13.4 GB, and by an estimate, not a measurement,
-about 10 ms a step: three passes over 13.4 GB of HBM at ~4 TB/s). openpi's JAX trainer keeps one (decay 0.99); its absence in the PyTorch ports
-is a suspect for their quality gap (openpi #989). Frozen parameters never change and are not averaged.
+about 10 ms a step: three passes over 13.4 GB of HBM at ~4 TB/s). openpi's JAX trainer keeps one
+(decay 0.99); its absence in the PyTorch ports is a suspect for their quality gap (openpi #989). Frozen parameters never change and are not averaged.
 `swapped_in` exchanges the weights one parameter at a time, so it needs one parameter's worth of
 extra memory, not a second model.
 """

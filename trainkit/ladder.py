@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainkit.config import RunConfig, load_config
+from trainkit.config import ModelConfig, RunConfig, load_config
 from trainkit.errors import ConfigError, LaunchError
 from trainkit.models.errors import ModelConfigError
 from trainkit.trials import Trial, TrialError, TrialResult, run_trial
@@ -196,21 +196,39 @@ def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: 
     if rung.needs_cuda and not cuda:
         return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
                           f"is False)", sets
-    over = [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in {**applied, **sets}.items())]
+    missing = [k for k in sets if not _trainkit_has(k)]
+    if missing:
+        return "skipped", f"trainkit has no {missing[0]} (yet): the rung runs once the key exists", sets
     before = load_config(spec.config, [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in applied.items())])
     try:
-        after = load_config(spec.config, over)
+        after = load_config(spec.config, [*spec.overrides,
+                                          *(f"{k}={toml_value(v)}" for k, v in {**applied, **sets}.items())])
         new = {k: _current(after, k) for k in sets}
-    except ConfigError as e:
-        if "unknown key" in e.problem:
-            return "skipped", f"trainkit has no {e.key} (yet): the rung runs once the key exists", sets
-        return "skipped", f"{e}", sets
+    except ConfigError as e:  # a value the key does not take
+        return "skipped", str(e), sets
     except (ModelConfigError, KeyError):
         keys = ", ".join(k for k in sets if k.startswith("model.")) or ", ".join(sets)
         return "skipped", f"family {before.model.family!r} has no {keys} (not a field of its config)", sets
     if all(_current(before, k) == v for k, v in new.items()):
-        return "skipped", f"already on in the baseline or a rung below ({', '.join(f'{k}={v!r}' for k, v in new.items())})", sets
+        now = ", ".join(f"{k}={v!r}" for k, v in new.items())
+        return "skipped", f"already on in the baseline or a rung below ({now})", sets
     return None, "", sets
+
+
+def _trainkit_has(key: str) -> bool:
+    """Whether RunConfig has the dotted `key` (a model.* key is the family's to have: see _current)."""
+    import dataclasses
+    import typing
+
+    cls: Any = RunConfig
+    for part in key.split("."):
+        if cls is ModelConfig:
+            return True
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            return False
+        cls = hints[part]
+    return True
 
 
 def measure(result: TrialResult, spec: LadderSpec, micro_batch: int) -> Measured:

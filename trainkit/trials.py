@@ -168,6 +168,9 @@ def run_trial(trial: Trial, *, replace: bool = False) -> TrialResult:
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             rc = None
+        except BaseException:  # the caller stopped (Ctrl-C): no rank of the trial is left running
+            _stop_group(proc)
+            raise
     wall = time.perf_counter() - t0
     error = _error(out, rc, trial.timeout_s)
     result = TrialResult(name=trial.name, status="ok" if error is None else error.kind, error=error, returncode=rc,
