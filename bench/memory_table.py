@@ -122,6 +122,11 @@ Remaining misses, all under 4%: one root FSDP unit measured 4.2 GiB more than th
 estimated 127.5 GiB for the one-GPU run that peaked at 102.3 (+25%). Two runs of the calls have no
 peak (stopped at their time limit while compiling: `coord_descent`, `autotune_gemm`).
 
+Not measured yet, so only the model speaks for them: recompute of some blocks (strides 2, 4: the
+runs have none or every block), `fsdp = "none"` and CUDA graphs, world sizes above 2, the tiny
+presets on a GPU. `trainkit tune` measures such settings: each row of its tune.json has the
+estimate beside the measured peak, ready to join the family's list.
+
 ## Adding a family's rows (dreamzero, gr00t)
 
 List the family's measured runs in its record (`MemoryCalibration(measured=(MemoryMeasurement(

@@ -1,6 +1,7 @@
 """The one training config: a dataclass tree loaded from TOML, dotted `--set` overrides.
 
     cfg = load_config("trainkit/configs/pi05_tiny.toml", ["train.steps=20", "parallel.group.vision_blocks=4"])
+    cfg = load_config("trainkit/configs/pi05_optimised.toml", overlay="best.toml")  # `trainkit tune`'s overlay
 
 Each section is a `@dataclass(kw_only=True)` with a comment per field and checks in
 `__post_init__` (datakit's `LoaderConfig` is the model). Loading is strict: an unknown section or
@@ -202,17 +203,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), *, required: bool = True) -> RunConfig:
-    """The config of TOML file `path` (None: defaults only) with `key=value` overrides applied;
-    `required=False` (inspect) accepts a config without data.shards / output.dir."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(str(path), "config file not found") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(str(path), f"not valid TOML ({e})") from None
+def load_config(path: str | Path | None, overrides: list[str] = (), *, required: bool = True,
+                overlay: str | Path | None = None) -> RunConfig:
+    """The config of TOML file `path` (None: defaults only), then the TOML file `overlay` on top
+    (`trainkit run CONFIG --overlay best.toml`, what `trainkit tune` writes), then `key=value`
+    overrides; `required=False` (inspect) accepts a config without data.shards / output.dir."""
+    raw: dict[str, Any] = _read_toml(path) if path is not None else {}
+    if overlay is not None:
+        _apply_overlay(raw, _read_toml(overlay), str(overlay))
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
@@ -222,6 +220,32 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, required:
     if missing:
         raise ConfigError(missing[0], f"required and not set (required: {', '.join(REQUIRED)})")
     return _build(RunConfig, raw, "")
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(path), "config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), f"not valid TOML ({e})") from None
+
+
+def _apply_overlay(raw: dict[str, Any], overlay: dict[str, Any], name: str) -> None:
+    """Put the overlay's keys into the raw tree, each replacing the config's value (a table such as
+    parallel.ac_stride as a whole). Its keys must be the config's: an unknown one is refused here,
+    naming the overlay file (model.* keys are the family config's, checked when the model is built)."""
+    sections = _hints(RunConfig)
+    for section, table in overlay.items():
+        if section not in sections:
+            raise ConfigError(f"{name}: {section}", _unknown(RunConfig, section))
+        if not isinstance(table, dict):
+            raise ConfigError(f"{name}: {section}", f"must be a table, got {table!r}")
+        known = _hints(sections[section])
+        for key, value in table.items():
+            if sections[section] is not ModelConfig and key not in known:
+                raise ConfigError(f"{name}: {section}.{key}", _unknown(sections[section], key))
+            raw.setdefault(section, {})[key] = value
 
 
 def _set(raw: dict[str, Any], key: str, text: str) -> None:

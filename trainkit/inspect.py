@@ -68,7 +68,8 @@ def gpu_memory() -> tuple[str, float]:
     return H200
 
 
-def _slots_max(cfg: Any, fam: Family, model_cfg: Any) -> int:
+def image_slots(cfg: Any, fam: Family, model_cfg: Any) -> int:
+    """The image slots a batch of this config can carry (the estimate's slot count)."""
     slots, most = list(getattr(cfg.data, "slots", []) or []), fam.max_slots(model_cfg)
     if not slots:
         return most
@@ -102,7 +103,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     parts = {name: sum(p.numel() for p in getattr(model, name).parameters()) for name in model.BLOCK_LISTS}
     parts["root"] = total - sum(parts.values())
-    slots_max = _slots_max(cfg, fam, model_cfg)
+    slots_max = image_slots(cfg, fam, model_cfg)
 
     mode = par.fsdp
     units, root = _units(model, mode, dict(par.group))
@@ -192,6 +193,8 @@ def format_report(report: dict[str, Any]) -> str:
                  + " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed))
     lines.append(f"  activations without recompute {_mem(m['activations_no_recompute_gib'])}, "
                  f"with recompute of every block {_mem(m['activations_full_recompute_gib'])}")
+    lines.append("  the allocated peak, calibrated on this family's measured GPU runs (bench/results/memory.md)"
+                 if m["calibrated"] else "  not calibrated: this family lists no measured GPU run (Family.memory)")
     if not m["fits"]:
         w = m["fits_from_world_size"]
         more = (f"at --world-size {w} it is {_mem(m['peak_gib_at_fits_from'])}" if w is not None else

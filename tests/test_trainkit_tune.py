@@ -1,0 +1,154 @@
+"""`trainkit tune` (trainkit/tune.py, tune_report.py) on tiny presets.
+
+Oracles: a fake GPU whose peak for each setting the test defines (1.3x the estimate's
+micro-batch part, as a model that under-counts activations), so "over the cap" is known without
+the code under test; injected failures; tomllib and `trainkit run` itself for the overlay. One test
+runs real trials (one process each, trainkit/trials.py) end to end on CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
+from trainkit.cli import main
+from trainkit.config import load_config
+from trainkit.trials import Trial, TrialError, TrialResult
+from trainkit.tune import Space, base_setting, candidates, search
+from trainkit.tune_report import write_outputs
+from trainkit_harness import TINY
+
+pytestmark = pytest.mark.timeout(180)
+
+TRUE_SCALE = 1.3  # the fake GPU keeps 1.3x what the estimate's micro-batch part says
+SPACE = Space(micro_batches=(1, 2, 4, 8, 16, 32, 64, 128), strides=(0, 1), groups=(1,), compile=(False,))
+
+
+def _cfg():
+    return load_config(TINY, ["data.shards=unused", "output.dir=unused"])
+
+
+class FakeGPU:
+    """A runner: every trial 'runs' at once; its peak is static + TRUE_SCALE x dynamic; trials
+    numbered in `fail` fail with that status instead."""
+
+    def __init__(self, cfg, fail: dict[int, str] | None = None):
+        self.truth = {c.setting: c.static_gib + TRUE_SCALE * c.dynamic_gib for c in candidates(cfg, SPACE, 1)}
+        self.fail, self.trials = fail or {}, []
+
+    def __call__(self, trial: Trial) -> TrialResult:
+        self.trials.append(trial)
+        setting = next(s for s in self.truth if s.overlay() == dict(trial.overlay))
+        status = self.fail.get(len(self.trials) - 1)
+        if status:
+            return TrialResult(name=trial.name, status=status, error=TrialError(kind=status, type="Injected",
+                               message=f"injected {status}"), returncode=1, pid=0, wall_s=0.1, out_dir=Path(trial.out_dir))
+        summary = {"steady": {"samples_per_s_gpu": 100.0 * setting.micro_batch / (setting.micro_batch + 4),
+                              "peak_mem_gib": self.truth[setting]}}
+        return TrialResult(name=trial.name, status="ok", error=None, returncode=0, pid=0, wall_s=0.1,
+                           out_dir=Path(trial.out_dir), summary=summary)
+
+    def run_settings(self):
+        return [next(s for s in self.truth if s.overlay() == dict(t.overlay)) for t in self.trials]
+
+
+def test_settings_over_the_cap_are_never_run(tmp_path):
+    cfg = _cfg()
+    gpu = FakeGPU(cfg)
+    cap = sorted(gpu.truth.values())[len(gpu.truth) // 2]  # half the space is truly over it
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, gpu_gib=2 * cap)
+    ran = gpu.run_settings()
+    assert len(ran) >= 3 and result.scale == pytest.approx(TRUE_SCALE, rel=1e-3)
+    # after the first (calibrating) run, every run fits the cap on the fake GPU
+    assert all(gpu.truth[s] <= cap for s in ran[1:]), [(s.label(), gpu.truth[s]) for s in ran]
+    over = [s for s, peak in gpu.truth.items() if peak > cap]
+    assert over and not set(over) & set(ran[1:]) and result.never_run_over_cap >= len(over) - 1
+    assert max(s.micro_batch for s in ran) < 128  # the largest micro-batch never fits
+
+
+def test_the_first_run_is_the_configs_own_setting_under_the_cap(tmp_path):
+    cfg = _cfg()  # pi05_tiny: micro-batch 4, ac_stride {vision 2, lm 1}, group {vision 2, lm 1}, eager
+    base = base_setting(cfg, ["vision_blocks", "lm_layers"])
+    gpu = FakeGPU(cfg)
+    at = {c.setting.micro_batch: c.peak(1.0) for c in candidates(cfg, SPACE, 1)
+          if dataclasses.replace(c.setting, micro_batch=4) == base}
+    cap = at[2]  # the estimate fits at micro-batch 2, not at the config's 4
+    assert at[4] > cap
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, base=base)
+    assert gpu.run_settings()[0] == dataclasses.replace(base, micro_batch=2) == result.reference
+
+
+def test_an_injected_failure_is_recorded_and_the_search_goes_on(tmp_path):
+    cfg = _cfg()
+    gpu = FakeGPU(cfg, fail={1: "oom", 2: "compile_error"})
+    cap = max(gpu.truth.values())  # everything fits the cap: only the OOM prunes
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, gpu_gib=cap)
+    statuses = [r.status for r in result.runs]
+    assert statuses[1:3] == ["oom", "compile_error"] and len(statuses) > 3 and statuses[3] == "ok"
+    assert result.runs[1].error == "Injected: injected oom"
+    # the OOM corrected the model: the setting is now estimated at the GPU's memory at least, and
+    # every later run was estimated under the cap with the corrected model when it started
+    oom = next(c for c in candidates(cfg, SPACE, 1) if c.setting == result.runs[1].setting)
+    assert oom.static_gib + TRUE_SCALE * oom.dynamic_gib < cap  # it would have fitted
+    assert oom.peak(result.scale) >= cap * (1 - 1e-6) and result.scale > TRUE_SCALE
+    assert all(r.estimate_gib <= cap for r in result.runs[2:])
+    assert result.best is not None and result.best.status == "ok"
+    write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1,
+                  base=base_setting(cfg, ["vision_blocks", "lm_layers"]))
+    doc = json.loads((tmp_path / "tune.json").read_text())
+    assert {r["status"] for r in doc["runs"]} >= {"ok", "oom", "compile_error"}
+    assert doc["best"]["samples_per_s"] == max(r.samples_per_s for r in result.runs if r.status == "ok")
+    best = tomllib.loads((tmp_path / "best.toml").read_text())
+    assert best["train"]["micro_batch"] == result.best.setting.micro_batch
+    assert best["parallel"]["ac_stride"] == dict(result.best.setting.ac_stride)
+
+
+def test_tune_end_to_end_writes_an_overlay_that_trainkit_run_accepts(shards_rgb, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "tune"
+    data = [f"data.shards={shards_rgb}", "data.num_workers=0"]
+    code = main(["tune", str(TINY), "--memory-cap", "1", "--budget-min", "0.4", "--out", str(out), "--steps", "3",
+                 "--micro-batches", "2", "--strides", "0,1", "--groups", "1", "--compile", "off",
+                 *[a for s in data for a in ("--set", s)]])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["best"]["status"] == "ok" and doc["best"]["samples_per_s"] > 0
+    assert "samples/s/GPU" in printed and "best.toml" in printed
+    overlay = out / "best.toml"
+    cfg = load_config(TINY, [*data, f"output.dir={tmp_path / 'r'}"], overlay=overlay)
+    assert cfg.train.micro_batch == doc["best"]["setting"]["train.micro_batch"]
+    assert cfg.parallel.ac_stride == doc["best"]["setting"]["parallel.ac_stride"]
+    run = [*data, f"output.dir={tmp_path / 'run'}", "train.steps=2", "output.progress=false"]
+    assert main(["run", str(TINY), "--overlay", str(overlay), *[a for s in run for a in ("--set", s)]]) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps_run"] == 2
+    capsys.readouterr()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(overlay.read_text() + "compil = true\n")  # a typo in the last section, [parallel]
+    assert main(["run", str(TINY), "--overlay", str(bad), *[a for s in run for a in ("--set", s)]]) == 2
+    err = capsys.readouterr().err
+    assert f"trainkit: {bad}: parallel.compil: unknown key 'compil'" in err, err
+
+
+def test_an_overlay_section_that_is_not_the_configs_is_refused(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[trian]\nmicro_batch = 4\n")
+    with pytest.raises(Exception, match=f"{bad}: trian: unknown key 'trian'"):
+        load_config(TINY, overlay=bad, required=False)
+
+
+def test_the_search_estimates_what_trainkit_inspect_says(tmp_path):
+    """tune builds the model once and estimates every setting from its counts; `trainkit inspect`
+    of the config with that setting's keys set must say the same."""
+    from trainkit.inspect import inspect_model
+    from trainkit.trials import toml_value
+
+    cfg = _cfg()
+    pool = candidates(cfg, Space(micro_batches=(3, 8), strides=(0, 2), groups=(1, 2)), 1)
+    for c in pool[::7]:
+        sets = [f"{k}={toml_value(v)}" for k, v in c.setting.overlay().items()]
+        peak = inspect_model(load_config(TINY, sets, required=False), world_size=1)["memory"]["peak_gib"]
+        assert c.peak(1.0) == pytest.approx(peak, abs=2e-6), c.setting.label()

@@ -1,0 +1,338 @@
+"""`trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M]`: the fastest settings under a
+memory cap, by short measured runs, each in its own process (trainkit/trials.py).
+
+1. Space: micro-batch x recompute stride per block list x FSDP grouping per block list (with
+   fsdp = "block") x compile on/off x CUDA graphs on/off (where parallel/cudagraphs.py allows
+   them with this fsdp mode). About 4,600 settings for pi05.
+2. Every setting gets inspect's memory estimate (trainkit/memory.py, on counts of one meta-device
+   build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
+   never run, nor one that only adds recompute to a setting that fits (`undominated`).
+3. The first run calibrates the estimate: the config's own setting, at the largest micro-batch up
+   to its own that the estimate fits under the cap (`reference`: what the hand-written config
+   does under this cap, the search's yardstick; without one, the best-predicted setting). Its
+   measured peak over the estimate's micro-batch part (`memory.dynamic_gib`) scales that part for
+   every later setting. Then the rest run best-first by predicted speed until the budget ends.
+   Each run's peak can only raise the scale (the largest ratio seen wins, so a cap is not crossed
+   by trusting a low one); an out-of-memory run raises it until that setting is estimated at the
+   GPU's memory, which prunes it and everything needing more. Compile errors, crashes and
+   time-outs are recorded; the search goes on.
+4. Output under --out (trainkit/tune_report.py): tune.json (every run, the counts pruned, the
+   scale), best.toml (an overlay for `trainkit run CONFIG.toml --overlay best.toml`, its measured
+   samples/s and peak beside it), one folder per run; the ranked table on the terminal.
+
+Why a sorted sweep and not Optuna: a 10-minute budget buys 5-8 runs of a full preset (each
+compiles and warms up for most of its minute). A sampler learns nothing in that many trials
+(Optuna's TPE starts with 10 random ones), while the memory model and the FLOP count already
+order the space, so measuring the best-predicted settings first is the whole search. Measured runs
+of the same micro-batch and recompute that differ only in grouping are taken after every other
+distinct one (grouping moves speed by <= 2%, bench/results/trainkit.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainkit.config import RunConfig
+from trainkit.errors import ConfigError, LaunchError
+from trainkit.inspect import DTYPE_BYTES, gpu_memory, image_slots
+from trainkit.memory import block_params, dynamic_gib, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.models import build_config, build_model, family
+from trainkit.parallel.cudagraphs import cuda_graph_mode
+from trainkit.trials import Trial, TrialResult, run_trial
+
+MICRO_BATCHES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 128)
+STRIDES = (0, 1, 2, 4)  # recompute every n-th block (0: none)
+GROUPS = (1, 2, 4)  # blocks per FSDP unit
+# Predicted speed, relative (only the order matters). Measured on pi05 full, 2 H200s
+# (bench/results/trainkit.md): a step costs about 6 samples' worth of fixed time (661 ms at
+# micro-batch 32, 800 at 40: 17.4 ms per sample + 105 ms), compile is 1.16x eager (49.93 vs
+# 43.15 samples/s), and recomputing every block made a step 1.227x longer (49.93 vs 40.69).
+STEP_OVERHEAD_SAMPLES = 6.0
+COMPILE_GAIN = 1.16
+RECOMPUTE_COST = 0.227  # added time per recomputed block, as a fraction of its share of the step
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the space."""
+
+    micro_batch: int
+    ac_stride: tuple[tuple[str, int], ...]  # (block list, stride) in BLOCK_LISTS order
+    group: tuple[tuple[str, int], ...]  # () unless fsdp = "block"
+    compile: bool
+    cuda_graphs: bool = False
+
+    def overlay(self) -> dict[str, Any]:
+        """Dotted config keys -> values: what a trial sets and best.toml holds."""
+        out: dict[str, Any] = {"train.micro_batch": self.micro_batch, "parallel.ac_stride": dict(self.ac_stride)}
+        if self.group:
+            out["parallel.group"] = dict(self.group)
+        return {**out, "parallel.compile": self.compile, "parallel.cuda_graphs": self.cuda_graphs}
+
+    def label(self) -> str:
+        parts = [f"mbs {self.micro_batch}", "ac " + " ".join(f"{k}={v}" for k, v in self.ac_stride)]
+        if self.group:
+            parts.append("group " + " ".join(f"{k}={v}" for k, v in self.group))
+        parts.append(("compile" if self.compile else "eager") + (" + graphs" if self.cuda_graphs else ""))
+        return ", ".join(parts)
+
+
+@dataclass
+class Candidate:
+    """A setting with what the models say of it (estimate parts from memory.estimate, GiB)."""
+
+    setting: Setting
+    static_gib: float  # does not scale with the micro-batch
+    dynamic_gib: float  # does; the measured runs correct it
+    speed: float  # predicted, relative
+    units: int  # FSDP units (fewer: fewer collectives, a tie-break)
+
+    def peak(self, scale: float) -> float:
+        return self.static_gib + scale * self.dynamic_gib
+
+
+@dataclass
+class Run:
+    """A measured run, as tune.json lists it."""
+
+    setting: Setting
+    status: str  # "ok", "over_cap" (ran, peak above the cap), or the trial's failure status
+    estimate_gib: float  # the calibrated estimate when it was started
+    inspect_gib: float  # `trainkit inspect`'s estimate (uncalibrated): beside the peak, for memory.md
+    predicted: float
+    samples_per_s: float | None = None
+    peak_gib: float | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+    out_dir: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {**d, "setting": self.setting.overlay(), "label": self.setting.label()}
+
+
+@dataclass
+class Space:
+    """The values tried per dimension (the config's own are always added)."""
+
+    micro_batches: tuple[int, ...] = MICRO_BATCHES
+    strides: tuple[int, ...] = STRIDES
+    groups: tuple[int, ...] = GROUPS
+    compile: tuple[bool, ...] = (False, True)
+
+
+@dataclass
+class TuneResult:
+    runs: list[Run]
+    scale: float  # the micro-batch part's correction after the last run (1.0: no peak measured)
+    calibrated: bool  # a run measured its peak (not on CPU)
+    settings: int  # in the space
+    never_run_over_cap: int  # settings never run because their estimate was above the cap
+    best: Run | None
+    reference: Setting | None = None  # the config's own setting under the cap, run first
+
+
+def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
+    """Every setting of the space with its memory estimate and predicted speed."""
+    par, fam = cfg.parallel, family(cfg.model.family)
+    model_cfg = build_config(cfg.model.family, cfg.model.preset, cfg.model.overrides)
+    with torch.device("meta"):
+        model = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    blocks = block_params(model)
+    table = fam.activations(model_cfg, image_slots(cfg, fam, model_cfg))
+    act_bytes = DTYPE_BYTES[par.param_dtype]
+    lists = list(model.BLOCK_LISTS)
+    # a block list's share of the step, by its share of the block parameters (pi05: vision 15%, LM
+    # 85%; by FLOPs 11% / 89%): close enough to order settings, and the same for any family
+    share = {n: sum(blocks[n]) / max(1, sum(sum(v) for v in blocks.values())) for n in lists}
+
+    micro = sorted(set(space.micro_batches) | {cfg.train.micro_batch})
+    if cfg.train.global_batch:  # the optimiser's batch stays; micro-batches must divide it
+        micro = [b for b in micro if cfg.train.global_batch % (b * world_size) == 0]
+    stride_sets = itertools.product(*[sorted(set(space.strides) | {par.ac_stride.get(n, 0)}) for n in lists])
+    strides = [tuple(zip(lists, s)) for s in stride_sets]
+    groups = [()] if par.fsdp != "block" else [
+        tuple(zip(lists, g)) for g in itertools.product(*[sorted(set(space.groups) | {par.group.get(n, 1)})
+                                                          for n in lists])]
+    try:
+        graphs = [False, True] if cuda_graph_mode(True, par.fsdp) else [False]
+    except ConfigError:  # not with this fsdp mode
+        graphs = [False]
+    out = []
+    for b, s, g, c, cg in itertools.product(micro, strides, groups, space.compile, graphs):
+        if cg and not c:  # graphs compile the blocks anyway: the same run as compile + graphs
+            continue
+        setting = Setting(micro_batch=b, ac_stride=s, group=g, compile=c, cuda_graphs=cg)
+        units, root = unit_sizes(blocks, total, par.fsdp, dict(g))
+        recompute = recompute_map(blocks, dict(s))
+        accum = max(1, (cfg.train.global_batch or b * world_size) // (b * world_size))
+        parts = estimate(total=total, trainable=trainable,
+                         gathered=gathered_params(total, units, root, par.fsdp, par.reshard_after_forward, act_bytes),
+                         table=table, recompute=recompute, micro=b, world=world_size, sharded=par.fsdp != "none",
+                         act_bytes=act_bytes, compiled=c or cg, accum=accum, calib=fam.memory)
+        rerun = RECOMPUTE_COST * sum(share[n] * len(recompute[n]) / max(1, len(blocks[n])) for n in lists)
+        speed = b / (b + STEP_OVERHEAD_SAMPLES) / (1 + rerun) * (COMPILE_GAIN if c else 1.0)
+        dyn = dynamic_gib(parts)
+        out.append(Candidate(setting=setting, static_gib=parts["peak_gib"] - dyn, dynamic_gib=dyn, speed=speed,
+                             units=len(units) + (par.fsdp != "none")))
+    return out
+
+
+def _core(s: Setting) -> tuple:
+    """What distinguishes runs beyond grouping."""
+    return s.micro_batch, s.ac_stride, s.compile, s.cuda_graphs
+
+
+def _but_recompute(s: Setting) -> tuple:
+    """What is left of a setting without its recompute strides."""
+    return s.micro_batch, s.group, s.compile, s.cuda_graphs
+
+
+def undominated(fits: list[Candidate]) -> list[Candidate]:
+    """Per setting-but-recompute, only the least recompute that fits (the fastest predicted): more
+    recompute at the same micro-batch only costs time."""
+    best: dict[tuple, Candidate] = {}
+    for c in fits:
+        key = _but_recompute(c.setting)
+        if key not in best or c.speed > best[key].speed:
+            best[key] = c
+    return list(best.values())
+
+
+def reference(pool: list[Candidate], base: Setting, cap_gib: float) -> Candidate | None:
+    """The config's own setting under the cap: its micro-batch, or the largest below it whose
+    (uncalibrated) estimate fits; None if none does."""
+    same = [c for c in pool if dataclasses.replace(c.setting, micro_batch=base.micro_batch) == base
+            and c.setting.micro_batch <= base.micro_batch and c.peak(1.0) <= cap_gib]
+    return max(same, key=lambda c: c.setting.micro_batch, default=None)
+
+
+def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s: float, out: Path,
+           overrides: tuple[str, ...] = (), world_size: int = 1, steps: int = 12, log_every: int = 3,
+           trial_timeout_s: float = 300.0, space: Space | None = None, gpu_gib: float | None = None,
+           base: Setting | None = None, runner: Callable[[Trial], TrialResult] = run_trial) -> TuneResult:
+    """Run the search (module docstring); with `base` (the config's own setting) the first run is
+    `reference(...)`, so the table compares the search with the hand-written config under the same
+    cap; `runner` runs one trial (tests pass their own)."""
+    pool = candidates(cfg, space or Space(), world_size)
+    first = None if base is None else reference(pool, base, cap_gib)
+    gpu_gib = gpu_gib or gpu_memory()[1]
+    ratios: list[float] = []  # measured micro-batch part / estimated, per run with a peak
+    floor = 0.0  # what out-of-memory runs say the scale is at least
+    runs: list[Run] = []
+    seen: dict[tuple, int] = {}  # runs per core (settings equal up to grouping)
+
+    def scale() -> float:
+        return max(max(ratios, default=1.0), floor)
+
+    deadline = time.monotonic() + budget_s
+    pending = list(pool)
+    while pending and deadline - time.monotonic() > 1:
+        fits = undominated([c for c in pending if c.peak(scale()) <= cap_gib])
+        if not fits:
+            break
+        pick = first if first is not None and not runs else \
+            min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(scale())))
+        pending.remove(pick)
+        trial = Trial(config=config_path, out_dir=out / "runs" / f"{len(runs):02d}", name=pick.setting.label(),
+                      overrides=(*overrides, f"train.steps={steps}", f"output.log_every={log_every}",
+                                 "output.resume=false", "output.checkpoint_every=0", "output.profile_steps=0"),
+                      overlay=pick.setting.overlay(), nproc=world_size,
+                      timeout_s=max(1.0, min(trial_timeout_s, deadline - time.monotonic())))
+        run = Run(setting=pick.setting, status="", estimate_gib=round(pick.peak(scale()), 6),
+                  inspect_gib=round(pick.peak(1.0), 6), predicted=round(pick.speed, 4), out_dir=str(trial.out_dir))
+        result = runner(trial)
+        run.wall_s, run.status = round(result.wall_s, 1), result.status
+        run.error = None if result.error is None else f"{result.error.type}: {result.error.message}"
+        # a ratio below 1/4 would mean a peak under the weights and states: not a measurement to trust
+        if result.ok:
+            run.samples_per_s, run.peak_gib = result.metric("steady.samples_per_s_gpu"), result.metric("steady.peak_mem_gib")
+            if run.peak_gib is not None:  # off CUDA no peak: the estimate stays uncalibrated
+                ratios.append(max(0.25, (run.peak_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12)))
+                if run.peak_gib > cap_gib:
+                    run.status = "over_cap"
+        elif result.status == "oom":  # it needed more than the GPU has: estimate it there at least
+            floor = max(floor, (gpu_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12))
+        seen[_core(pick.setting)] = seen.get(_core(pick.setting), 0) + 1
+        runs.append(run)
+        if run.status in ("ok", "over_cap"):  # measured: more recompute at this point is never needed
+            pending = [c for c in pending if _but_recompute(c.setting) != _but_recompute(pick.setting)
+                       or c.speed > pick.speed]
+    ran = {r.setting for r in runs}
+    never = sum(1 for c in pool if c.setting not in ran and c.peak(scale()) > cap_gib)
+    ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None]
+    best = max(ok, key=lambda r: r.samples_per_s, default=None)
+    return TuneResult(runs=runs, scale=scale(), calibrated=bool(ratios), settings=len(pool),
+                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting)
+
+
+def base_setting(cfg: RunConfig, lists: list[str]) -> Setting:
+    """The config's own point of the space."""
+    par = cfg.parallel
+    return Setting(micro_batch=cfg.train.micro_batch, ac_stride=tuple((n, par.ac_stride.get(n, 0)) for n in lists),
+                   group=tuple((n, par.group.get(n, 1)) for n in lists) if par.fsdp == "block" else (),
+                   compile=par.compile or par.cuda_graphs, cuda_graphs=par.cuda_graphs)
+
+
+def prepare_out(out: Path) -> None:
+    """The output folder: new or empty, so no run of an older search is read as this one's."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise LaunchError(f"--out {out}: exists and is not an empty folder; remove it or name another")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _ints(flag: str, text: str | None, default: tuple[int, ...], low: int) -> tuple[int, ...]:
+    if text is None:
+        return default
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < low:
+        raise LaunchError(f"{flag}: a comma list of integers >= {low}, got {text!r}")
+    return values
+
+
+def main(args: Any) -> int:
+    """`trainkit tune` (the parser is trainkit/cli.py's): search, print the table, write the files."""
+    from trainkit.config import load_config
+    from trainkit.tune_report import write_outputs
+
+    for flag, v in (("--memory-cap", args.memory_cap), ("--budget-min", args.budget_min),
+                    ("--trial-timeout-s", args.trial_timeout_s)):
+        if not v > 0:
+            raise LaunchError(f"{flag}: must be > 0, got {v:g}")
+    if args.nproc < 1 or args.steps < 2:
+        raise LaunchError(f"--nproc must be >= 1 and --steps >= 2, got {args.nproc} and {args.steps}")
+    space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
+                  strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
+                  compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
+    cfg = load_config(args.config, args.overrides)
+    out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
+    prepare_out(out)
+    command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",
+                                          f"--budget-min {args.budget_min:g}", *(f"--set {o}" for o in args.overrides)])
+    base = base_setting(cfg, list(family(cfg.model.family).model.BLOCK_LISTS))
+    result = search(cfg, args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
+                    overrides=tuple(args.overrides), world_size=args.nproc, steps=args.steps,
+                    log_every=max(1, args.steps // 4), trial_timeout_s=args.trial_timeout_s, space=space,
+                    gpu_gib=args.gpu_memory_gib, base=base)
+    print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
+                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
+    if result.best is None:
+        print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
+        return 1
+    print(f"best: {result.best.setting.label()}: {result.best.samples_per_s:.2f} samples/s per GPU -> "
+          f"{out / 'best.toml'}\n  trainkit run {args.config} --overlay {out / 'best.toml'}")
+    return 0
+
+
