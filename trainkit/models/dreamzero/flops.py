@@ -61,14 +61,14 @@ def flops_per_sample(cfg: DreamZeroConfig, n_slots: int = 3) -> float:
 
 def activations(cfg: DreamZeroConfig, n_slots: int = 3) -> Activations:
     """Saved-for-backward elements of ONE sample, eager: per block the set kept without recompute,
-    and its input (all a recomputed block keeps). Per token of a block: the gathered modulation
-    (6 x dim), norm1 input/output and the modulated input (3), q, k, v and their normed q, k (5),
+    and its input (all a recomputed block keeps). Per token of a block: norm1 input/output and the
+    modulated input (3), q, k, v and their normed q, k (5),
     attention output, o output (2), cross-attention's norm, q and normed q, output (4), norm2
     output, modulated input (2), the MLP's up output and GELU output (2 x ffn), down output (1):
-    23 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token).
+    17 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token).
     Outside the blocks: the video (the frozen stand-ins' input) and the clean/noisy latent tokens."""
     d, t, c = cfg.dim, Layout.of(cfg).total, cfg.context_tokens
-    block = (t * (23 * d + 2 * cfg.ffn) + 3 * c * d, t * d)
+    block = (t * (17 * d + 2 * cfg.ffn) + 3 * c * d, t * d)
     h, w = cfg.canvas
     video = cfg.frames * 3 * h * w
     root = video + (2 * cfg.latent_frames - 1) * cfg.tokens_per_frame * (cfg.patch_channels + d)

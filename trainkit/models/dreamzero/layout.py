@@ -93,10 +93,6 @@ class Layout:
         """(query, key) pairs the pattern computes: what the FLOP count counts."""
         return sum((q1 - q0) * sum(k1 - k0 for k0, k1 in keys) for (q0, q1), keys in self.calls)
 
-    def segments(self) -> list[int]:
-        """Flow-time segment of each token: 0 for clean tokens (time 0), i for block i's noisy part."""
-        return [0] * self.clean + [i for i in range(1, self.blocks + 1) for _ in range(self.noisy_block)]
-
     def token_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(block, noisy) per token, as int64 / bool tensors (FlexAttention's mask reads them)."""
         block = [0] * self.block0 + [i for i in range(1, self.blocks + 1) for _ in range(self.clean_block)]

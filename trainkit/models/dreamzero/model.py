@@ -105,9 +105,20 @@ class ImageStandIn(nn.Module):
         return torch.cat([self.cls.expand(b, -1, -1).to(x.dtype), x], dim=1)
 
 
+def per_segment(y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor | None, clean: int) -> torch.Tensor:
+    """y * scale (+ shift) with one (scale, shift) per flow-time segment: (B, segments, dim) each,
+    segment 0 for the first `clean` tokens, segment i for the i-th equal part of the rest. Done
+    as broadcasts over the two views (no per-token copy of the modulation)."""
+    head, rest = y[:, :clean] * scale[:, :1], y[:, clean:].unflatten(1, (scale.shape[1] - 1, -1)) * scale[:, 1:, None]
+    if shift is not None:
+        head, rest = head + shift[:, :1], rest + shift[:, 1:, None]
+    return torch.cat([head, rest.flatten(1, 2)], dim=1)
+
+
 class WanBlock(nn.Module):
     """One DiT block: modulated self-attention (qk RMSNorm, block-causal), cross-attention to the
-    context, modulated GELU MLP; `mod` (B, T, 6, dim) is the per-token time modulation."""
+    context, modulated GELU MLP; `time_mod` (B, segments, 6, dim) is the time modulation of each
+    flow-time segment (clean, then one per action block)."""
 
     def __init__(self, cfg: DreamZeroConfig, layout: Layout):
         super().__init__()
@@ -123,26 +134,25 @@ class WanBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
         self.up, self.down = nn.Linear(d, cfg.ffn), nn.Linear(cfg.ffn, d)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, time_mod: torch.Tensor,
-                segments: torch.Tensor) -> torch.Tensor:
-        """x (B, T, dim), context (B, C, dim), time_mod (B, segments, 6, dim), segments (T,) int64."""
+    def forward(self, x: torch.Tensor, context: torch.Tensor, time_mod: torch.Tensor) -> torch.Tensor:
+        """x (B, T, dim), context (B, C, dim), time_mod (B, segments, 6, dim)."""
         b, t, d = x.shape
-        h = self.heads
-        mod = (self.modulation + time_mod).index_select(1, segments).to(x.dtype)  # (B, T, 6, dim)
+        h, clean = self.heads, self.layout.clean
+        mod = (self.modulation + time_mod).to(x.dtype)  # (B, segments, 6, dim)
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mod.unbind(2)
-        y = self.norm1(x) * (1 + scale_a) + shift_a
+        y = per_segment(self.norm1(x), 1 + scale_a, shift_a, clean)
         q, k, v = self.qkv(y).chunk(3, dim=-1)
         q, k = self.norm_q(q), self.norm_k(k)
         a = block_causal_attention(q.view(b, t, h, -1), k.view(b, t, h, -1), v.view(b, t, h, -1), self.layout,
                                    self.kernel)
-        x = x + self.o(a) * gate_a
+        x = x + per_segment(self.o(a), gate_a, None, clean)
         cq = self.norm_cq(self.cross_q(self.norm_x(x))).view(b, t, h, -1).transpose(1, 2)
         ck, cv = self.cross_kv(context).chunk(2, dim=-1)
         ck = self.norm_ck(ck).view(b, -1, h, d // h).transpose(1, 2)
         a = F.scaled_dot_product_attention(cq, ck, cv.view(b, -1, h, d // h).transpose(1, 2))
         x = x + self.cross_o(a.transpose(1, 2).reshape(b, t, d))
-        y = self.norm2(x) * (1 + scale_m) + shift_m
-        return x + self.down(F.gelu(self.up(y), approximate="tanh")) * gate_m
+        y = per_segment(self.norm2(x), 1 + scale_m, shift_m, clean)
+        return x + per_segment(self.down(F.gelu(self.up(y), approximate="tanh")), gate_m, None, clean)
 
 
 class DreamZero(nn.Module):
@@ -177,7 +187,6 @@ class DreamZero(nn.Module):
         self.head_norm = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
         self.head = nn.Linear(d, cfg.patch_channels)
         self.action_out = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, cfg.action_dim))
-        self._segments: dict[torch.device, torch.Tensor] = {}
         self.init_weights()
 
     @torch.no_grad()
@@ -208,12 +217,6 @@ class DreamZero(nn.Module):
         nn.init.normal_(self.head_modulation, std=d ** -0.5)
         for p in (self.pos_frame, self.pos_space, self.pos_action, self.pos_state, self.image_encoder[0].cls):
             nn.init.normal_(p, std=0.02)
-
-    def segments(self, device: torch.device) -> torch.Tensor:
-        """Flow-time segment per token (layout.segments), cached per device (a constant of the shapes)."""
-        if device not in self._segments:
-            self._segments[device] = torch.tensor(self.layout.segments(), dtype=torch.int64, device=device)
-        return self._segments[device]
 
     def video_tokens(self, video: torch.Tensor) -> torch.Tensor:
         """(B, F, 3, H, W) -> latent patch tokens (B, latent frames, tokens_per_frame, patch_channels)."""
@@ -249,9 +252,8 @@ class DreamZero(nn.Module):
         seg_time = torch.cat([torch.zeros_like(batch.time[:, :1]), batch.time], dim=1).float()  # (B, n + 1)
         e = self.time_embed(time_features(seg_time, cfg.freq_dim).to(dtype))  # (B, n + 1, dim)
         time_mod = self.time_proj(F.silu(e)).unflatten(-1, (6, cfg.dim))  # (B, n + 1, 6, dim)
-        segments = self.segments(x.device)
         for block in self.blocks:
-            x = block(x, context, time_mod, segments)
+            x = block(x, context, time_mod)
 
         out = x[:, lay.clean:].view(b, n, lay.noisy_block, -1)
         shift, scale = (self.head_modulation + e[:, 1:, None]).unsqueeze(2).unbind(3)  # (B, n, 1, dim) each
