@@ -113,11 +113,16 @@ def inspect_14b(cpu: bool) -> dict:
     return out
 
 
-def cuda_time(fn, warmup: int = 3, iters: int = 10) -> float:
-    """Mean ms of fn() over `iters` after `warmup`, by CUDA events."""
+def timed(fn, device: str, warmup: int = 3, iters: int = 10) -> float:
+    """Mean ms of fn() over `iters` after `warmup`: CUDA events on the GPU, the wall clock on the CPU."""
     import torch
     for _ in range(warmup):
         fn()
+    if device != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(iters):
@@ -127,20 +132,21 @@ def cuda_time(fn, warmup: int = 3, iters: int = 10) -> float:
     return start.elapsed_time(end) / iters
 
 
-def attention_kernels(batch: int) -> dict:
-    """fwd+bwd of the block-causal self-attention at the 5b shapes, each kernel, against full attention."""
+def attention_kernels(batch: int, preset: str = "5b", device: str = "cuda") -> dict:
+    """fwd+bwd of the block-causal self-attention at the preset's shapes, each kernel, against full
+    attention (the CPU dry run: tiny, without the CUDA-only backends)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from trainkit.models.dreamzero import PRESETS, Layout
     from trainkit.models.dreamzero.attention import block_causal_attention
 
-    cfg = PRESETS["5b"]()
+    cfg = PRESETS[preset]()
     lay = Layout.of(cfg)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(batch, lay.total, cfg.heads, cfg.head_dim, device="cuda", dtype=torch.bfloat16,
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(batch, lay.total, cfg.heads, cfg.head_dim, device=device, dtype=torch.bfloat16,
                            generator=g).requires_grad_(True) for _ in range(3))
-    grad = torch.randn(batch, lay.total, cfg.dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    grad = torch.randn(batch, lay.total, cfg.dim, device=device, dtype=torch.bfloat16, generator=g)
     ref = block_causal_attention(q.float(), k.float(), v.float(), lay, "dense")
     flop = 3 * 4 * batch * lay.attended_pairs * cfg.dim  # fwd + bwd of the block-causal work
     out = {"batch": batch, "tokens": lay.total, "pairs_fraction": round(lay.attended_pairs / lay.total ** 2, 4)}
@@ -148,6 +154,8 @@ def attention_kernels(batch: int) -> dict:
              "blocks_cudnn": ("blocks", SDPBackend.CUDNN_ATTENTION),
              "blocks_efficient": ("blocks", SDPBackend.EFFICIENT_ATTENTION), "flex": ("flex", None),
              "dense_mask": ("dense", None), "full_no_mask": ("full", None)}
+    if device != "cuda":
+        cases = {k_: c for k_, c in cases.items() if k_ in ("blocks_default", "dense_mask", "full_no_mask")}
     for name, (kernel, backend) in cases.items():
         def step():
             if kernel == "full":
@@ -159,8 +167,8 @@ def attention_kernels(batch: int) -> dict:
             return o
         try:
             with sdpa_kernel(backend) if backend is not None else _null():
-                ms = cuda_time(step)
-                err = None if kernel == "full" else float((step().float() - ref).abs().max())
+                ms = timed(step, device)
+                err = None if kernel == "full" else float((step().detach().float() - ref).abs().max())
             out[name] = {"fwd_bwd_ms": round(ms, 3), "block_causal_tflops": round(flop / ms / 1e9, 1), "max_abs_err": err}
         except Exception as e:  # noqa: BLE001 - a kernel that does not run here is a result too
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
@@ -177,28 +185,30 @@ class _null:
         return False
 
 
-def block_14b() -> dict:
-    """Forward + backward of one 14b DiT block over one sample (15,060 tokens), bf16, eager."""
+def block_timing(preset: str = "14b", device: str = "cuda") -> dict:
+    """Forward + backward of one DiT block of `preset` over one sample (14b: 15,060 tokens), bf16, eager."""
     import torch
     from trainkit.models.dreamzero import PRESETS, Layout
     from trainkit.models.dreamzero.flops import block_forward
     from trainkit.models.dreamzero.model import WanBlock
 
-    cfg = PRESETS["14b"]()
+    cfg = PRESETS[preset]()
     lay = Layout.of(cfg)
     torch.manual_seed(0)
-    block = WanBlock(cfg, lay).to("cuda", torch.bfloat16)
+    block = WanBlock(cfg, lay).to(device, torch.bfloat16)
     for name, p in block.named_parameters():
         torch.nn.init.normal_(p, std=0.02 if p.dim() > 1 else 1.0) if "norm" not in name else torch.nn.init.ones_(p)
-    x = torch.randn(1, lay.total, cfg.dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    ctx = torch.randn(1, cfg.context_tokens, cfg.dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    mod = (0.1 * torch.randn(1, cfg.blocks + 1, 6, cfg.dim, device="cuda", dtype=torch.bfloat16)).requires_grad_(True)
-    torch.cuda.reset_peak_memory_stats()
-    ms = cuda_time(lambda: block(x, ctx, mod).sum().backward(), warmup=2, iters=5)
+    x = torch.randn(1, lay.total, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    ctx = torch.randn(1, cfg.context_tokens, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    mod = (0.1 * torch.randn(1, cfg.blocks + 1, 6, cfg.dim, device=device, dtype=torch.bfloat16)).requires_grad_(True)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    ms = timed(lambda: block(x, ctx, mod).sum().backward(), device, warmup=2, iters=5)
     flop = 3 * block_forward(cfg)
-    return {"tokens": lay.total, "params": sum(p.numel() for p in block.parameters()), "fwd_bwd_ms": round(ms, 2),
-            "tflops": round(flop / ms / 1e9, 1), "mfu": round(flop / ms / 1e-3 / 989e12, 4),
-            "flop_fwd_bwd": flop, "peak_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)}
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
+    return {"preset": preset, "tokens": lay.total, "params": sum(p.numel() for p in block.parameters()),
+            "fwd_bwd_ms": round(ms, 2), "tflops": round(flop / ms / 1e9, 3), "mfu": round(flop / ms / 1e-3 / 989e12, 4),
+            "flop_fwd_bwd": flop, "peak_gib": None if peak is None else round(peak, 2)}
 
 
 def main() -> None:
@@ -244,12 +254,13 @@ def main() -> None:
         res["probe"] = run_probe(PROBE_BEST, budget_end)
         dump()
     go("baseline", "dreamzero_5b_baseline.toml", [f"train.steps={args.baseline_steps}", "output.profile_steps=2"])
-    if not args.cpu and time.time() < budget_end - 30:
-        res["attention"] = attention_kernels(batch=4)
+    dev, preset = ("cpu", "tiny") if args.cpu else ("cuda", "5b")
+    if time.time() < budget_end - 30:
+        res["attention"] = attention_kernels(batch=4, preset=preset, device=dev)
         dump()
-    if not args.cpu and time.time() < budget_end - 20:
+    if time.time() < budget_end - 20:
         try:
-            res["block_14b"] = block_14b()
+            res["block_14b"] = block_timing("tiny" if args.cpu else "14b", dev)
         except Exception as e:  # noqa: BLE001 - recorded, the rest of the call goes on
             res["block_14b"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         dump()

@@ -41,12 +41,11 @@ def blocks_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: 
     """One SDPA per call of the pattern; (B, T, H, hd) out, in token order."""
     outs = []
     for (q0, q1), keys in layout.calls:
-        if len(keys) == 1:
-            (k0, k1), = keys
-            kk, vv = k[:, k0:k1], v[:, k0:k1]
-        else:
-            kk = torch.cat([k[:, k0:k1] for k0, k1 in keys], dim=1)
-            vv = torch.cat([v[:, k0:k1] for k0, k1 in keys], dim=1)
+        (k0, k1), rest = keys[0], keys[1:]
+        kk, vv = k[:, k0:k1], v[:, k0:k1]
+        if rest:  # a noisy part: the clean prefix before it, then itself
+            (r0, r1), = rest
+            kk, vv = torch.cat([kk, k[:, r0:r1]], dim=1), torch.cat([vv, v[:, r0:r1]], dim=1)
         o = F.scaled_dot_product_attention(q[:, q0:q1].transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2))
         outs.append(o.transpose(1, 2))
     return torch.cat(outs, dim=1)

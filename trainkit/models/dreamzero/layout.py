@@ -16,8 +16,7 @@ part, which the "blocks" kernel runs as one unmasked attention each.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -43,6 +42,17 @@ class Layout:
     blocks: int  # action blocks 1..n
     actions_per_block: int
     state_tokens: int
+    # the attention pattern, one call per part: clean 0..n, then noisy 1..n (computed once, at
+    # construction: a plain attribute, so torch.compile reads it without tracing a cache)
+    calls: tuple[Call, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        calls = [Call((0, self.block0), ((0, self.block0),))]
+        calls += [Call((self.clean_end(i - 1), self.clean_end(i)), ((0, self.clean_end(i)),))
+                  for i in range(1, self.blocks + 1)]
+        calls += [Call(self.noisy_span(i), ((0, self.clean_end(i - 1)), self.noisy_span(i)))
+                  for i in range(1, self.blocks + 1)]
+        object.__setattr__(self, "calls", tuple(calls))
 
     @classmethod
     def of(cls, cfg: DreamZeroConfig) -> Layout:
@@ -77,16 +87,6 @@ class Layout:
     def noisy_span(self, i: int) -> Span:
         start = self.clean + (i - 1) * self.noisy_block
         return start, start + self.noisy_block
-
-    @cached_property
-    def calls(self) -> tuple[Call, ...]:
-        """The attention pattern as one call per part: clean 0..n, then noisy 1..n."""
-        out = [Call((0, self.block0), ((0, self.block0),))]
-        out += [Call((self.clean_end(i - 1), self.clean_end(i)), ((0, self.clean_end(i)),))
-                for i in range(1, self.blocks + 1)]
-        out += [Call(self.noisy_span(i), ((0, self.clean_end(i - 1)), self.noisy_span(i)))
-                for i in range(1, self.blocks + 1)]
-        return tuple(out)
 
     @property
     def attended_pairs(self) -> int:
