@@ -159,7 +159,7 @@ def runs(shards_3cam, tmp_path_factory):  # noqa: F811
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        out = {"baseline": run(cfg("baseline", *BASELINE)), "optimised": run(cfg("optimised", *OPTIMISED))}
+        out = {"baseline": run(cfg("baseline", *BASELINE, "train.steps=20")), "optimised": run(cfg("optimised", *OPTIMISED))}
         out["first"] = run(cfg("resumed", *OPTIMISED, "train.steps=12", "output.checkpoint_every=12"))
         out["second"] = run(cfg("resumed", *OPTIMISED))
     finally:
@@ -188,3 +188,26 @@ def test_resume_gives_the_losses_of_the_unbroken_run(runs):
     assert second.start_step == 12
     assert [first.losses[s] for s in range(12)] == [unbroken.losses[s] for s in range(12)]
     assert [second.losses[s] for s in range(12, STEPS)] == [unbroken.losses[s] for s in range(12, STEPS)]
+
+
+def test_configs_and_inspect_of_the_5b_and_14b_presets():
+    """The shipped 5b configs are what their comments say, and `trainkit inspect` reports 14b at 1,
+    2 and 8 GPUs: 16 bytes of fp32 weights, gradients and AdamW state per trainable parameter, sharded
+    (about 214 GiB at one GPU, so it cannot train there; micro-batch 1, every block recomputed)."""
+    from trainkit.inspect import inspect_model
+
+    base = inspect_model(load_config(CONFIGS / "dreamzero_5b_baseline.toml", required=False))
+    opt = inspect_model(load_config(CONFIGS / "dreamzero_5b_optimised.toml", required=False))
+    assert base["micro_batch"] == 1 and base["fsdp"]["units"] == 1 and len(base["recompute"]["blocks"]) == 30
+    assert opt["fsdp"]["block_units"] == 3 + 30 and opt["recompute"]["blocks"] == []
+    assert base["flops_per_sample"]["3"] == opt["flops_per_sample"]["3"] == flops_per_sample(PRESETS["5b"]())
+    sets = ["model.preset=14b", "train.micro_batch=1", "parallel.ac_stride={blocks = 1}"]
+    reports = {w: inspect_model(load_config(CONFIGS / "dreamzero_5b_optimised.toml", sets, required=False), world_size=w)
+               for w in (1, 2, 8)}
+    trainable = reports[1]["params"]["trainable"]
+    assert 14.0e9 < trainable < 14.5e9
+    for w, r in reports.items():
+        m = r["memory"]
+        assert m["grads_gib"] + m["optimizer_gib"] == pytest.approx(12 * trainable / w / 2 ** 30, rel=1e-4)
+    assert not reports[1]["memory"]["fits"] and reports[2]["memory"]["fits"] and reports[8]["memory"]["fits"]
+    assert reports[1]["memory"]["fits_from_world_size"] == 2
