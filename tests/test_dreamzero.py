@@ -64,6 +64,10 @@ def test_block_causal_pattern_equals_the_reference_mask(preset):
         covered[q0:q1] += 1
         assert all(a[1] <= b[0] for a, b in zip(keys, keys[1:]))
     assert bool((covered == 1).all())
+    # FlexAttention's mask function, evaluated on every (query, key) pair
+    from trainkit.models.dreamzero.attention import flex_mask_mod
+    idx = torch.arange(lay.total)
+    assert torch.equal(flex_mask_mod(lay, "cpu")(0, 0, idx[:, None], idx[None, :]), dense)
 
 
 def naive_attention(q, k, v, mask):

@@ -60,10 +60,8 @@ def _dense_mask(layout: Layout, device: str) -> torch.Tensor:
     return layout.dense_mask().to(device)
 
 
-@lru_cache(maxsize=8)
-def _block_mask(layout: Layout, device: str):
-    from torch.nn.attention.flex_attention import create_block_mask
-
+def flex_mask_mod(layout: Layout, device: str):
+    """FlexAttention's mask_mod(b, h, q, k) -> bool of the pattern, from each token's block and part."""
     block, noisy = (x.to(device) for x in layout.token_blocks())
 
     def allowed(b, h, qi, ki):
@@ -72,7 +70,14 @@ def _block_mask(layout: Layout, device: str):
         noisy_q = qn & ((~kn & (kb < qb)) | (kn & (kb == qb)))
         return clean_q | noisy_q
 
-    return create_block_mask(allowed, None, None, layout.total, layout.total, device=device)
+    return allowed
+
+
+@lru_cache(maxsize=8)
+def _block_mask(layout: Layout, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(flex_mask_mod(layout, device), None, None, layout.total, layout.total, device=device)
 
 
 @lru_cache(maxsize=1)
