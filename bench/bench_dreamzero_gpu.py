@@ -229,7 +229,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-           "torch": torch.__version__, "variants": []}
+           "torch": torch.__version__, "variants": [],
+           "dev_shm_gib": round(shutil.disk_usage("/dev/shm").total / 2 ** 30, 1) if Path("/dev/shm").exists() else None}
     dump = lambda: (args.out / "dreamzero_gpu.json").write_text(json.dumps(res, indent=1) + "\n")  # noqa: E731
     t0 = time.time()
     view = (32, 64) if args.cpu else (176, 320)

@@ -17,14 +17,17 @@ def expected_canvas(episode: int, frame: int) -> np.ndarray:
     return np.concatenate([np.repeat(wrist, 2, axis=1), np.concatenate([ext1, ext2], axis=1)], axis=0)
 
 
-@pytest.mark.parametrize("h2d", ["device", "host"])
+@pytest.mark.parametrize("h2d", ["device", "host", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_tiled_canvas_holds_each_view_where_the_layout_says(shards_3cam, h2d):  # noqa: F811
+    if h2d == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
     cfg = dreamzero_config(slots=CAMS3, tile="wrist_top", frame_offsets=OFFSETS, action_horizon=4, batch_size=4,
                            shuffle="random", image_mean=(0.0, 0.0, 0.0), image_std=(1.0, 1.0, 1.0),
-                           image_dtype="float32", pin_memory=False)
+                           image_dtype="float32", pin_memory=h2d == "cuda")
     loader = ShardLoader(shards_3cam, cfg)
-    if h2d == "device":  # the trainer's path: uint8 batch -> normaliser (CPU here, the GPU in training)
-        batches = list(loader.device_batches("cpu", steps=3))
+    if h2d in ("device", "cuda"):  # the trainer's path: uint8 batch -> normaliser on the device (or the CPU)
+        batches = [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+                   for b in loader.device_batches("cuda" if h2d == "cuda" else "cpu", steps=3)]
     else:  # the baseline path: the same normaliser run on host batches
         from datakit.loader import Normaliser
         norm = Normaliser.from_index(loader.dataset.index, cfg)
