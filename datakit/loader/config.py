@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
 from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
 
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
@@ -115,7 +116,11 @@ class LoaderConfig:
     image_dtype: str = "bfloat16"  # dtype of normalised images on the device
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # after scaling to [0, 1]
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    resize: tuple[int, int] | None = None  # (H, W) bilinear resize on the device
+    resize: tuple[int, int] | None = None  # (H, W) bilinear resize on the device (per view, before tiling)
+    # Tile the slots' views into one canvas per frame on the device (`loader/tiling.py`):
+    # "wrist_top" = 3 slots (wrist, exterior, exterior) -> (2H, 2W), the wrist widened across the
+    # top row; images then have one slot, (B, 1, T, 3, 2H, 2W). None: one image per slot.
+    tile: str | None = None
     crop: tuple[int, int] | None = None  # (H, W) crop after resize
     random_crop: bool = False  # random (seeded per step) instead of centre crop
     colour_jitter: float = 0.0  # max relative brightness/contrast change, 0 = off
@@ -167,6 +172,12 @@ class LoaderConfig:
             v = getattr(self, name)
             if v is not None and (len(v) != 2 or min(v) < 1):
                 raise ValueError(f"{name} must be (height, width) with positive sizes, got {v}")
+        if self.tile is not None:
+            _choice("tile", self.tile, TILE_MODES)
+            if len(self.slots) != TILE_SLOTS[self.tile] or self.prune_slots or self.crop is not None:
+                raise ValueError(f"tile={self.tile!r} needs slots naming its {TILE_SLOTS[self.tile]} views in "
+                                 f"layout order (got {self.slots}), prune_slots=False (got {self.prune_slots}) "
+                                 f"and no crop (got {self.crop})")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise ValueError("image_mean / image_std need 3 values, std > 0")
         if not 0.0 <= self.colour_jitter < 1.0:
@@ -196,5 +207,10 @@ def pi05_config(**kw) -> LoaderConfig:
 
 
 def dreamzero_config(**kw) -> LoaderConfig:
-    """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it."""
-    return LoaderConfig(**{"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw})
+    """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it. Pass
+    `slots=(wrist, exterior_1, exterior_2)` with `tile="wrist_top"` for its one 352x640 canvas from
+    three 176x320 views (`loader/tiling.py`); tiling keeps every slot (`prune_slots=False`)."""
+    kw = {"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw}
+    if kw.get("tile") is not None:
+        kw.setdefault("prune_slots", False)
+    return LoaderConfig(**kw)

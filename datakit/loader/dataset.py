@@ -14,7 +14,8 @@ DataLoader workers get the cache without its download thread and download on dem
 process downloads ahead of the sampler (`loader/downloads.py`).
 
 Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
-  images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored
+  images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored (tiling, if
+    configured, happens after the copy, in the normaliser: loader/tiling.py)
   image_mask (B,K) bool - the slot holds a real camera for this sample
   image_is_pad (B,K,T) bool, slot_index (K,) int64 - kept slots, indices into `slot_names`
   state (B,Ts,D) float32, state_is_pad (B,Ts), action (B,H,A) float32, action_is_pad (B,H)

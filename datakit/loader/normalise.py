@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.nv12 import FusedNV12
+from datakit.loader.tiling import tile_views
 from datakit.shards.index import ShardIndex
 from datakit.stages.colour import nv12_to_rgb_float
 
@@ -87,7 +88,8 @@ class Normaliser:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        if self.layout == "nv12" and cfg.resize is None and cfg.crop is None and cfg.colour_jitter == 0:
+        if (self.layout == "nv12" and cfg.resize is None and cfg.crop is None and cfg.colour_jitter == 0
+                and cfg.tile is None):
             self.fused_nv12 = FusedNV12.of(self.image_scale, self.image_bias)
 
     @classmethod
@@ -116,7 +118,8 @@ class Normaliser:
 
     def images(self, u8: torch.Tensor, rows: torch.Tensor | None = None, *, epoch: int = 0,
                step: int = 0) -> torch.Tensor:
-        """(B, K, T, *frame_shape) uint8 -> (B, K, T, 3, H', W') in the configured dtype."""
+        """(B, K, T, *frame_shape) uint8 -> (B, K, T, 3, H', W') in the configured dtype; tiled
+        (`cfg.tile`): (B, 1, T, 3, H', W') canvases, built from the views before scaling."""
         cfg, lead = self.cfg, u8.shape[:3]
         flat = u8.reshape(-1, *u8.shape[3:])
         if self.fused_nv12 is not None:
@@ -132,6 +135,10 @@ class Normaliser:
             x = self._crop(x, epoch, step)
         if cfg.colour_jitter > 0 and rows is not None:
             x = self._jitter(x.float(), rows, lead, epoch)
+        if cfg.tile is not None:  # uint8 (or float after resize/jitter) views -> one canvas per frame
+            x = tile_views(x.reshape(*lead, *x.shape[1:]), cfg.tile)
+            lead = x.shape[:3]
+            x = x.flatten(0, 2)
         h, w = x.shape[-2:]
         out = torch.empty((x.shape[0], 3, h, w), dtype=self.dtype, device=x.device)
         torch.addcmul(self.image_bias.view(1, 3, 1, 1), x, self.image_scale.view(1, 3, 1, 1), out=out)

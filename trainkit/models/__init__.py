@@ -15,6 +15,7 @@ from typing import Any
 
 import torch.nn as nn
 
+from trainkit.models.dreamzero import FAMILY as DREAMZERO
 from trainkit.models.errors import ModelConfigError
 from trainkit.models.family import Activations, BatchAdapter, Family, MemoryCalibration, MemoryMeasurement
 from trainkit.models.pi05 import FAMILY as PI05
@@ -65,3 +66,4 @@ def build_model(name: str, preset: str, overrides: Mapping[str, Any] | None = No
 
 
 register(PI05)
+register(DREAMZERO)

@@ -1,0 +1,93 @@
+"""Block-causal self-attention of the `dreamzero` sequence (layout.py), three ways, one contract:
+q, k, v token-major (B, T, H, hd) -> (B, T, H * hd).
+
+- "blocks": one unmasked SDPA per part of the pattern (`Layout.calls`): a clean block's queries over
+  the clean prefix, a noisy block's over the clean prefix before it plus itself (its two key spans
+  concatenated). No mask, so the fused kernels (flash / cuDNN / efficient) run, and only the
+  block-causal work is done: 33% of full attention's pairs at the 5b shapes.
+- "flex": FlexAttention with a block mask from the same pattern (CUDA; tiles of 128 tokens, the
+  ones cut by a part boundary evaluated by the mask function).
+- "dense": SDPA with the dense (T, T) mask: full attention's cost, the reference.
+Measured on one H200 at the 5b shapes: bench/results/trainkit.md (DreamZero, attention).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from trainkit.models.dreamzero.layout import Layout
+
+
+def block_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout,
+                           kernel: str = "blocks") -> torch.Tensor:
+    """Attention of token-major q, k, v (B, T, H, hd) under the layout's block-causal pattern."""
+    b, t, h, hd = q.shape
+    if kernel == "blocks":
+        out = blocks_attention(q, k, v, layout)
+    elif kernel == "flex":
+        out = flex_attention(q, k, v, layout)
+    elif kernel == "dense":
+        mask = dense_mask(layout, q.device)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=mask).transpose(1, 2)
+    else:
+        raise ValueError(f"attention kernel {kernel!r} is not one of blocks, flex, dense")
+    return out.reshape(b, t, h * hd)
+
+
+def blocks_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """One SDPA per call of the pattern; (B, T, H, hd) out, in token order."""
+    outs = []
+    for (q0, q1), keys in layout.calls:
+        (k0, k1), rest = keys[0], keys[1:]
+        kk, vv = k[:, k0:k1], v[:, k0:k1]
+        if rest:  # a noisy part: the clean prefix before it, then itself
+            (r0, r1), = rest
+            kk, vv = torch.cat([kk, k[:, r0:r1]], dim=1), torch.cat([vv, v[:, r0:r1]], dim=1)
+        o = F.scaled_dot_product_attention(q[:, q0:q1].transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2))
+        outs.append(o.transpose(1, 2))
+    return torch.cat(outs, dim=1)
+
+
+def dense_mask(layout: Layout, device: torch.device) -> torch.Tensor:
+    return _dense_mask(layout, str(device))
+
+
+@lru_cache(maxsize=8)
+def _dense_mask(layout: Layout, device: str) -> torch.Tensor:
+    return layout.dense_mask().to(device)
+
+
+def flex_mask_mod(layout: Layout, device: str):
+    """FlexAttention's mask_mod(b, h, q, k) -> bool of the pattern, from each token's block and part."""
+    block, noisy = (x.to(device) for x in layout.token_blocks())
+
+    def allowed(b, h, qi, ki):
+        qb, kb, qn, kn = block[qi], block[ki], noisy[qi], noisy[ki]
+        clean_q = ~qn & ~kn & (kb <= qb)
+        noisy_q = qn & ((~kn & (kb < qb)) | (kn & (kb == qb)))
+        return clean_q | noisy_q
+
+    return allowed
+
+
+@lru_cache(maxsize=8)
+def _block_mask(layout: Layout, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(flex_mask_mod(layout, device), None, None, layout.total, layout.total, device=device)
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention as flex
+    return torch.compile(flex, dynamic=False)  # eager flex materialises the scores; compiled it is one kernel
+
+
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """FlexAttention (compiled once per process) with the layout's block mask; (B, T, H, hd) out."""
+    mask = _block_mask(layout, str(q.device))
+    out = _compiled_flex()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask)
+    return out.transpose(1, 2)

@@ -1,0 +1,79 @@
+"""What `dreamzero` needs from datakit.loader: its loader preset (a 33-frame clip of three views
+tiled into one canvas on the device, the last states, the actions of the blocks), and the batch
+adapter that adds the host-side extras and builds `DreamZeroBatch` on the device.
+
+Host side, per batch (from the batch's own CPU generator, seeded by the trainer from the batch's
+position, so the same on any device and after a resume): the text tokens of the task (its UTF-8
+bytes + 1, padded with 0 to text_len), the flow noise of the noisy latent frames and of the
+actions, and one flow time per action block, t ~ U(0.001, 0.999). Device side: the canvas frames,
+state and actions zero-padded to the model's channels, the actions split into their blocks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from datakit.loader import LoaderConfig, dreamzero_config
+from datakit.shards.index import ShardIndex
+from trainkit.models.dreamzero.config import DreamZeroConfig
+from trainkit.models.dreamzero.model import DreamZeroBatch
+from trainkit.models.errors import ModelConfigError
+from trainkit.models.family import HostBatch
+
+
+def loader_config(cfg: DreamZeroConfig, index: ShardIndex, **kw: Any) -> LoaderConfig:
+    """datakit's `dreamzero_config` at this model's shapes: `cfg.frames` frames ending at t, the
+    last `state_tokens` states, `cfg.horizon` actions, the three slots tiled "wrist_top" (slot 0 the
+    wrist view) and every view resized to `cfg.view` on the device if stored at another size.
+    `kw`: the trainer's loader settings; slot pruning is off (each view keeps its canvas place)."""
+    slots = tuple(kw.pop("slots", None) or index.cameras)
+    if len(slots) != 3:
+        raise ModelConfigError(f"data.slots: dreamzero tiles 3 views (wrist, exterior, exterior) into one canvas; "
+                               f"got {len(slots)} slot(s) {list(slots)}")
+    cam = next((c for c in slots if c is not None), None)
+    frame_hw = tuple(index.cameras[cam].frame_shape[:2]) if cam is not None else cfg.view
+    resize = None if frame_hw == cfg.view or index.layout != "rgb" else cfg.view
+    kw["prune_slots"] = False
+    return dreamzero_config(slots=slots, tile="wrist_top", frame_offsets=tuple(range(1 - cfg.frames, 1)),
+                            state_offsets=tuple(range(1 - cfg.state_tokens, 1)), action_horizon=cfg.horizon,
+                            resize=resize, **kw)
+
+
+def task_tokens(task: str, length: int) -> torch.Tensor:
+    """(length,) int64: the task's UTF-8 bytes + 1, cut or padded with 0 to `length`."""
+    ids = [b + 1 for b in task.encode()[:length]]
+    return torch.tensor(ids + [0] * (length - len(ids)), dtype=torch.int64)
+
+
+class DreamZeroBatches:
+    """The `dreamzero` batch adapter (trainkit.models.family.BatchAdapter)."""
+
+    def __init__(self, cfg: DreamZeroConfig, index: ShardIndex, loader: LoaderConfig):
+        self.cfg = cfg
+        self.tokens = torch.stack([task_tokens(t, cfg.text_len) for t in index.tasks]) if index.tasks else \
+            torch.zeros((1, cfg.text_len), dtype=torch.int64)
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        c = self.cfg
+        b = hb["action"].shape[0]
+        video_noise = torch.randn((b, c.blocks * c.frames_per_block, c.tokens_per_frame, c.patch_channels),
+                                  generator=generator)
+        action_noise = torch.randn((b, c.blocks, c.actions_per_block, c.action_dim), generator=generator)
+        time = torch.rand((b, c.blocks), generator=generator) * 0.998 + 0.001
+        return {**hb, "tokens": self.tokens[hb["task_index"]], "video_noise": video_noise,
+                "action_noise": action_noise, "time": time}
+
+    def model_batch(self, b: HostBatch) -> DreamZeroBatch:
+        c = self.cfg
+        state, actions = b["state"].float(), b["action"].float()
+        if state.shape[-1] > c.state_dim or actions.shape[-1] > c.action_dim:
+            raise ModelConfigError(f"the shards have {state.shape[-1]} state / {actions.shape[-1]} action channels; "
+                                   f"the model takes at most {c.state_dim} / {c.action_dim} (model.state_dim, "
+                                   "model.action_dim)")
+        state = F.pad(state, (0, c.state_dim - state.shape[-1]))
+        actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
+        return DreamZeroBatch(video=b["images"][:, 0], tokens=b["tokens"], state=state,
+                              actions=actions.view(-1, c.blocks, c.actions_per_block, c.action_dim),
+                              video_noise=b["video_noise"], action_noise=b["action_noise"], time=b["time"])
