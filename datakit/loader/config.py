@@ -190,3 +190,11 @@ def pi05_config(**kw) -> LoaderConfig:
 def dreamzero_config(**kw) -> LoaderConfig:
     """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it."""
     return LoaderConfig(**{"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw})
+
+
+def gr00t_config(**kw) -> LoaderConfig:
+    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
+    16 future actions with their pad mask (`action_is_pad`), quantile norm; the trainer adds the
+    device resize to N1.6's image size (trainkit/models/gr00t/batches.py)."""
+    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
+                           **kw})

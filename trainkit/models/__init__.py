@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from trainkit.models.errors import ModelConfigError
 from trainkit.models.family import Activations, BatchAdapter, Family
+from trainkit.models.gr00t import FAMILY as GR00T
 from trainkit.models.pi05 import FAMILY as PI05
 
 __all__ = ["Activations", "BatchAdapter", "FAMILIES", "Family", "build_config", "build_model", "family", "register"]
@@ -64,3 +65,4 @@ def build_model(name: str, preset: str, overrides: Mapping[str, Any] | None = No
 
 
 register(PI05)
+register(GR00T)
