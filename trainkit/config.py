@@ -128,7 +128,12 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
     compile: bool = False  # torch.compile each block
-    cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)
+    # CUDA graphs: forward + backward of each micro-batch captured once per batch shape and
+    # replayed, FSDP2 included (parallel/cudagraphs.py); CUDA only
+    cuda_graphs: bool = False
+    # Frozen parameters: "shard" them with FSDP like the rest (gathered every step), or
+    # "replicate" them in param_dtype on every rank, out of FSDP (parallel/frozen.py)
+    frozen: Literal["shard", "replicate"] = "shard"
     param_dtype: Dtype = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
     reduce_dtype: Dtype = "float32"  # dtype of gradient reduce-scatter
     expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

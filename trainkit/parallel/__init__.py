@@ -2,12 +2,17 @@
 
     plan = parallelize(model, cfg.parallel, device)   # after build on meta, before to_empty
 
-The order matters and is torchtitan's (`parallelize_llama`):
-1. activation checkpointing wraps blocks first, so recompute covers exactly the block;
+The order matters and is torchtitan's (`parallelize_llama`), with frozen parameters first:
+0. frozen parameters (requires_grad False) replicated in the compute dtype, out of FSDP
+   (`parallel.frozen = "replicate"`, frozen.py), so the later steps leave them alone;
+1. activation checkpointing wraps blocks first, so recompute covers exactly the block (never a
+   frozen block: it runs under no_grad and keeps nothing to recompute);
 2. torch.compile each (wrapped) block, so the compiled graph contains the checkpoint region
    and FSDP's hooks around blocks stay outside the graphs;
 3. FSDP2 per block group, then the root, with the mixed-precision policy;
-4. explicit prefetch between the units FSDP just created.
+4. explicit prefetch between the units FSDP just created;
+5. CUDA graphs: recorded in the plan; the trainer's micro-step captures forward + backward of a
+   micro-batch, FSDP2's hooks and collectives inside (cudagraphs.py says exactly what).
 Fused AdamW (optim.py) and expandable segments (allocator.py) are applied by the trainer where
 they belong: after parallelize, and before the first CUDA allocation.
 """
@@ -23,8 +28,8 @@ from trainkit.config import ParallelConfig
 from trainkit.errors import ConfigError
 from trainkit.parallel.checkpointing import apply_ac
 from trainkit.parallel.compile import apply_compile
-from trainkit.parallel.cudagraphs import cuda_graph_mode
 from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
+from trainkit.parallel.frozen import frozen_lists, replicate_frozen
 from trainkit.parallel.precision import mp_policy
 
 
@@ -37,6 +42,9 @@ class ParallelPlan:
     compiled_blocks: int = 0
     units: list[FSDPModule] = field(default_factory=list)  # FSDP block units in forward order
     all_gathers_per_step: int = 0  # per forward + backward (x micro-batches per optimiser step)
+    frozen_lists: tuple[str, ...] = ()  # block lists with no trained parameter
+    frozen_replicated: int = 0  # frozen parameters kept out of FSDP (elements)
+    cuda_graphs: bool = False  # the micro-step is captured (cudagraphs.py)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
@@ -48,27 +56,44 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
             raise ConfigError(f"parallel.{key}.{unknown[0]}", f"not a block list of this model ({', '.join(lists)})")
     if cfg.fsdp != "none" and world_size < 1:
         raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
-    graph_mode = cuda_graph_mode(cfg.cuda_graphs, cfg.fsdp)
-    plan = ParallelPlan()
+    plan = ParallelPlan(frozen_lists=frozen_lists(model, lists))
+    recomputed_frozen = sorted(k for k, v in cfg.ac_stride.items() if v and k in plan.frozen_lists)
+    if recomputed_frozen:
+        raise ConfigError(f"parallel.ac_stride.{recomputed_frozen[0]}", "a frozen block list runs under no_grad and "
+                          "keeps no activation: there is nothing to recompute (set it to 0 or leave it out)")
+    if cfg.cuda_graphs and not torch.cuda.is_available():
+        raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none)")
+    # 0. frozen parameters out of FSDP, in the compute dtype (on meta: materialised so)
+    ignored = set()
+    if cfg.frozen == "replicate" and cfg.fsdp != "none":
+        ignored = replicate_frozen(model, compute_dtype(cfg))
+        plan.frozen_replicated = sum(p.numel() for p in ignored)
+        if ignored:
+            plan.applied.append("frozen_replicated")
     # 1. recompute: innermost wrapper around a block
     if any(cfg.ac_stride.values()):
         plan.recompute = apply_ac(model, cfg.ac_stride)
         plan.applied.append("activation_checkpointing")
     # 2. compile each block (with its checkpoint wrapper inside the graph)
-    if cfg.compile or graph_mode:
-        plan.compiled_blocks = apply_compile(model, lists, mode=graph_mode)
+    if cfg.compile:
+        plan.compiled_blocks = apply_compile(model, lists)
         plan.applied.append("compile")
     # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce
     if cfg.fsdp != "none":
         plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
-                                cfg.reshard_after_forward)
+                                cfg.reshard_after_forward, ignored)
         plan.applied.append(f"fsdp_{cfg.fsdp}")
+        frozen_units = sum(not any(p.requires_grad for p in u.parameters()) for u in plan.units)
         plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward,
-                                                         world_size=world_size)
+                                                         world_size=world_size, frozen_units=frozen_units)
     # 4. explicit prefetch between the units just made
     if cfg.prefetch and len(plan.units) > 1:
         apply_prefetch(plan.units)
         plan.applied.append("prefetch")
+    # 5. CUDA graphs of the micro-step (the trainer builds it: cudagraphs.micro_step)
+    if cfg.cuda_graphs:
+        plan.cuda_graphs = True
+        plan.applied.append("cuda_graphs")
     return plan
 
 
