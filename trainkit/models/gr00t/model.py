@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from trainkit.models.gr00t.action_head import ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, block_context
 from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
 from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
-from trainkit.models.layers import SiglipBlock, rope_tables
+from trainkit.models.layers import SiglipBlock, rope_tables, seeded_normal_
 
 
 @dataclass
@@ -99,18 +99,19 @@ class Gr00t(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """(Re-)initialise every parameter from the global torch RNG, in module order: matrices and
-        embeddings N(0, 0.02), biases 0, norm scales 1. Works after `to_empty()` from meta."""
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm) or type(module).__name__ == "RMSNorm":
-                nn.init.ones_(module.weight)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
-        nn.init.normal_(self.vision_pos, std=0.02)
+        """(Re-)initialise every parameter from the seed of the global torch RNG: matrices,
+        embeddings and the vision positions N(0, 0.02), each from its own generator keyed by (seed,
+        its index in module order) so the values do not depend on which parameters FSDP shards
+        (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works after
+        `to_empty()` from meta."""
+        seed = torch.initial_seed()
+        for i, (name, p) in enumerate(self.named_parameters()):
+            if p.ndim >= 2:
+                seeded_normal_(p, (seed * 1_000_003 + i) % (1 << 63), std=0.02)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:  # LayerNorm / RMSNorm scales
+                p.fill_(1.0)
 
     def vl_tokens(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Frozen part (call under no_grad): VL features after the lower LLM layers, (B, S x
