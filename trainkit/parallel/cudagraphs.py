@@ -131,7 +131,9 @@ class GraphedStep:
                 p.grad.copy_(g)
         del saved
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the loader's copy thread keeps working on its own stream meanwhile; the
+        # autograd engine's device thread launches the backward onto the capturing stream
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             loss = self._run(static)
         self.captures += 1
         return _Graph(graph=graph, inputs=inputs, loss=loss)
