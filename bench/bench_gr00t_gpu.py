@@ -56,6 +56,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=270, help="stop starting variants after this")
     p.add_argument("--variant-timeout", type=float, default=150)
     p.add_argument("--sweep", nargs="*", type=int, default=[128], help="optimised micro-batches beyond 16")
+    p.add_argument("--only", nargs="*", default=None, help="run just these: graphs16 probe baseline eager16 sweep")
+    p.add_argument("--episodes", type=int, default=6)
     p.add_argument("--work", type=Path, default=Path("/tmp/gr00t_bench"))
     p.add_argument("--cpu", action="store_true", help="dry run: tiny preset, 2 gloo processes, no graphs, no probe")
     args = p.parse_args()
@@ -67,7 +69,7 @@ def main() -> None:
            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
            "torch": torch.__version__, "load_avg_start": os.getloadavg()[0], "variants": []}
     t0 = time.time()
-    args.shards = make_shards(args.work / "data", 64 if args.cpu else 224, episodes=4 if args.cpu else 6,
+    args.shards = make_shards(args.work / "data", 64 if args.cpu else 224, episodes=4 if args.cpu else args.episodes,
                               length=40 if args.cpu else 80)
     res["shards_s"] = round(time.time() - t0, 1)
     dump = lambda: (args.out / "trainkit_gr00t.json").write_text(json.dumps(res, indent=1) + "\n")  # noqa: E731
@@ -82,16 +84,20 @@ def main() -> None:
         dump()
         return r
 
-    graphs = go("optimised_mbs16_graphs", OPT, ["train.micro_batch=16", PROFILE])
-    if not args.cpu:
+    want = lambda part: args.only is None or part in args.only  # noqa: E731
+    graphs = go("optimised_mbs16_graphs", OPT, ["train.micro_batch=16", PROFILE]) if want("graphs16") else {}
+    if not args.cpu and want("probe"):
         res["probe"] = run_probe(["compile_mbs16", "compile_mbs128"], budget_end)
         dump()
-    go("baseline_mbs16", BASE, ["train.micro_batch=16"])
-    eager = go("optimised_mbs16_no_graphs", OPT, ["train.micro_batch=16", "parallel.cuda_graphs=false", PROFILE])
+    if want("baseline"):
+        go("baseline_mbs16", BASE, ["train.micro_batch=16"])
+    eager = {}
+    if want("eager16"):
+        eager = go("optimised_mbs16_no_graphs", OPT, ["train.micro_batch=16", "parallel.cuda_graphs=false", PROFILE])
     if graphs.get("losses") and eager.get("losses"):
         res["graphs_vs_eager_max_loss_diff"] = max(abs(a - b) for a, b in zip(graphs["losses"], eager["losses"]))
     graphs_ok = graphs.get("rc") == 0 and "steady" in graphs
-    for mbs in args.sweep:  # without graphs where the graphed run failed (its error is in the results)
+    for mbs in args.sweep if want("sweep") else []:  # without graphs where the graphed run failed (its error is in the results)
         go(f"optimised_mbs{mbs}_{'graphs' if graphs_ok else 'no_graphs'}", OPT,
            [f"train.micro_batch={mbs}", *([] if graphs_ok else ["parallel.cuda_graphs=false"])])
     res["load_avg_end"] = os.getloadavg()[0]

@@ -149,9 +149,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
-    cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
+    cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
-    step_fn = micro_step(model, cast, 1.0 / accum, graphs=plan.cuda_graphs)  # forward + backward, maybe a graph
+    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs)  # forward + backward, maybe a graph
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
@@ -181,7 +181,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             if applied:
                 opt.step()
             sched.step()
-            opt.zero_grad(set_to_none=not plan.cuda_graphs)  # a graph writes into the gradients it captured
+            step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
             if applied:
                 metrics.record(StepRecord(step=step, loss=loss_sum, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,

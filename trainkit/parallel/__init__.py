@@ -45,6 +45,7 @@ class ParallelPlan:
     frozen_lists: tuple[str, ...] = ()  # block lists with no trained parameter
     frozen_replicated: int = 0  # frozen parameters kept out of FSDP (elements)
     cuda_graphs: bool = False  # the micro-step is captured (cudagraphs.py)
+    fsdp: str = "none"  # the FSDP mode applied ("none" on one rank with parallel.fsdp_one_rank false)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
@@ -56,7 +57,8 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
             raise ConfigError(f"parallel.{key}.{unknown[0]}", f"not a block list of this model ({', '.join(lists)})")
     if cfg.fsdp != "none" and world_size < 1:
         raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
-    plan = ParallelPlan(frozen_lists=frozen_lists(model, lists))
+    fsdp = "none" if world_size == 1 and not cfg.fsdp_one_rank else cfg.fsdp
+    plan = ParallelPlan(frozen_lists=frozen_lists(model, lists), fsdp=fsdp)
     recomputed_frozen = sorted(k for k, v in cfg.ac_stride.items() if v and k in plan.frozen_lists)
     if recomputed_frozen:
         raise ConfigError(f"parallel.ac_stride.{recomputed_frozen[0]}", "a frozen block list runs under no_grad and "
@@ -65,7 +67,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none)")
     # 0. frozen parameters out of FSDP, in the compute dtype (on meta: materialised so)
     ignored = set()
-    if cfg.frozen == "replicate" and cfg.fsdp != "none":
+    if cfg.frozen == "replicate":
         ignored = replicate_frozen(model, compute_dtype(cfg))
         plan.frozen_replicated = sum(p.numel() for p in ignored)
         if ignored:
@@ -79,12 +81,12 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         plan.compiled_blocks = apply_compile(model, lists)
         plan.applied.append("compile")
     # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce
-    if cfg.fsdp != "none":
-        plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
+    if fsdp != "none":
+        plan.units = apply_fsdp(model, fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
                                 cfg.reshard_after_forward, ignored)
-        plan.applied.append(f"fsdp_{cfg.fsdp}")
+        plan.applied.append(f"fsdp_{fsdp}")
         frozen_units = sum(not any(p.requires_grad for p in u.parameters()) for u in plan.units)
-        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward,
+        plan.all_gathers_per_step = all_gathers_per_step(fsdp, len(plan.units), cfg.reshard_after_forward,
                                                          world_size=world_size, frozen_units=frozen_units)
     # 4. explicit prefetch between the units just made
     if cfg.prefetch and len(plan.units) > 1:
