@@ -114,10 +114,11 @@ def n16_h50() -> Gr00tConfig:
 
 def tiny() -> Gr00tConfig:
     """Same structure at small widths: 2 frozen + 2 trained LLM layers, 4 DiT blocks (text, self,
-    image, self), 16 padded action/state channels; 4 VL tokens per 16x16 image."""
+    image, self) with N1.6's 4 x width feed-forward, 16 padded action/state channels; 4 VL tokens
+    per 16x16 image."""
     return Gr00tConfig(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, image_height=16,
                        image_width=16, lm_width=64, lm_depth=4, lm_trained=2, lm_mlp=96, heads_q=4, heads_kv=2,
-                       head_dim=16, vocab=512, text_len=24, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=64,
+                       head_dim=16, vocab=512, text_len=24, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
                        head_hidden=24, action_dim=16, state_dim=16, horizon=4, max_positions=32)
 
 

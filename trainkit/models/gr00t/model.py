@@ -128,8 +128,9 @@ class Gr00t(nn.Module):
         keep = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
         return h, keep
 
-    def forward(self, batch: Gr00tBatch) -> torch.Tensor:
-        """Scalar masked flow-matching MSE (fp32) of the batch."""
+    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone: VL features after the top LLM layers (B, S x tokens_per_image + text_len,
+        lm_width) and their validity (B, same) bool; the frozen part under no_grad."""
         cfg = self.cfg
         with torch.no_grad():
             h, keep = self.vl_tokens(batch)
@@ -140,12 +141,16 @@ class Gr00t(nn.Module):
                 h = layer(h, cos, sin, mask)
         for layer in self.lm_layers:
             h = layer(h, cos, sin, mask)
-        vl = self.vl_norm(h)
-        n_img = batch.images.shape[1] * cfg.tokens_per_image
-        img_keep = keep[:, :n_img]
-        img_keep = img_keep | ~img_keep.any(dim=1, keepdim=True)  # a sample with no image: all (zero) keys, not NaN
-        context = {"text": (vl[:, n_img:], batch.token_mask), "image": (vl[:, :n_img], img_keep), "self": (None, None)}
+        return h, keep
 
+    def action_head(self, vl: torch.Tensor, image_keep: torch.Tensor, text_keep: torch.Tensor,
+                    batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(predicted velocity, target) (B, horizon, action_dim) fp32 from VL features laid out as
+        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time."""
+        cfg = self.cfg
+        vl = self.vl_norm(vl)
+        n_img = image_keep.shape[1]
+        context = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}
         x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
         buckets = (batch.time.float() * cfg.time_buckets).long()
         dtype = self.action_encoder.w1.weight.dtype
@@ -154,6 +159,14 @@ class Gr00t(nn.Module):
         x = torch.cat([self.state_encoder(batch.state.to(dtype))[:, None], actions], dim=1)
         for i, block in enumerate(self.dit_blocks):
             x = block(x, temb, *context[block_context(i)])
-        pred = self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float()
+        return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
+
+    def forward(self, batch: Gr00tBatch) -> torch.Tensor:
+        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
+        vl, keep = self.vl_features(batch)
+        n_img = batch.images.shape[1] * self.cfg.tokens_per_image
+        image_keep = keep[:, :n_img]
+        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)  # a sample with no image: all (zero) keys, not NaN
+        pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
         weight = batch.action_mask.float()
-        return ((pred - target).square() * weight).sum() / weight.sum().clamp(min=1.0)
+        return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
