@@ -26,7 +26,8 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
 - `memory` (GiB per GPU, an ESTIMATE): fp32 parameters, fp32 gradients and the two AdamW states
   (the last two of trainable parameters only), each sharded over the world size (16 bytes/param
-  / W, unsharded with fsdp "none"); gathered
+  / W, unsharded with fsdp "none"; frozen parameters replicated by `parallel.frozen = "replicate"`
+  cost param_dtype bytes each, whole, and are never gathered); gathered
   parameters and their unsharded gradients in param_dtype (the root unit, which stays gathered,
   plus two of the largest units: the one computing and the one prefetched; all of them for
   "root" or without reshard_after_forward); saved activations of one micro-batch (eager count of the tensors autograd keeps per
@@ -84,9 +85,10 @@ def _slots_max(cfg: Any, fam: Family, model_cfg: Any) -> int:
     return n
 
 
-def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[list[int], int]:
-    """Parameter counts of the block units (forward order) and of the root unit."""
-    total = sum(p.numel() for p in model.parameters())
+def _units(model: torch.nn.Module, mode: str, group: dict[str, int], replicated: int = 0) -> tuple[list[int], int]:
+    """Parameter counts of the block units (forward order) and of the root unit; `replicated`
+    frozen parameters are out of FSDP (parallel/frozen.py): their block lists get no unit."""
+    total = sum(p.numel() for p in model.parameters()) - replicated
     if mode != "block":
         return [], total
     unknown = sorted(set(group) - set(model.BLOCK_LISTS))
@@ -94,6 +96,8 @@ def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[li
         raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
     units: list[int] = []
     for name in model.BLOCK_LISTS:
+        if replicated and not any(p.requires_grad for p in getattr(model, name).parameters()):
+            continue
         sizes = [sum(p.numel() for p in block.parameters()) for block in getattr(model, name)]
         g = group.get(name, 1)
         units += [sum(sizes[i:i + g]) for i in range(0, len(sizes), g)]
@@ -118,8 +122,10 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     parts["root"] = total - sum(parts.values())
     slots_max = _slots_max(cfg, fam, model_cfg)
 
-    mode = par.fsdp
-    units, root = _units(model, mode, dict(par.group))
+    # as parallelize: no FSDP on one rank without fsdp_one_rank; frozen parameters replicated
+    mode = "none" if world_size == 1 and not getattr(par, "fsdp_one_rank", True) else par.fsdp
+    replicated = total - trainable if getattr(par, "frozen", "shard") == "replicate" else 0
+    units, root = _units(model, mode, dict(par.group), replicated)
     n_units = len(units) + 1 if mode != "none" else 0
     reshard = bool(getattr(par, "reshard_after_forward", True))
     sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2)  # parallel/fsdp.py: the one rule
@@ -142,7 +148,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
                  for name in model.BLOCK_LISTS}
     def estimate(world: int) -> dict[str, Any]:
         return _memory(model, fam.activations(model_cfg, slots_max), slots_max, micro, world, mode, units, root, recompute,
-                       DTYPE_BYTES[par.param_dtype], reshard)
+                       DTYPE_BYTES[par.param_dtype], reshard, replicated)
 
     memory = estimate(world_size)
     name, gib = gpu or gpu_memory()
@@ -171,8 +177,10 @@ def activation_elements(table: Activations, recompute: dict[str, list[int]]) -> 
 
 
 def _memory(model, table: Activations, slots: int, micro: int, world: int, mode: str, units: list[int],
-            root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True) -> dict[str, Any]:
-    total = sum(p.numel() for p in model.parameters())
+            root: int, recompute: dict[str, list[int]], act_bytes: int, reshard: bool = True,
+            replicated: int = 0) -> dict[str, Any]:
+    """`replicated`: frozen parameters held whole on every rank in param_dtype, out of FSDP."""
+    total = sum(p.numel() for p in model.parameters()) - replicated
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     shard, trained = (total / world, trainable / world) if mode != "none" else (total, trainable)
     if mode == "block" and not reshard:
@@ -185,7 +193,7 @@ def _memory(model, table: Activations, slots: int, micro: int, world: int, mode:
         gathered = 0
     saved, largest = activation_elements(table, recompute)
     parts = {
-        "params_gib": 4 * shard / GIB, "grads_gib": 4 * trained / GIB, "optimizer_gib": 8 * trained / GIB,
+        "params_gib": (4 * shard + act_bytes * replicated) / GIB, "grads_gib": 4 * trained / GIB, "optimizer_gib": 8 * trained / GIB,
         "gathered_params_gib": act_bytes * gathered / GIB, "unsharded_grads_gib": act_bytes * gathered / GIB,
         "activations_gib": act_bytes * saved * micro / GIB, "backward_transient_gib": act_bytes * largest * micro / GIB,
     }
