@@ -1,7 +1,9 @@
 """trainkit's `gr00t` family on one GPU, in one call: the probe (`bench/probes/gr00t_probe.py`, a
 verbatim copy of ../shared/probes/) at micro-batch 16 and at its best (128), then the trainer:
 `optimised` at micro-batch 16 with CUDA graphs on and off (both profiled), `baseline` at 16,
-and `optimised` at larger micro-batches, each as its own `torchrun` over real shards.
+and `optimised` at larger micro-batches, each as its own `torchrun` over real shards, for each
+preset of `--presets`: first `n16-h50` (the probe's shapes: 50 actions), then `n16` (16 actions;
+its graphed micro-batch 16 and the sweep only); `--only` picks parts.
 
     python3 bench/bench_gr00t_gpu.py --out $OUT                    # the GPU call (H200)
     python3 bench/bench_gr00t_gpu.py --out /tmp/x --cpu            # dry run: tiny preset, 2 gloo procs
@@ -10,8 +12,11 @@ Shards as bench/bench_trainkit_gpu.py makes them (PNG image columns, no codec on
 2 real cameras at 224x224, which N1.6's rule trains at 252x252 (81 tokens each), resized on the
 device. Results are rewritten to `$OUT/trainkit_gr00t.json` after every variant; steady state =
 median of the metric intervals after the first `--skip` steps (compilation, graph capture,
-profiler window). `graphs_vs_eager_max_loss_diff`: the losses of the graphed and the eager
-optimised run at micro-batch 16, step by step (same seed, same batches).
+profiler window). `<preset>_graphs_vs_eager_max_loss_diff`: the losses of the graphed and the
+eager optimised run at micro-batch 16, step by step (same seed, same batches).
+Call 1 (2026-12-01 21:07 UTC, bench/results/trainkit_gr00t_call1.json) ran an earlier form of this
+script with the `n16` preset alone (the configs' preset): its trainer rows have horizon 16, the
+probe's 50.
 """
 from __future__ import annotations
 
@@ -56,6 +61,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=270, help="stop starting variants after this")
     p.add_argument("--variant-timeout", type=float, default=150)
     p.add_argument("--sweep", nargs="*", type=int, default=[128], help="optimised micro-batches beyond 16")
+    p.add_argument("--presets", nargs="*", default=["n16-h50", "n16"],
+                   help="model presets; the first (the probe's horizon 50) also gets the probe, baseline and eager runs")
     p.add_argument("--only", nargs="*", default=None, help="run just these: graphs16 probe baseline eager16 sweep")
     p.add_argument("--episodes", type=int, default=6)
     p.add_argument("--work", type=Path, default=Path("/tmp/gr00t_bench"))
@@ -85,21 +92,25 @@ def main() -> None:
         return r
 
     want = lambda part: args.only is None or part in args.only  # noqa: E731
-    graphs = go("optimised_mbs16_graphs", OPT, ["train.micro_batch=16", PROFILE]) if want("graphs16") else {}
-    if not args.cpu and want("probe"):
-        res["probe"] = run_probe(["compile_mbs16", "compile_mbs128"], budget_end)
-        dump()
-    if want("baseline"):
-        go("baseline_mbs16", BASE, ["train.micro_batch=16"])
-    eager = {}
-    if want("eager16"):
-        eager = go("optimised_mbs16_no_graphs", OPT, ["train.micro_batch=16", "parallel.cuda_graphs=false", PROFILE])
-    if graphs.get("losses") and eager.get("losses"):
-        res["graphs_vs_eager_max_loss_diff"] = max(abs(a - b) for a, b in zip(graphs["losses"], eager["losses"]))
-    graphs_ok = graphs.get("rc") == 0 and "steady" in graphs
-    for mbs in args.sweep if want("sweep") else []:  # without graphs where the graphed run failed (its error is in the results)
-        go(f"optimised_mbs{mbs}_{'graphs' if graphs_ok else 'no_graphs'}", OPT,
-           [f"train.micro_batch={mbs}", *([] if graphs_ok else ["parallel.cuda_graphs=false"])])
+    for i, preset in enumerate(args.presets):  # the first is the probe's shapes (horizon 50)
+        tag, pre = f"{preset}_", [f"model.preset={preset}"]
+        graphs = go(f"{tag}optimised_mbs16_graphs", OPT, [*pre, "train.micro_batch=16", PROFILE]) \
+            if want("graphs16") else {}
+        if i == 0 and not args.cpu and want("probe"):
+            res["probe"] = run_probe(["compile_mbs16", "compile_mbs128"], budget_end)
+            dump()
+        if i == 0 and want("baseline"):
+            go(f"{tag}baseline_mbs16", BASE, [*pre, "train.micro_batch=16"])
+        eager = {}
+        if i == 0 and want("eager16"):
+            eager = go(f"{tag}optimised_mbs16_no_graphs", OPT,
+                       [*pre, "train.micro_batch=16", "parallel.cuda_graphs=false", PROFILE])
+        if graphs.get("losses") and eager.get("losses"):
+            res[f"{tag}graphs_vs_eager_max_loss_diff"] = max(abs(a - b) for a, b in zip(graphs["losses"], eager["losses"]))
+        graphs_ok = graphs.get("rc") == 0 and "steady" in graphs
+        for mbs in args.sweep if want("sweep") else []:  # without graphs where the graphed run failed
+            go(f"{tag}optimised_mbs{mbs}_{'graphs' if graphs_ok else 'no_graphs'}", OPT,
+               [*pre, f"train.micro_batch={mbs}", *([] if graphs_ok else ["parallel.cuda_graphs=false"])])
     res["load_avg_end"] = os.getloadavg()[0]
     dump()
     print(f"{'variant':28} {'ms/step':>8} {'samples/s/GPU':>14} {'MFU %':>6} {'peak GiB':>9} {'wait %':>7}")
@@ -113,7 +124,7 @@ def main() -> None:
             print(f"{v['variant']:28} {v.get('rc')} {v.get('error_tail', '')[-300:]!r}")
     for pr in res.get("probe", []):
         print("probe", json.dumps(pr))
-    print("graphs_vs_eager_max_loss_diff", res.get("graphs_vs_eager_max_loss_diff"))
+    print({k: v for k, v in res.items() if k.endswith("graphs_vs_eager_max_loss_diff")})
 
 
 if __name__ == "__main__":
