@@ -226,3 +226,47 @@ def test_full_shapes_match_n16_and_the_probe():
     # causal LLM attention in full (the masked kernel computes it), which the probe halves, and
     # the decoder over all 51 tokens
     assert flops_per_sample(model.cfg, 2) == pytest.approx(1.427e12, rel=5e-3)
+
+
+def test_one_rank_without_fsdp_and_frozen_parts_cast_once():
+    with torch.device("meta"):
+        model = build_model("gr00t", "tiny")
+    plan = parallelize(model, ParallelConfig(fsdp="block", fsdp_one_rank=False, frozen="replicate"), world_size=1)
+    assert plan.fsdp == "none" and plan.units == [] and plan.applied == ["frozen_replicated"]
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}  # param_dtype, once
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}  # autocast casts these
+
+
+def test_loader_preset_holds_the_n16_image_size_to_the_frames():
+    from types import SimpleNamespace
+
+    from trainkit.models.errors import ModelConfigError
+    from trainkit.models.gr00t.batches import loader_config
+    from trainkit.models.gr00t.config import n16
+
+    def index(h, w):
+        return SimpleNamespace(cameras={"top": SimpleNamespace(frame_shape=(h, w, 3))}, layout="rgb")
+
+    cfg = n16()
+    loader = loader_config(cfg, index(224, 224), batch_size=4)
+    assert loader.resize == (252, 252) and loader.action_horizon == 16 and loader.frame_offsets == (0,)
+    with pytest.raises(ModelConfigError, match=r"frames of 480x640 train at 252x336 in N1\.6 \(set model\.image_height="
+                                               r"252 model\.image_width=336\)"):
+        loader_config(cfg, index(480, 640), batch_size=4)
+    cfg.image_width = 336
+    assert loader_config(cfg, index(480, 640), batch_size=4).resize == (252, 336)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_give_the_eager_losses(shards_rgb, tmp_path):  # noqa: F811
+    """fp32 on one GPU, FSDP2 per block: the graphed micro-step replays the eager one's math."""
+    from trainkit.train import run
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    sets = (*OPTIMISED, "parallel.param_dtype=float32", "optim.fused=false", "train.steps=8")
+    eager = run(config(shards_rgb, tmp_path / "eager", *sets)).losses
+    graphed = run(config(shards_rgb, tmp_path / "graphed", *sets, "parallel.cuda_graphs=true"))
+    assert "cuda_graphs" in graphed.plan.applied
+    assert max(abs(eager[s] - graphed.losses[s]) for s in range(8)) < 1e-4, (eager, graphed.losses)
