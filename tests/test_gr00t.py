@@ -56,11 +56,14 @@ def runs(shards_rgb, tmp_path_factory):  # noqa: F811
             "optimised": config(shards_rgb, tmp / "optimised", *OPTIMISED),
             "untrained": config(shards_rgb, tmp / "untrained", *OPTIMISED, "optim.lr=1e-12"),
             "first": config(shards_rgb, tmp / "resumed", *OPTIMISED, "train.steps=10", "output.checkpoint_every=10"),
-            "second": config(shards_rgb, tmp / "resumed", *OPTIMISED, "output.checkpoint_every=10")}
+            "second": config(shards_rgb, tmp / "resumed", *OPTIMISED, "output.checkpoint_every=10"),
+            "sharded_frozen": config(shards_rgb, tmp / "sharded_frozen", *OPTIMISED, "parallel.frozen=shard",
+                                     "train.steps=2", "output.log_every=1")}
     out = dict(zip(cfgs, run_distributed(list(cfgs.values()), world=2)))
     errors = {k: r["error"] for k, r in out.items() if "error" in r}
     assert not errors, errors
     out["resumed_dir"] = tmp / "resumed"
+    out["cfgs"] = cfgs
     return out
 
 
@@ -87,6 +90,19 @@ def test_resume_equals_the_unbroken_run(runs):
     assert runs["second"]["start_step"] == 10
     assert losses(runs["first"], range(10)) == losses(runs["optimised"], range(10))
     assert losses(runs["second"], range(10, STEPS)) == losses(runs["optimised"], range(10, STEPS))
+
+
+def test_frozen_units_gather_once_per_step(runs):
+    """Sharded frozen units (2 vision, 2 lower LLM) gather in forward only (no_grad: no backward);
+    the 3 trained units twice; the root once: counted as torch.distributed sees them, and as
+    `trainkit inspect` predicts."""
+    from trainkit.inspect import inspect_model
+
+    expected = 4 * 1 + 3 * 2 + 1
+    assert [h["all_gathers_per_step"] for h in runs["sharded_frozen"]["history"]] == [expected, expected]
+    assert runs["sharded_frozen"]["all_gathers_per_step"] == expected
+    assert inspect_model(runs["cfgs"]["sharded_frozen"], world_size=2)["fsdp"]["all_gathers_per_step"] == expected
+    assert runs["optimised"]["all_gathers_per_step"] == 3 * 2 + 1  # replicated: no frozen unit at all
 
 
 def test_frozen_parameters_are_untouched_and_hold_no_optimiser_state(runs, tmp_path):

@@ -51,6 +51,7 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -85,23 +86,28 @@ def _slots_max(cfg: Any, fam: Family, model_cfg: Any) -> int:
     return n
 
 
-def _units(model: torch.nn.Module, mode: str, group: dict[str, int], replicated: int = 0) -> tuple[list[int], int]:
-    """Parameter counts of the block units (forward order) and of the root unit; `replicated`
-    frozen parameters are out of FSDP (parallel/frozen.py): their block lists get no unit."""
+def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
+           replicated: int = 0) -> tuple[list[int], int, int]:
+    """Parameter counts of the block units (forward order) and of the root unit, and how many of
+    the block units are frozen (gathered in forward only); `replicated` frozen parameters are out
+    of FSDP (parallel/frozen.py): their block lists get no unit."""
     total = sum(p.numel() for p in model.parameters()) - replicated
     if mode != "block":
-        return [], total
+        return [], total, 0
     unknown = sorted(set(group) - set(model.BLOCK_LISTS))
     if unknown:
         raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
     units: list[int] = []
+    frozen_units = 0
     for name in model.BLOCK_LISTS:
-        if replicated and not any(p.requires_grad for p in getattr(model, name).parameters()):
+        frozen = not any(p.requires_grad for p in getattr(model, name).parameters())
+        if replicated and frozen:
             continue
         sizes = [sum(p.numel() for p in block.parameters()) for block in getattr(model, name)]
         g = group.get(name, 1)
         units += [sum(sizes[i:i + g]) for i in range(0, len(sizes), g)]
-    return units, total - sum(units)
+        frozen_units += math.ceil(len(sizes) / g) if frozen else 0
+    return units, total - sum(units), frozen_units
 
 
 def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None) -> dict[str, Any]:
@@ -125,11 +131,12 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     # as parallelize: no FSDP on one rank without fsdp_one_rank; frozen parameters replicated
     mode = "none" if world_size == 1 and not getattr(par, "fsdp_one_rank", True) else par.fsdp
     replicated = total - trainable if getattr(par, "frozen", "shard") == "replicate" else 0
-    units, root = _units(model, mode, dict(par.group), replicated)
+    units, root, frozen_units = _units(model, mode, dict(par.group), replicated)
     n_units = len(units) + 1 if mode != "none" else 0
     reshard = bool(getattr(par, "reshard_after_forward", True))
-    sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2)  # parallel/fsdp.py: the one rule
-    per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size)
+    sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2,  # parallel/fsdp.py: the one rule
+                                   frozen_units=frozen_units)
+    per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size, frozen_units=frozen_units)
     ag_fwd = n_units if per_micro else 0  # forward gathers every unit; backward re-gathers the rest
     micro = train.micro_batch
     accum = max(1, (getattr(train, "global_batch", 0) or micro * world_size) // (micro * world_size))

@@ -10,7 +10,9 @@ link speed; the 2048-wide LM layers are one unit each.
 
 Per step, with U block units and reshard-after-forward: U + 1 all-gathers in forward (the
 root's parameters stay gathered, FSDP2 does not reshard the root after forward) and U again
-in backward, so 2U + 1; the root alone gives 1. Without resharding after forward the units
+in backward, so 2U + 1; the root alone gives 1. A frozen unit (parallel.frozen = "shard") runs
+under no_grad: it is gathered in forward only (`set_unshard_in_backward(False)`, so no prefetch
+gathers it for a backward it does not have). Without resharding after forward the units
 keep their gathered parameters until their backward: U + 1, at the cost of holding every
 block's bf16 parameters at the forward/backward turn (~6.5 GB at the full preset).
 
@@ -42,8 +44,12 @@ def apply_fsdp(model: nn.Module, mode: str, block_lists: tuple[str, ...], group:
             g = group.get(name, 1)
             for i in range(0, len(blocks), g):
                 chunk = blocks[i : i + g]
-                fully_shard(chunk if len(chunk) > 1 else chunk[0], mp_policy=mp,
-                            reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+                unit = fully_shard(chunk if len(chunk) > 1 else chunk[0], mp_policy=mp,
+                                   reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+                if not any(p.requires_grad for m in chunk for p in m.parameters()):
+                    # frozen: runs under no_grad, so backward never needs it; without this FSDP2's
+                    # (implicit or explicit) backward prefetch would gather it again for nothing
+                    (unit[0] if isinstance(unit, list) else unit).set_unshard_in_backward(False)
                 units.append(chunk[0])  # any module of a grouped unit addresses the shared state
     fully_shard(model, mp_policy=mp, ignored_params=ignored or None)
     return units
