@@ -15,7 +15,6 @@
 The action head against LeRobot's own is tests/test_gr00t_oracle.py.
 """
 import math
-from pathlib import Path
 
 import pytest
 import torch

@@ -20,7 +20,6 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from trainkit.models.gr00t.action_head import ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, block_context
 from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
