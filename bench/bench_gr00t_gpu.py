@@ -65,6 +65,8 @@ def main() -> None:
                    help="model presets; the first (the probe's horizon 50) also gets the probe, baseline and eager runs")
     p.add_argument("--only", nargs="*", default=None, help="run just these: graphs16 probe baseline eager16 sweep")
     p.add_argument("--episodes", type=int, default=6)
+    p.add_argument("--length", type=int, default=80, help="frames per episode")
+    p.add_argument("--set", dest="extra", action="append", default=[], help="an override added to every trainer variant")
     p.add_argument("--work", type=Path, default=Path("/tmp/gr00t_bench"))
     p.add_argument("--cpu", action="store_true", help="dry run: tiny preset, 2 gloo processes, no graphs, no probe")
     args = p.parse_args()
@@ -77,7 +79,7 @@ def main() -> None:
            "torch": torch.__version__, "load_avg_start": os.getloadavg()[0], "variants": []}
     t0 = time.time()
     args.shards = make_shards(args.work / "data", 64 if args.cpu else 224, episodes=4 if args.cpu else args.episodes,
-                              length=40 if args.cpu else 80)
+                              length=40 if args.cpu else args.length)
     res["shards_s"] = round(time.time() - t0, 1)
     dump = lambda: (args.out / "trainkit_gr00t.json").write_text(json.dumps(res, indent=1) + "\n")  # noqa: E731
     cpu = ["parallel.cuda_graphs=false"] if args.cpu else []
@@ -86,7 +88,7 @@ def main() -> None:
         if time.time() > budget_end - 20:
             r = {"variant": name, "rc": "skipped: out of time budget"}
         else:
-            r = run_variant(name, cfg, [*sets, *cpu], args, args.work / "runs", budget_end)
+            r = run_variant(name, cfg, [*sets, *args.extra, *cpu], args, args.work / "runs", budget_end)
         res["variants"].append(r)
         dump()
         return r
