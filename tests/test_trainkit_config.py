@@ -13,7 +13,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "trainkit" / "configs"
 BASE = ["data.shards=/d", "train.steps=3", "train.seed=1", "output.dir=/o", "model.preset=tiny"]
 
 
-@pytest.mark.parametrize("name", ["pi05_tiny", "pi05_baseline", "pi05_optimised"])
+@pytest.mark.parametrize("name", ["pi05_tiny", "pi05_baseline", "pi05_optimised", "gr00t_tiny", "gr00t_baseline",
+                                  "gr00t_optimised"])
 def test_shipped_configs_load_and_match_their_toml(name):
     path = CONFIGS / f"{name}.toml"
     raw = tomllib.loads(path.read_text())

@@ -150,7 +150,16 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     ac_stride: dict[str, int] = field(default_factory=dict)  # block list -> recompute every n-th block (0 off)
     compile: bool = False  # torch.compile each block
-    cuda_graphs: bool = False  # CUDA graphs (only without FSDP: see parallel/cudagraphs.py)
+    # CUDA graphs: forward + backward of each micro-batch captured once per batch shape and
+    # replayed, FSDP2 included (parallel/cudagraphs.py); CUDA only
+    cuda_graphs: bool = False
+    # Frozen parameters: "shard" them with FSDP like the rest (gathered every step), or
+    # "replicate" them in param_dtype on every rank, out of FSDP (parallel/frozen.py)
+    frozen: Literal["shard", "replicate"] = "shard"
+    # False: one rank trains without FSDP (a plain module under autocast): FSDP2 shards nothing
+    # there but still copies every parameter in and every gradient out each step (GR00T N1.6 at
+    # micro-batch 16 on one H200: ~22 ms of a 96 ms step). More ranks always use `fsdp`.
+    fsdp_one_rank: bool = True
     # The joint attention of MoT layers: "masked" (SDPA with a key-padding mask) or "varlen" (the
     # same function with the valid keys packed and a variable-length kernel, no mask: parallel/attention.py)
     attention: Literal["masked", "varlen"] = "masked"

@@ -25,7 +25,9 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
 - `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/memory.py has the model):
-  fp32 parameters and AdamW states (sharded over the world size), fp32 gradients only under
+  fp32 parameters and AdamW states (sharded over the world size; frozen parameters replicated by
+  `parallel.frozen = "replicate"` cost param_dtype bytes each, whole, and are never gathered),
+  fp32 gradients only under
   gradient accumulation, gathered parameters in param_dtype, saved activations of one micro-batch
   (the family's eager count x its measured ratio, compiled or eager; a recomputed block keeps only
   its input) and the block in backward (its recomputed forward, its gradient temporaries). The
@@ -43,6 +45,7 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -79,12 +82,21 @@ def image_slots(cfg: Any, fam: Family, model_cfg: Any) -> int:
     return n
 
 
-def _units(model: torch.nn.Module, mode: str, group: dict[str, int]) -> tuple[list[int], int]:
-    """Parameter counts of the block units (forward order) and of the root unit."""
+def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
+           replicated: int = 0) -> tuple[list[int], int, int]:
+    """Parameter counts of the block units (forward order) and of the root unit, and how many of
+    the block units are frozen (gathered in forward only); `replicated` frozen parameters are out
+    of FSDP (parallel/frozen.py): their block lists get no unit."""
     unknown = sorted(set(group) - set(model.BLOCK_LISTS)) if mode == "block" else []
     if unknown:
         raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    return unit_sizes(block_params(model), sum(p.numel() for p in model.parameters()), mode, group)
+    blocks = block_params(model)
+    frozen = [n for n in blocks if not any(p.requires_grad for p in getattr(model, n).parameters())]
+    if replicated:
+        blocks = {n: sizes for n, sizes in blocks.items() if n not in frozen}
+    units, root = unit_sizes(blocks, sum(p.numel() for p in model.parameters()) - replicated, mode, group)
+    frozen_units = sum(math.ceil(len(blocks[n]) / group.get(n, 1)) for n in frozen if n in blocks) if units else 0
+    return units, root, frozen_units
 
 
 def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None) -> dict[str, Any]:
@@ -105,12 +117,15 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     parts["root"] = total - sum(parts.values())
     slots_max = image_slots(cfg, fam, model_cfg)
 
-    mode = par.fsdp
-    units, root = _units(model, mode, dict(par.group))
+    # as parallelize: no FSDP on one rank without fsdp_one_rank; frozen parameters replicated
+    mode = "none" if world_size == 1 and not getattr(par, "fsdp_one_rank", True) else par.fsdp
+    replicated = total - trainable if getattr(par, "frozen", "shard") == "replicate" else 0
+    units, root, frozen_units = _units(model, mode, dict(par.group), replicated)
     n_units = len(units) + 1 if mode != "none" else 0
     reshard = bool(getattr(par, "reshard_after_forward", True))
-    sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2)  # parallel/fsdp.py: the one rule
-    per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size)
+    sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2,  # parallel/fsdp.py: the one rule
+                                   frozen_units=frozen_units)
+    per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size, frozen_units=frozen_units)
     ag_fwd = n_units if per_micro else 0  # forward gathers every unit; backward re-gathers the rest
     micro = train.micro_batch
     accum = max(1, (getattr(train, "global_batch", 0) or micro * world_size) // (micro * world_size))
@@ -128,13 +143,13 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     table = fam.activations(model_cfg, slots_max)
     recompute = recompute_map(block_params(model), stride)
     act_bytes = DTYPE_BYTES[par.param_dtype]
-    gathered = gathered_params(total, units, root, mode, reshard, act_bytes)
+    gathered = gathered_params(total - replicated, units, root, mode, reshard, act_bytes)
 
     def memory_at(world: int) -> dict[str, Any]:
         return estimate(total=total, trainable=trainable, gathered=gathered, table=table, recompute=recompute,
                         micro=micro, world=world, sharded=mode != "none", act_bytes=act_bytes,
                         compiled=bool(getattr(par, "compile", False) or getattr(par, "cuda_graphs", False)),
-                        accum=accum, calib=fam.memory)
+                        accum=accum, calib=fam.memory, replicated=replicated)
 
     memory = memory_at(world_size)
     memory.update(slots=slots_max, calibrated=bool(fam.memory.measured), estimate=True)

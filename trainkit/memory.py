@@ -86,10 +86,12 @@ def saved_elements(table: Activations, recompute: Mapping[str, list[int]], block
 
 def estimate(*, total: int, trainable: int, gathered: int, table: Activations, recompute: Mapping[str, list[int]],
              micro: int, world: int, sharded: bool, act_bytes: int, compiled: bool, accum: int,
-             calib: MemoryCalibration) -> dict[str, Any]:
+             calib: MemoryCalibration, replicated: int = 0) -> dict[str, Any]:
     """The peak's parts in GiB (their sum is `peak_gib`), and the saved activations the same
-    micro-batch would keep with no / every block recomputed."""
-    shard, trained = (total / world, trainable / world) if sharded else (total, trainable)
+    micro-batch would keep with no / every block recomputed. `replicated`: frozen parameters of
+    `total` held whole on every rank in param_dtype, out of FSDP (parallel/frozen.py)."""
+    sharded_total = total - replicated
+    shard, trained = (sharded_total / world, trainable / world) if sharded else (sharded_total, trainable)
     ratio = calib.saved_compiled if compiled else calib.saved_eager
     per = act_bytes * micro / GIB  # GiB per element of one sample, times the micro-batch
 
@@ -97,7 +99,7 @@ def estimate(*, total: int, trainable: int, gathered: int, table: Activations, r
         return saved_elements(table, rec, ratio, calib.saved_eager, calib.backward_block)  # the root is never compiled
 
     kept, most = saved(recompute)
-    parts = {"params_gib": 4 * shard / GIB, "optimizer_gib": 8 * trained / GIB,
+    parts = {"params_gib": (4 * shard + act_bytes * replicated) / GIB, "optimizer_gib": 8 * trained / GIB,
              "grads_gib": 4 * trained / GIB if accum > 1 else 0.0,
              "gathered_params_gib": act_bytes * gathered / GIB, "activations_gib": kept * per,
              "backward_transient_gib": (most - kept) * per}

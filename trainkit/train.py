@@ -42,6 +42,7 @@ from trainkit.models import Family, build_model, family
 from trainkit.nonfinite import NonFiniteGuard, check_state
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
+from trainkit.parallel.cudagraphs import micro_step
 from trainkit.parallel.optim import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.profile import StepProfiler
@@ -161,8 +162,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
-    cast = autocast(cfg.parallel.param_dtype, device, enabled=cfg.parallel.fsdp == "none")
+    cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
+    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs)  # forward + backward, maybe a graph
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
@@ -182,10 +184,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                     sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
                 guard.add(batch.rows, batch.actions)
                 b, slots = batch.samples, batch.slots
-                with cast:
-                    loss = model(batch.model)
-                (loss / accum).backward()
-                loss_sum = loss_sum + loss.detach() / accum
+                loss = step_fn(batch.model)
+                loss_sum = loss_sum + loss / accum
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
@@ -196,7 +196,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                 if ema is not None:
                     ema.update()
             sched.step()
-            opt.zero_grad(set_to_none=True)
+            step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
             if applied:
                 metrics.record(StepRecord(step=step, loss=guard.mean_loss, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,

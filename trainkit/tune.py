@@ -2,8 +2,8 @@
 memory cap, by short measured runs, each in its own process (trainkit/trials.py).
 
 1. Space: micro-batch x recompute stride per block list x FSDP grouping per block list (with
-   fsdp = "block") x compile on/off x CUDA graphs on/off (where parallel/cudagraphs.py allows
-   them with this fsdp mode). About 4,600 settings for pi05.
+   fsdp = "block") x compile on/off x CUDA graphs on/off (on a CUDA machine; parallel/cudagraphs.py
+   captures the micro-step under any fsdp mode). About 4,600 settings for pi05.
 2. Every setting gets inspect's memory estimate (trainkit/memory.py, on counts of one meta-device
    build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
    never run, nor one that only adds recompute to a setting that fits (`undominated`).
@@ -44,7 +44,6 @@ from trainkit.errors import ConfigError, LaunchError
 from trainkit.inspect import DTYPE_BYTES, gpu_memory, image_slots
 from trainkit.memory import block_params, dynamic_gib, estimate, gathered_params, recompute_map, unit_sizes
 from trainkit.models import build_config, build_model, family
-from trainkit.parallel.cudagraphs import cuda_graph_mode
 from trainkit.trials import Trial, TrialResult, run_trial
 
 MICRO_BATCHES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 128)
@@ -163,10 +162,8 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
     groups = [()] if par.fsdp != "block" else [
         tuple(zip(lists, g)) for g in itertools.product(*[sorted(set(space.groups) | {par.group.get(n, 1)})
                                                           for n in lists])]
-    try:
-        graphs = [False, True] if cuda_graph_mode(True, par.fsdp) else [False]
-    except ConfigError:  # not with this fsdp mode
-        graphs = [False]
+    # CUDA graphs of the micro-step work under any fsdp mode (parallel/cudagraphs.py); refused without CUDA
+    graphs = [False, True] if torch.cuda.is_available() else [False]
     out = []
     for b, s, g, c, cg in itertools.product(micro, strides, groups, space.compile, graphs):
         if cg and not c:  # graphs compile the blocks anyway: the same run as compile + graphs

@@ -214,3 +214,11 @@ def dreamzero_config(**kw) -> LoaderConfig:
     if kw.get("tile") is not None:
         kw.setdefault("prune_slots", False)
     return LoaderConfig(**kw)
+
+
+def gr00t_config(**kw) -> LoaderConfig:
+    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
+    16 future actions with their pad mask (`action_is_pad`), quantile norm; the trainer adds the
+    device resize to N1.6's image size (trainkit/models/gr00t/batches.py)."""
+    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
+                           **kw})

@@ -18,6 +18,7 @@ import torch.nn as nn
 from trainkit.models.dreamzero import FAMILY as DREAMZERO
 from trainkit.models.errors import ModelConfigError
 from trainkit.models.family import Activations, BatchAdapter, Family, MemoryCalibration, MemoryMeasurement
+from trainkit.models.gr00t import FAMILY as GR00T
 from trainkit.models.pi05 import FAMILY as PI05
 
 __all__ = ["Activations", "BatchAdapter", "FAMILIES", "Family", "MemoryCalibration", "MemoryMeasurement", "build_config",
@@ -67,3 +68,4 @@ def build_model(name: str, preset: str, overrides: Mapping[str, Any] | None = No
 
 register(PI05)
 register(DREAMZERO)
+register(GR00T)

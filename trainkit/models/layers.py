@@ -128,3 +128,20 @@ def prefix_suffix_attention(
     out_p = None if qp is None else grouped_attention(qp, kp, vp, prefix_keep)
     out_s = grouped_attention(qs, torch.cat([kp, ks], dim=1), torch.cat([vp, vs], dim=1), mask_s)
     return out_p, out_s
+
+
+def seeded_normal_(p: torch.Tensor, key: int, std: float) -> None:
+    """Fill `p` with N(0, std) drawn in fp32 from its own generator seeded by `key`, the same values
+    whether `p` is a plain tensor, a bf16 copy or an FSDP2 shard (a DTensor: its local part of
+    the full draw). The global RNG's stream depends on the layout (a DTensor draws its shard), so
+    a family whose parallel plans differ in which parameters FSDP holds initialises through this."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    local = p.to_local() if isinstance(p, DTensor) else p
+    if local.is_meta:  # built on meta: materialised and initialised later
+        return
+    full = torch.empty(p.shape, dtype=torch.float32, device=local.device)
+    nn.init.normal_(full, std=std, generator=torch.Generator(device=full.device).manual_seed(key))
+    if isinstance(p, DTensor):
+        full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None).to_local()
+    local.copy_(full)

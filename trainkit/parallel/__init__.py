@@ -2,14 +2,19 @@
 
     plan = parallelize(model, cfg.parallel, device)   # after build on meta, before to_empty
 
-The order matters and is torchtitan's (`parallelize_llama`):
-0. model changes that swap modules or functions (mask-free joint attention, FP8 linears), first,
-   so that recompute, compile and FSDP wrap what will run (torchtitan's model converters);
-1. activation checkpointing wraps blocks first, so recompute covers exactly the block;
+The order matters and is torchtitan's (`parallelize_llama`), with frozen parameters first:
+0. frozen parameters (requires_grad False) replicated in the compute dtype, out of FSDP
+   (`parallel.frozen = "replicate"`, frozen.py), so the later steps leave them alone; then the
+   model changes that swap modules or functions (mask-free joint attention, FP8 linears), so that
+   recompute, compile and FSDP wrap what will run (torchtitan's model converters);
+1. activation checkpointing wraps blocks first, so recompute covers exactly the block (never a
+   frozen block: it runs under no_grad and keeps nothing to recompute);
 2. torch.compile each (wrapped) block, so the compiled graph contains the checkpoint region
    and FSDP's hooks around blocks stay outside the graphs;
 3. FSDP2 per block group, then the root, with the mixed-precision policy;
-4. explicit prefetch between the units FSDP just created.
+4. explicit prefetch between the units FSDP just created;
+5. CUDA graphs: recorded in the plan; the trainer's micro-step captures forward + backward of a
+   micro-batch, FSDP2's hooks and collectives inside (cudagraphs.py says exactly what).
 Fused AdamW (optim.py) and expandable segments (allocator.py) are applied by the trainer where
 they belong: after parallelize, and before the first CUDA allocation.
 """
@@ -26,9 +31,9 @@ from trainkit.errors import ConfigError
 from trainkit.parallel.attention import apply_attention
 from trainkit.parallel.checkpointing import apply_ac
 from trainkit.parallel.compile import apply_compile
-from trainkit.parallel.cudagraphs import cuda_graph_mode
 from trainkit.parallel.float8 import apply_float8
 from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
+from trainkit.parallel.frozen import frozen_lists, replicate_frozen
 from trainkit.parallel.precision import mp_policy
 
 
@@ -42,6 +47,10 @@ class ParallelPlan:
     float8_linears: list[str] = field(default_factory=list)  # linears converted to FP8 GEMMs
     units: list[FSDPModule] = field(default_factory=list)  # FSDP block units in forward order
     all_gathers_per_step: int = 0  # per forward + backward (x micro-batches per optimiser step)
+    frozen_lists: tuple[str, ...] = ()  # block lists with no trained parameter
+    frozen_replicated: int = 0  # frozen parameters kept out of FSDP (elements)
+    cuda_graphs: bool = False  # the micro-step is captured (cudagraphs.py)
+    fsdp: str = "none"  # the FSDP mode applied ("none" on one rank with parallel.fsdp_one_rank false)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
@@ -53,9 +62,22 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
             raise ConfigError(f"parallel.{key}.{unknown[0]}", f"not a block list of this model ({', '.join(lists)})")
     if cfg.fsdp != "none" and world_size < 1:
         raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
-    graph_mode = cuda_graph_mode(cfg.cuda_graphs, cfg.fsdp)
-    plan = ParallelPlan()
-    # 0. swap in the mask-free joint attention and the FP8 linears
+    fsdp = "none" if world_size == 1 and not cfg.fsdp_one_rank else cfg.fsdp
+    plan = ParallelPlan(frozen_lists=frozen_lists(model, lists), fsdp=fsdp)
+    recomputed_frozen = sorted(k for k, v in cfg.ac_stride.items() if v and k in plan.frozen_lists)
+    if recomputed_frozen:
+        raise ConfigError(f"parallel.ac_stride.{recomputed_frozen[0]}", "a frozen block list runs under no_grad and "
+                          "keeps no activation: there is nothing to recompute (set it to 0 or leave it out)")
+    if cfg.cuda_graphs and not torch.cuda.is_available():
+        raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none)")
+    # 0. frozen parameters out of FSDP, in the compute dtype (on meta: materialised so)
+    ignored = set()
+    if cfg.frozen == "replicate":
+        ignored = replicate_frozen(model, compute_dtype(cfg))
+        plan.frozen_replicated = sum(p.numel() for p in ignored)
+        if ignored:
+            plan.applied.append("frozen_replicated")
+    # 0. then swap in the mask-free joint attention and the FP8 linears
     if cfg.attention != "masked":
         apply_attention(model, cfg.attention, cfg.param_dtype)
         plan.applied.append(f"attention_{cfg.attention}")
@@ -67,20 +89,25 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         plan.recompute = apply_ac(model, cfg.ac_stride)
         plan.applied.append("activation_checkpointing")
     # 2. compile each block (with its checkpoint wrapper inside the graph)
-    if cfg.compile or graph_mode:
-        plan.compiled_blocks = apply_compile(model, lists, mode=graph_mode)
+    if cfg.compile:
+        plan.compiled_blocks = apply_compile(model, lists)
         plan.applied.append("compile")
     # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce
-    if cfg.fsdp != "none":
-        plan.units = apply_fsdp(model, cfg.fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
-                                cfg.reshard_after_forward)
-        plan.applied.append(f"fsdp_{cfg.fsdp}")
-        plan.all_gathers_per_step = all_gathers_per_step(cfg.fsdp, len(plan.units), cfg.reshard_after_forward,
-                                                         world_size=world_size)
+    if fsdp != "none":
+        plan.units = apply_fsdp(model, fsdp, lists, cfg.group, mp_policy(cfg.param_dtype, cfg.reduce_dtype),
+                                cfg.reshard_after_forward, ignored)
+        plan.applied.append(f"fsdp_{fsdp}")
+        frozen_units = sum(not any(p.requires_grad for p in u.parameters()) for u in plan.units)
+        plan.all_gathers_per_step = all_gathers_per_step(fsdp, len(plan.units), cfg.reshard_after_forward,
+                                                         world_size=world_size, frozen_units=frozen_units)
     # 4. explicit prefetch between the units just made
     if cfg.prefetch and len(plan.units) > 1:
         apply_prefetch(plan.units)
         plan.applied.append("prefetch")
+    # 5. CUDA graphs of the micro-step (the trainer builds it: cudagraphs.micro_step)
+    if cfg.cuda_graphs:
+        plan.cuda_graphs = True
+        plan.applied.append("cuda_graphs")
     return plan
 
 

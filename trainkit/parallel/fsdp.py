@@ -10,7 +10,9 @@ link speed; the 2048-wide LM layers are one unit each.
 
 Per step, with U block units and reshard-after-forward: U + 1 all-gathers in forward (the
 root's parameters stay gathered, FSDP2 does not reshard the root after forward) and U again
-in backward, so 2U + 1; the root alone gives 1. Without resharding after forward the units
+in backward, so 2U + 1; the root alone gives 1. A frozen unit (parallel.frozen = "shard") runs
+under no_grad: it is gathered in forward only (`set_unshard_in_backward(False)`, so no prefetch
+gathers it for a backward it does not have). Without resharding after forward the units
 keep their gathered parameters until their backward: U + 1, at the cost of holding every
 block's bf16 parameters at the forward/backward turn (~6.5 GB at the full preset).
 
@@ -27,19 +29,29 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 def apply_fsdp(model: nn.Module, mode: str, block_lists: tuple[str, ...], group: dict[str, int],
-               mp: MixedPrecisionPolicy, reshard_after_forward: bool = True) -> list[FSDPModule]:
-    """Shard `model` in place; returns the block units in forward order (empty for "root")."""
+               mp: MixedPrecisionPolicy, reshard_after_forward: bool = True,
+               ignored: set[nn.Parameter] | None = None) -> list[FSDPModule]:
+    """Shard `model` in place; returns the block units in forward order (empty for "root").
+    `ignored`: parameters FSDP leaves alone (replicated frozen ones, parallel/frozen.py); a block
+    list made of them alone gets no unit."""
     units: list[FSDPModule] = []
+    ignored = ignored or set()
     if mode == "block":
         for name in block_lists:
             blocks = list(getattr(model, name))
+            if all(p in ignored for p in getattr(model, name).parameters()):
+                continue
             g = group.get(name, 1)
             for i in range(0, len(blocks), g):
                 chunk = blocks[i : i + g]
-                fully_shard(chunk if len(chunk) > 1 else chunk[0], mp_policy=mp,
-                            reshard_after_forward=reshard_after_forward)
+                unit = fully_shard(chunk if len(chunk) > 1 else chunk[0], mp_policy=mp,
+                                   reshard_after_forward=reshard_after_forward, ignored_params=ignored or None)
+                if not any(p.requires_grad for m in chunk for p in m.parameters()):
+                    # frozen: runs under no_grad, so backward never needs it; without this FSDP2's
+                    # (implicit or explicit) backward prefetch would gather it again for nothing
+                    (unit[0] if isinstance(unit, list) else unit).set_unshard_in_backward(False)
                 units.append(chunk[0])  # any module of a grouped unit addresses the shared state
-    fully_shard(model, mp_policy=mp)
+    fully_shard(model, mp_policy=mp, ignored_params=ignored or None)
     return units
 
 
@@ -52,10 +64,12 @@ def apply_prefetch(units: list[FSDPModule]) -> None:
             unit.set_modules_to_backward_prefetch([units[i - 1]])
 
 
-def all_gathers_per_step(mode: str, num_units: int, reshard_after_forward: bool = True, *, world_size: int) -> int:
+def all_gathers_per_step(mode: str, num_units: int, reshard_after_forward: bool = True, *, world_size: int,
+                         frozen_units: int = 0) -> int:
     """All-gathers one forward + backward issues: 1 (2 when resharded after forward) per block
-    unit + 1 for the root; none on one rank, where FSDP2 keeps the whole parameters and issues
-    no collective (it checks the group size before every all-gather and reduce-scatter)."""
+    unit + 1 for the root; a frozen unit (run under no_grad: no backward) gathers once. None on
+    one rank, where FSDP2 keeps the whole parameters and issues no collective (it checks the
+    group size before every all-gather and reduce-scatter)."""
     if mode == "none" or world_size == 1:
         return 0
-    return (2 if reshard_after_forward else 1) * num_units + 1
+    return (2 if reshard_after_forward else 1) * (num_units - frozen_units) + frozen_units + 1

@@ -1,0 +1,287 @@
+"""The `gr00t` family (GR00T-N1.6-shaped) against independent oracles, on the CPU:
+
+- trained through `trainkit run` on 2 gloo processes (FSDP2) over the loader's converted shards
+  (3 cameras, one blank): the loss on the same batches is lower than an untrained model's (same
+  seed, lr ~0: the oracle of "goes down" without batch noise); `baseline` (one FSDP unit, frozen
+  parts sharded, recompute, fp32 host normalisation, padded slots, plain AdamW) equals `optimised`
+  (per-block units, frozen parts replicated out of FSDP, uint8, pruned slots, fused AdamW) over 20
+  steps; a run stopped at step 10 and resumed equals the unbroken one;
+- frozen parameters: bit-identical to their initial values in the last checkpoint, absent from the
+  optimiser state, without gradients, outside every FSDP unit when replicated;
+- the alternating cross-attention against dense masked attention over the whole VL sequence,
+  written here (N1.6's formulation: a key mask, where the model slices);
+- the analytic FLOPs against torch.utils.flop_counter (frozen parts forward, the rest forward +
+  backward), and the full shapes against the probe's counts.
+The action head against LeRobot's own is tests/test_gr00t_oracle.py.
+"""
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
+from trainkit.config import ParallelConfig, load_config
+from trainkit.errors import ConfigError
+from trainkit.models import build_model
+from trainkit.models.gr00t import Gr00tBatch, flops_per_sample, n16_resolution, sample_flow
+from trainkit.models.gr00t.action_head import block_context
+from trainkit.parallel import parallelize
+from trainkit_harness import ROOT, run_distributed
+
+TINY = ROOT / "trainkit" / "configs" / "gr00t_tiny.toml"
+STEPS = 20
+LOSS_TOL = 1e-5  # fp32, other summation orders (as tests/test_trainkit_train.py); measured: bit-equal
+COMMON = ("output.progress=false", "data.num_workers=0", f"train.steps={STEPS}", "train.micro_batch=2",
+          "optim.lr=1e-2", "optim.warmup_steps=0", "optim.schedule=constant", "output.log_every=10")
+BASELINE = ("parallel.fsdp=root", "parallel.frozen=shard", "parallel.prefetch=false",
+            "parallel.ac_stride={lm_layers = 1, dit_blocks = 1}", "data.h2d_dtype=float32", "data.prune_slots=false",
+            "optim.fused=false")
+OPTIMISED = ("parallel.fsdp=block", "parallel.frozen=replicate", "parallel.group={lm_layers = 2, dit_blocks = 2}",
+             "parallel.ac_stride={dit_blocks = 2}", "data.h2d_dtype=uint8", "data.prune_slots=true", "optim.fused=true")
+
+
+def config(shards, out, *sets):
+    return load_config(TINY, [f"data.shards={shards}", f"output.dir={out}", *COMMON, *sets])
+
+
+@pytest.fixture(scope="module")
+def runs(shards_rgb, tmp_path_factory):  # noqa: F811
+    tmp = tmp_path_factory.mktemp("gr00t_runs")
+    cfgs = {"baseline": config(shards_rgb, tmp / "baseline", *BASELINE),
+            "optimised": config(shards_rgb, tmp / "optimised", *OPTIMISED),
+            "untrained": config(shards_rgb, tmp / "untrained", *OPTIMISED, "optim.lr=1e-12"),
+            "first": config(shards_rgb, tmp / "resumed", *OPTIMISED, "train.steps=10", "output.checkpoint_every=10"),
+            "second": config(shards_rgb, tmp / "resumed", *OPTIMISED, "output.checkpoint_every=10"),
+            "sharded_frozen": config(shards_rgb, tmp / "sharded_frozen", *OPTIMISED, "parallel.frozen=shard",
+                                     "train.steps=2", "output.log_every=1")}
+    out = dict(zip(cfgs, run_distributed(list(cfgs.values()), world=2)))
+    errors = {k: r["error"] for k, r in out.items() if "error" in r}
+    assert not errors, errors
+    out["resumed_dir"] = tmp / "resumed"
+    out["cfgs"] = cfgs
+    return out
+
+
+def losses(run, steps):
+    return [run["losses"][s] for s in steps]
+
+
+def test_tiny_trains_and_the_loss_goes_down(runs):
+    trained, untrained = losses(runs["optimised"], range(10, STEPS)), losses(runs["untrained"], range(10, STEPS))
+    assert all(math.isfinite(x) for x in trained)
+    # the same batches, noise and time (same seed): only the training differs
+    assert sum(trained) / 10 < sum(untrained) / 10 - 0.05, (trained, untrained)
+
+
+def test_baseline_equals_optimised_over_20_steps(runs):
+    base, opt = losses(runs["baseline"], range(STEPS)), losses(runs["optimised"], range(STEPS))
+    assert max(abs(a - b) for a, b in zip(base, opt)) < LOSS_TOL, (base, opt)
+    assert runs["baseline"]["applied"] == ["activation_checkpointing", "fsdp_root"]
+    assert runs["optimised"]["applied"] == ["frozen_replicated", "activation_checkpointing", "fsdp_block", "prefetch"]
+    assert runs["optimised"]["units"] == 1 + 2  # trained LLM layers in one unit, 4 DiT blocks in 2; no frozen unit
+
+
+def test_resume_equals_the_unbroken_run(runs):
+    assert runs["second"]["start_step"] == 10
+    assert losses(runs["first"], range(10)) == losses(runs["optimised"], range(10))
+    assert losses(runs["second"], range(10, STEPS)) == losses(runs["optimised"], range(10, STEPS))
+
+
+def test_frozen_units_gather_once_per_step(runs):
+    """Sharded frozen units (2 vision, 2 lower LLM) gather in forward only (no_grad: no backward);
+    the 3 trained units twice; the root once: counted as torch.distributed sees them, and as
+    `trainkit inspect` predicts."""
+    from trainkit.inspect import inspect_model
+
+    expected = 4 * 1 + 3 * 2 + 1
+    assert [h["all_gathers_per_step"] for h in runs["sharded_frozen"]["history"]] == [expected, expected]
+    assert runs["sharded_frozen"]["all_gathers_per_step"] == expected
+    assert inspect_model(runs["cfgs"]["sharded_frozen"], world_size=2)["fsdp"]["all_gathers_per_step"] == expected
+    assert runs["optimised"]["all_gathers_per_step"] == 3 * 2 + 1  # replicated: no frozen unit at all
+
+
+def test_frozen_parameters_are_untouched_and_hold_no_optimiser_state(runs, tmp_path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(runs["resumed_dir"] / "checkpoints" / "step-000020", tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    with torch.device("meta"):  # as the trainer: built on meta, initialised from train.seed after to_empty
+        init = build_model("gr00t", "tiny").to_empty(device="cpu")
+    torch.manual_seed(0)
+    init.init_weights()
+    frozen = {n for n, p in init.named_parameters() if not p.requires_grad}
+    assert {n.split(".")[0] for n in frozen} == {"patch_embed", "vision_pos", "vision_blocks", "vision_norm",
+                                                  "connector", "embed", "lm_frozen"}
+    for name, p in init.named_parameters():
+        saved = state["model"][name]
+        assert torch.equal(saved, p) == (name in frozen), name  # frozen: bit-identical; trained: moved
+    moments = {name for name, st in state["optim"].items() if "exp_avg" in st}  # Adam state, by parameter
+    assert moments == {n for n, _ in init.named_parameters()} - frozen
+
+
+def test_frozen_parts_get_no_gradient_and_no_fsdp_unit():
+    from torch.distributed.tensor import DTensor
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    for mode in ("replicate", "shard"):
+        with torch.device("meta"):
+            model = build_model("gr00t", "tiny")
+        plan = parallelize(model, ParallelConfig(fsdp="block", frozen=mode, param_dtype="float32"), world_size=1)
+        model.to_empty(device="cpu")
+        torch.manual_seed(0)
+        model.init_weights()
+        model(tiny_batch(model.cfg)).backward()
+        frozen = [p for p in model.parameters() if not p.requires_grad]
+        assert len(frozen) > 0 and all(p.grad is None for p in frozen)
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+        assert plan.frozen_lists == ("vision_blocks", "lm_frozen")
+        # replicated: plain tensors outside FSDP (no gather, no reduce); sharded: FSDP holds them
+        assert all(isinstance(p, DTensor) == (mode == "shard") for p in frozen), mode
+        assert all(isinstance(p, DTensor) for p in model.parameters() if p.requires_grad)
+        assert len(plan.units) == (2 + 2 + 2 + 4 if mode == "shard" else 2 + 4)  # vision, frozen LLM, trained LLM, DiT
+    with pytest.raises(ConfigError, match=r"^parallel\.ac_stride\.vision_blocks: a frozen block list runs under no_grad"):
+        parallelize(build_model("gr00t", "tiny"), ParallelConfig(fsdp="none", ac_stride={"vision_blocks": 1}), 1)
+
+
+def tiny_batch(cfg, b: int = 3, slots: int = 2) -> Gr00tBatch:
+    g = torch.Generator().manual_seed(1)
+    actions = torch.randn(b, cfg.horizon, cfg.action_dim, generator=g)
+    noise, time = sample_flow(actions, g)
+    image_mask = torch.ones(b, slots, dtype=torch.bool)
+    image_mask[1, slots - 1] = slots == 1  # sample 1 misses its last camera (when it has two)
+    token_mask = torch.arange(cfg.text_len)[None] < torch.tensor([[cfg.text_len], [5], [9]])[:b]
+    mask = torch.zeros_like(actions, dtype=torch.bool)
+    mask[..., :7] = True
+    return Gr00tBatch(images=torch.randn(b, slots, 3, cfg.image_height, cfg.image_width, generator=g),
+                      image_mask=image_mask, tokens=torch.randint(3, 259, (b, cfg.text_len), generator=g),
+                      token_mask=token_mask, state=torch.randn(b, cfg.state_dim, generator=g), actions=actions,
+                      action_mask=mask, noise=noise, time=time)
+
+
+def dense_block(block, x, temb, vl, key_keep):
+    """A DiT block from its weights with explicit softmax attention; `vl` None: self-attention,
+    else cross-attention over the WHOLE VL sequence with `key_keep` (B, T) masking keys."""
+    b, s, d = x.shape
+    h = block.heads
+    scale, shift = (F.silu(temb) @ block.ada.weight.T + block.ada.bias).chunk(2, dim=-1)
+    n = F.layer_norm(x, (d,), eps=1e-5) * (1 + scale[:, None]) + shift[:, None]
+    if vl is None:
+        q, k, v = (n @ block.qkv.weight.T + block.qkv.bias).chunk(3, dim=-1)
+        key_keep = torch.ones(b, s, dtype=torch.bool)
+    else:
+        q = n @ block.q.weight.T + block.q.bias
+        k, v = (vl @ block.kv.weight.T + block.kv.bias).chunk(2, dim=-1)
+    split = lambda t: t.reshape(b, t.shape[1], h, d // h).transpose(1, 2)  # noqa: E731
+    scores = split(q) @ split(k).transpose(-1, -2) / math.sqrt(d // h)
+    scores = scores.masked_fill(~key_keep[:, None, None, :], float("-inf"))
+    attn = (scores.softmax(dim=-1) @ split(v)).transpose(1, 2).reshape(b, s, d)
+    x = x + attn @ block.out.weight.T + block.out.bias
+    ff = F.gelu(F.layer_norm(x, (d,), eps=1e-5) @ block.ff_in.weight.T + block.ff_in.bias, approximate="tanh")
+    return x + ff @ block.ff_out.weight.T + block.ff_out.bias
+
+
+def test_alternating_cross_attention_equals_dense_masks_over_the_vl_sequence():
+    torch.manual_seed(0)
+    model = build_model("gr00t", "tiny")
+    cfg = model.cfg
+    with torch.no_grad():
+        for block in model.dit_blocks:
+            for p in block.parameters():
+                p.normal_(0, 0.2)
+    assert [block_context(i) for i in range(8)] == ["text", "self", "image", "self"] * 2
+    assert [block.cross for block in model.dit_blocks] == [True, False, True, False]
+    b, n_img, n_txt = 3, 8, 5
+    vl = torch.randn(b, n_img + n_txt, cfg.lm_width)
+    image_keep = torch.ones(b, n_img, dtype=torch.bool)
+    image_keep[0, 4:] = False
+    text_keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    is_image = torch.arange(n_img + n_txt) < n_img
+    full_keep = torch.cat([image_keep, text_keep], dim=1)
+    x = torch.randn(b, 1 + cfg.horizon, cfg.dit_width)
+    temb = torch.randn(b, cfg.dit_width)
+    ours, ref = x, x
+    for i, block in enumerate(model.dit_blocks):
+        kind = block_context(i)
+        ctx = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}[kind]
+        ours = block(ours, temb, *ctx)
+        keys = {"text": full_keep & ~is_image, "image": full_keep & is_image, "self": None}[kind]  # N1.6's masks
+        ref = dense_block(block, ref, temb, None if kind == "self" else vl, keys)
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5, msg=lambda m: f"block {i} ({kind}): {m}")
+    # the masks matter: attending to text where the image is due changes the output
+    wrong = dense_block(model.dit_blocks[2], x, temb, vl, full_keep & ~is_image)
+    assert not torch.allclose(model.dit_blocks[2](x, temb, vl[:, :n_img], image_keep), wrong, atol=1e-3)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_flops_equal_the_flop_counter(slots):
+    torch.manual_seed(0)
+    model = build_model("gr00t", "tiny")
+    batch = tiny_batch(model.cfg, slots=slots)
+    batch.image_mask[:] = True
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:  # fused SDPA hides from the counter
+        model(batch).backward()
+    assert counter.get_total_flops() == pytest.approx(3 * flops_per_sample(model.cfg, slots), rel=1e-9)
+
+
+def test_full_shapes_match_n16_and_the_probe():
+    assert n16_resolution(224, 224) == (252, 252) and n16_resolution(480, 640) == (252, 336)
+    with torch.device("meta"):
+        model = build_model("gr00t", "n16-h50")
+        wide = build_model("gr00t", "n16", {"image_width": 336})
+    assert model.cfg.tokens_per_image == 81 and wide.cfg.tokens_per_image == 108
+    total = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert round(total / 1e9, 2) == 2.65 and round(trained / 1e9, 2) == 1.30  # probe: 2.64B / 1.30B (vocab 151,680)
+    # the probe counts 1.427 TFLOP for 2 cameras, 58 text tokens, 50 actions; this model counts the
+    # causal LLM attention in full (the masked kernel computes it), which the probe halves, and
+    # the decoder over all 51 tokens
+    assert flops_per_sample(model.cfg, 2) == pytest.approx(1.427e12, rel=5e-3)
+
+
+def test_one_rank_without_fsdp_and_frozen_parts_cast_once():
+    with torch.device("meta"):
+        model = build_model("gr00t", "tiny")
+    plan = parallelize(model, ParallelConfig(fsdp="block", fsdp_one_rank=False, frozen="replicate"), world_size=1)
+    assert plan.fsdp == "none" and plan.units == [] and plan.applied == ["frozen_replicated"]
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}  # param_dtype, once
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}  # autocast casts these
+
+
+def test_loader_preset_holds_the_n16_image_size_to_the_frames():
+    from types import SimpleNamespace
+
+    from trainkit.models.errors import ModelConfigError
+    from trainkit.models.gr00t.batches import loader_config
+    from trainkit.models.gr00t.config import n16
+
+    def index(h, w):
+        return SimpleNamespace(cameras={"top": SimpleNamespace(frame_shape=(h, w, 3))}, layout="rgb")
+
+    cfg = n16()
+    loader = loader_config(cfg, index(224, 224), batch_size=4)
+    assert loader.resize == (252, 252) and loader.action_horizon == 16 and loader.frame_offsets == (0,)
+    with pytest.raises(ModelConfigError, match=r"frames of 480x640 train at 252x336 in N1\.6 \(set model\.image_height="
+                                               r"252 model\.image_width=336\)"):
+        loader_config(cfg, index(480, 640), batch_size=4)
+    cfg.image_width = 336
+    assert loader_config(cfg, index(480, 640), batch_size=4).resize == (252, 336)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_give_the_eager_losses(shards_rgb, tmp_path):  # noqa: F811
+    """fp32 on one GPU, FSDP2 per block: the graphed micro-step replays the eager one's math."""
+    from trainkit.train import run
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    sets = (*OPTIMISED, "parallel.param_dtype=float32", "optim.fused=false", "train.steps=8")
+    eager = run(config(shards_rgb, tmp_path / "eager", *sets)).losses
+    graphed = run(config(shards_rgb, tmp_path / "graphed", *sets, "parallel.cuda_graphs=true"))
+    assert "cuda_graphs" in graphed.plan.applied
+    assert max(abs(eager[s] - graphed.losses[s]) for s in range(8)) < 1e-4, (eager, graphed.losses)

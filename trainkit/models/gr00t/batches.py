@@ -1,0 +1,68 @@
+"""What `gr00t` needs from datakit.loader: its loader preset at the model's shapes, and the batch
+adapter that adds the host-side extras and builds `Gr00tBatch` on the device.
+
+Host side, per batch: the prompt tokens (Gr00tTokenizer) and the flow noise and time, drawn from
+the batch's own CPU generator (seeded by (seed, loader epoch, loader step, rank), so they are the
+same on any device, with any number of workers, after a resume, and outside a CUDA graph that
+replays the step). Device side: the newest frame of each kept slot, the current state and the
+action chunk zero-padded to the model's channels, and the loss mask (real channels of real steps).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from datakit.loader import LoaderConfig, gr00t_config
+from datakit.shards.index import ShardIndex
+from trainkit.models.errors import ModelConfigError
+from trainkit.models.family import HostBatch
+from trainkit.models.gr00t.config import Gr00tConfig, n16_resolution
+from trainkit.models.gr00t.model import Gr00tBatch, sample_flow
+from trainkit.models.gr00t.tokenizer import Gr00tTokenizer
+
+
+def loader_config(cfg: Gr00tConfig, index: ShardIndex, **kw: Any) -> LoaderConfig:
+    """datakit's `gr00t_config` at this model's shapes: `cfg.horizon` actions, rgb frames resized on the
+    device to (image_height, image_width). That size must be N1.6's for the dataset's frames
+    (n16_resolution): a 4:3 dataset needs model.image_width = 336. `kw`: the trainer's loader settings."""
+    slots = kw.get("slots") or tuple(index.cameras)
+    frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
+    size = (cfg.image_height, cfg.image_width)
+    if cfg.patch == 14 and n16_resolution(*frame_hw) != size:  # the N1.6 patch size: hold it to N1.6's rule
+        want = n16_resolution(*frame_hw)
+        raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: frames of {frame_hw[0]}x"
+                               f"{frame_hw[1]} train at {want[0]}x{want[1]} in N1.6 (set model.image_height="
+                               f"{want[0]} model.image_width={want[1]})")
+    return gr00t_config(action_horizon=cfg.horizon,
+                        resize=None if frame_hw == size or index.layout != "rgb" else size, **kw)
+
+
+class Gr00tBatches:
+    """The `gr00t` batch adapter (trainkit.models.family.BatchAdapter)."""
+
+    def __init__(self, cfg: Gr00tConfig, index: ShardIndex, loader: LoaderConfig):
+        self.cfg = cfg
+        self.tasks = list(index.tasks)
+        self.tokenizer = Gr00tTokenizer(cfg.vocab, cfg.text_len)
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""
+        tokens, token_mask = self.tokenizer.encode([self.tasks[i] for i in hb["task_index"].tolist()])
+        b, c = hb["action"].shape[0], self.cfg
+        noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), generator)
+        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time}
+
+    def model_batch(self, b: HostBatch) -> Gr00tBatch:
+        c = self.cfg
+        actions, state = b["action"].float(), b["state"][:, -1].float()
+        if actions.shape[-1] > c.action_dim or state.shape[-1] > c.state_dim:
+            raise ModelConfigError(f"the dataset's {actions.shape[-1]} action / {state.shape[-1]} state channels exceed "
+                                   f"model.action_dim {c.action_dim} / model.state_dim {c.state_dim}")
+        real = torch.arange(c.action_dim, device=actions.device) < actions.shape[-1]
+        action_mask = real[None, None, :] & ~b["action_is_pad"][:, :, None]
+        return Gr00tBatch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
+                          token_mask=b["token_mask"], state=F.pad(state, (0, c.state_dim - state.shape[-1])),
+                          actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
+                          noise=b["noise"], time=b["time"])

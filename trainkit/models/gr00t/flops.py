@@ -1,0 +1,93 @@
+"""The analytic cost of one `gr00t` sample, as a function of the image slots its batch carries:
+FLOPs (frozen parts forward only, trained parts forward + backward), token counts, and the
+activations autograd saves (inspect's memory estimate). `tests/test_gr00t.py` checks the FLOPs
+against torch.utils.flop_counter on `tiny`.
+"""
+from __future__ import annotations
+
+from trainkit.models.errors import ModelConfigError
+from trainkit.models.family import Activations
+from trainkit.models.gr00t.action_head import TIME_FEATURES, block_context
+from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
+
+
+def tokens_per_sample(cfg: Gr00tConfig, n_slots: int) -> dict[str, int]:
+    """Token counts of one sample with `n_slots` image slots: vision patches, VL tokens (image +
+    text, through the LLM), action-head tokens (state + actions); "sequence" = VL + action head."""
+    vl = n_slots * cfg.tokens_per_image + cfg.text_len
+    return {"vision": n_slots * cfg.patches_per_image, "vl": vl, "action": 1 + cfg.horizon,
+            "sequence": vl + 1 + cfg.horizon}
+
+
+def lm_layer_flops(cfg: Gr00tConfig, t: int) -> int:
+    """Forward FLOPs of one LLM layer over t tokens (attention over all t x t: the masked kernel computes them)."""
+    qkv = (cfg.heads_q + 2 * cfg.heads_kv) * cfg.head_dim
+    qd = cfg.heads_q * cfg.head_dim
+    return 2 * t * (cfg.lm_width * qkv + qd * cfg.lm_width + 3 * cfg.lm_width * cfg.lm_mlp) + 4 * t * t * qd
+
+
+def frozen_forward(cfg: Gr00tConfig, n_slots: int) -> int:
+    """Forward FLOPs of the frozen parts: tower, connector, lower LLM layers."""
+    p, d, t = cfg.patches_per_image, cfg.vision_width, cfg.tokens_per_image
+    tower = (2 * p * 3 * cfg.patch ** 2 * d
+             + cfg.vision_depth * (2 * p * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * p * p * d))
+    connector = 2 * t * (UNSHUFFLE ** 2 * d * cfg.lm_width + cfg.lm_width ** 2)
+    vl = tokens_per_sample(cfg, n_slots)["vl"]
+    return n_slots * (tower + connector) + cfg.lm_frozen * lm_layer_flops(cfg, vl)
+
+
+def trained_forward(cfg: Gr00tConfig, n_slots: int) -> int:
+    """Forward FLOPs of the trained parts: top LLM layers and the action head."""
+    vl = tokens_per_sample(cfg, n_slots)["vl"]
+    s, dw, ff, hh, h = 1 + cfg.horizon, cfg.dit_width, cfg.dit_ff, cfg.head_hidden, cfg.horizon
+    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image}
+    dit = 0
+    for i in range(cfg.dit_depth):
+        kind = block_context(i)
+        dit += 2 * dw * 2 * dw + 2 * s * dw * dw + 2 * s * 2 * dw * ff  # AdaLayerNorm, O, feed-forward
+        if kind == "self":
+            dit += 2 * s * dw * 3 * dw + 4 * s * s * dw
+        else:
+            c = contexts[kind]
+            dit += 2 * s * dw * dw + 2 * c * cfg.lm_width * 2 * dw + 4 * s * c * dw
+    head = (2 * (TIME_FEATURES * dw + dw * dw)                                   # time MLP
+            + 2 * (cfg.state_dim * hh + hh * dw)                                 # state encoder
+            + 2 * h * (cfg.action_dim * dw + 2 * dw * dw + dw * dw)              # action encoder
+            + 2 * dw * 2 * dw + 2 * s * dw * hh                                  # output AdaLN + projection
+            + 2 * s * (hh * hh + hh * cfg.action_dim))                           # decoder (every token)
+    return cfg.lm_trained * lm_layer_flops(cfg, vl) + dit + head
+
+
+def no_input_grad(cfg: Gr00tConfig) -> int:
+    """FLOPs of the input gradients backward never computes: the first matmul of the time MLP, the
+    state encoder and the action encoder reads data (features, state, x_t), not activations."""
+    return (2 * TIME_FEATURES * cfg.dit_width + 2 * cfg.state_dim * cfg.head_hidden
+            + 2 * cfg.horizon * cfg.action_dim * cfg.dit_width)
+
+
+def flops_per_sample(cfg: Gr00tConfig, n_slots: int) -> float:
+    """Model FLOPs of one sample: frozen parts 1x their forward (no backward), trained parts 3x
+    (forward + backward: a matmul's backward is two), less the input gradients of the three
+    matmuls that read data (no_input_grad); no recompute. Every matmul (2 FLOPs per multiply-add)
+    and attention's QK^T and AV; not norms, activations, RoPE, softmax or embedding lookups."""
+    if not 1 <= n_slots <= cfg.max_slots:
+        raise ModelConfigError(f"n_slots {n_slots} is outside 1..max_slots={cfg.max_slots}")
+    return float(frozen_forward(cfg, n_slots) + 3 * trained_forward(cfg, n_slots) - no_input_grad(cfg))
+
+
+def activations(cfg: Gr00tConfig, n_slots: int) -> Activations:
+    """Saved-for-backward elements of ONE sample, eager. Frozen blocks run under no_grad: nothing.
+    A trained LLM layer per token: norm input and output, q, k, v (after norm and RoPE, repeated
+    K/V), attention output, residual and its norm output, gate/up (2 x mlp), SiLU and product
+    (2 x mlp). A DiT block per token: its input, the modulated norm, q, k, v, attention output,
+    residual, norm output (8 x width), feed-forward input and GELU output (2 x ff); a cross block
+    keeps its context's K and V instead of its own."""
+    vl = tokens_per_sample(cfg, n_slots)["vl"]
+    s, dw = 1 + cfg.horizon, cfg.dit_width
+    qd = cfg.heads_q * cfg.head_dim
+    lm = (vl * (6 * cfg.lm_width + 4 * qd + 4 * cfg.lm_mlp), vl * cfg.lm_width)
+    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image, "self": 0}
+    dit = [(s * (8 * dw + 2 * cfg.dit_ff) + 2 * contexts[block_context(i)] * dw, s * dw) for i in range(cfg.dit_depth)]
+    return Activations(blocks={"vision_blocks": [(0, 0)] * cfg.vision_depth, "lm_frozen": [(0, 0)] * cfg.lm_frozen,
+                               "lm_layers": [lm] * cfg.lm_trained, "dit_blocks": dit},
+                       root=n_slots * 3 * cfg.image_height * cfg.image_width)

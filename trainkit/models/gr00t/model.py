@@ -1,0 +1,171 @@
+"""The `gr00t` model: a GR00T-N1.6-shaped VLA (random init): frozen vision-language backbone, trained
+top LLM layers, flow-matching DiT action head (backbone.py, action_head.py; shapes config.py).
+
+Forward of one micro-batch:
+1. under `torch.no_grad` (frozen: no autograd graph, so no gradient, no saved activation and no
+   recompute): SigLIP2 tower over each kept slot's image, 2x2 unshuffle, connector, text embedding,
+   and the lower `lm_frozen` LLM layers over [image tokens; text tokens];
+2. the top `lm_trained` LLM layers (`lm_layers`) and the head's LayerNorm on the VL features;
+3. the action head on [state token; noisy action tokens]; loss = masked MSE of the predicted
+   velocity against `actions - noise`, over the real action channels of the real (not padded)
+   steps.
+GR00T's flow convention (the opposite of Pi0.5's): x_t = (1 - t) noise + t actions, t in [0, 0.999),
+drawn as t = (1 - Beta(1.5, 1)) x 0.999 (`sample_flow`); the embeddings see floor(t x 1000).
+Noise and time come in the batch, so the loss is a pure function of (weights, batch), and a CUDA
+graph of the step replays it with new draws (trainkit/parallel/cudagraphs.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+import torch.nn as nn
+
+from trainkit.models.gr00t.action_head import ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, block_context
+from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
+from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
+from trainkit.models.layers import SiglipBlock, rope_tables, seeded_normal_
+
+
+@dataclass
+class Gr00tBatch:
+    """One micro-batch. B samples, S = image slots kept this batch (1..max_slots)."""
+    images: torch.Tensor        # (B, S, 3, H, W) float, normalised; any float dtype
+    image_mask: torch.Tensor    # (B, S) bool, True = the slot holds a real image
+    tokens: torch.Tensor        # (B, text_len) int64 (Gr00tTokenizer)
+    token_mask: torch.Tensor    # (B, text_len) bool, True = real token
+    state: torch.Tensor         # (B, state_dim) float32, normalised, zero-padded
+    actions: torch.Tensor       # (B, horizon, action_dim) float32 target chunk, zero-padded
+    action_mask: torch.Tensor   # (B, horizon, action_dim) bool: real channel of a real (not padded) step
+    noise: torch.Tensor         # (B, horizon, action_dim) float32 flow noise (sample_flow)
+    time: torch.Tensor          # (B,) float32 flow time in [0, 0.999) (sample_flow)
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> Gr00tBatch:
+        """The same batch with every tensor on `device` (dtypes unchanged)."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                                for f in fields(self)})
+
+
+def sample_flow(actions: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """GR00T's draws for a (B, horizon, A) chunk: noise N(0, 1) and t = (1 - Beta(1.5, 1)) x 0.999.
+    Beta(1.5, 1) is u^(1/1.5) for u uniform (its inverse CDF), drawn from `generator`."""
+    b = actions.shape[0]
+    noise = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=torch.float32)
+    u = torch.rand((b,), generator=generator, device=actions.device, dtype=torch.float32)
+    return noise, (1 - u.pow(1.0 / 1.5)) * 0.999
+
+
+def flow_target(actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_t, velocity target) of GR00T's convention: x_t = (1 - t) noise + t a, target a - noise."""
+    t = time.float()[:, None, None]
+    return (1 - t) * noise + t * actions, actions - noise
+
+
+class Gr00t(nn.Module):
+    """GR00T-N1.6-shaped VLA. Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen` (frozen),
+    `lm_layers` (the trained top LLM layers), `dit_blocks`. The root's own frozen parts (patch
+    embedding, vision positions and norm, connector, text embedding) are frozen here (FROZEN_ROOT)."""
+
+    BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "dit_blocks")
+    FROZEN_ROOT = ("patch_embed", "vision_pos", "vision_norm", "connector", "embed")
+
+    def __init__(self, cfg: Gr00tConfig):
+        super().__init__()
+        self.cfg = cfg
+        vw, lw, dw = cfg.vision_width, cfg.lm_width, cfg.dit_width
+        self.patch_embed = nn.Conv2d(3, vw, cfg.patch, stride=cfg.patch)
+        self.vision_pos = nn.Parameter(torch.zeros(cfg.patches_per_image, vw))
+        self.vision_blocks = nn.ModuleList(SiglipBlock(vw, cfg.vision_mlp, cfg.vision_heads)
+                                           for _ in range(cfg.vision_depth))
+        self.vision_norm = nn.LayerNorm(vw, eps=1e-6)
+        self.connector = Connector(UNSHUFFLE ** 2 * vw, lw)
+        self.embed = nn.Embedding(cfg.vocab, lw)
+        layer = lambda: Qwen3Layer(lw, cfg.lm_mlp, cfg.heads_q, cfg.heads_kv, cfg.head_dim)  # noqa: E731
+        self.lm_frozen = nn.ModuleList(layer() for _ in range(cfg.lm_frozen))
+        self.lm_layers = nn.ModuleList(layer() for _ in range(cfg.lm_trained))
+        self.vl_norm = nn.LayerNorm(lw)  # the head's `vlln`
+        self.time_embed = TimeEmbedding(dw)
+        self.state_encoder = MLP2(cfg.state_dim, cfg.head_hidden, dw)
+        self.action_encoder = ActionEncoder(cfg.action_dim, dw)
+        self.action_pos = nn.Embedding(cfg.max_positions, dw)
+        self.dit_blocks = nn.ModuleList(
+            DiTBlock(dw, cfg.dit_heads, cfg.dit_ff, 0 if block_context(i) == "self" else lw) for i in range(cfg.dit_depth))
+        self.dit_out = OutputHead(dw, cfg.head_hidden)
+        self.action_decoder = MLP2(cfg.head_hidden, cfg.head_hidden, cfg.action_dim)
+        for name in self.FROZEN_ROOT:
+            getattr(self, name).requires_grad_(False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """(Re-)initialise every parameter from the seed of the global torch RNG: matrices,
+        embeddings and the vision positions N(0, 0.02), each from its own generator keyed by (seed,
+        its index in module order) so the values do not depend on which parameters FSDP shards
+        (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works after
+        `to_empty()` from meta."""
+        seed = torch.initial_seed()
+        for i, (name, p) in enumerate(self.named_parameters()):
+            if p.ndim >= 2:
+                seeded_normal_(p, (seed * 1_000_003 + i) % (1 << 63), std=0.02)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:  # LayerNorm / RMSNorm scales
+                p.fill_(1.0)
+
+    def vl_tokens(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frozen part (call under no_grad): VL features after the lower LLM layers, (B, S x
+        tokens_per_image + text_len, lm_width), and their validity (B, same) bool."""
+        cfg, (b, s) = self.cfg, batch.images.shape[:2]
+        images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0)
+        x = self.patch_embed(images.flatten(0, 1).to(self.patch_embed.weight.dtype))
+        x = x.flatten(2).transpose(1, 2) + self.vision_pos
+        for block in self.vision_blocks:
+            x = block(x)
+        x = pixel_unshuffle(self.vision_norm(x), cfg.image_height // cfg.patch, cfg.image_width // cfg.patch)
+        img = self.connector(x).reshape(b, s * cfg.tokens_per_image, cfg.lm_width)
+        h = torch.cat([img, self.embed(batch.tokens).to(img.dtype)], dim=1)
+        keep = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
+        return h, keep
+
+    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone: VL features after the top LLM layers (B, S x tokens_per_image + text_len,
+        lm_width) and their validity (B, same) bool; the frozen part under no_grad."""
+        cfg = self.cfg
+        with torch.no_grad():
+            h, keep = self.vl_tokens(batch)
+            mask = causal_keep_mask(keep)
+            positions = (keep.long().cumsum(dim=1) - 1).clamp(min=0)
+            cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta)
+            for layer in self.lm_frozen:
+                h = layer(h, cos, sin, mask)
+        for layer in self.lm_layers:
+            h = layer(h, cos, sin, mask)
+        return h, keep
+
+    def action_head(self, vl: torch.Tensor, image_keep: torch.Tensor, text_keep: torch.Tensor,
+                    batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(predicted velocity, target) (B, horizon, action_dim) fp32 from VL features laid out as
+        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time."""
+        cfg = self.cfg
+        vl = self.vl_norm(vl)
+        n_img = image_keep.shape[1]
+        context = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}
+        x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
+        buckets = (batch.time.float() * cfg.time_buckets).long()
+        dtype = self.action_encoder.w1.weight.dtype
+        temb = self.time_embed(buckets)
+        actions = self.action_encoder(x_t.to(dtype), buckets) + self.action_pos.weight[: cfg.horizon].to(dtype)
+        x = torch.cat([self.state_encoder(batch.state.to(dtype))[:, None], actions], dim=1)
+        for i, block in enumerate(self.dit_blocks):
+            x = block(x, temb, *context[block_context(i)])
+        return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
+
+    def forward(self, batch: Gr00tBatch) -> torch.Tensor:
+        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
+        vl, keep = self.vl_features(batch)
+        n_img = batch.images.shape[1] * self.cfg.tokens_per_image
+        image_keep = keep[:, :n_img]
+        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)  # a sample with no image: all (zero) keys, not NaN
+        pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
+        weight = batch.action_mask.float()
+        return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
