@@ -3,6 +3,7 @@
     trainkit run CONFIG.toml [--set key=value ...]         # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
+    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -34,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
     i.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="memory of one GPU to compare the estimate with (default: this machine's GPU, else an H200)")
+    e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
+    e.add_argument("run_dir")
+    e.add_argument("out")
+    e.add_argument("--format", required=True, choices=("lerobot", "openpi"),
+                   help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's layout")
+    e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     return p
 
 
@@ -43,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(load_config(args.config, args.overrides, required=False), args)
+        if args.command == "export":
+            from trainkit.export import export_run
+            path = export_run(args.run_dir, args.out, args.format, args.dtype)
+            print(f"trainkit: exported {path} as {args.format} ({args.dtype}) to {args.out}")
+            return 0
         from trainkit.train import run
         run(load_config(args.config, args.overrides))
         return 0

@@ -33,6 +33,10 @@ Norm = Literal["mean_std", "quantile", "none"]
 class ModelConfig:
     family: str = "pi05"  # a family of the registry, trainkit.models.FAMILIES
     preset: str = ""  # a preset of that family (pi05: "tiny", "tiny_deep", "full")
+    # A folder with model.safetensors + config.json (LeRobot's save_pretrained, lerobot/pi05_base,
+    # openpi's PyTorch converter) to start from instead of random weights; "": random init. A resume
+    # reloads the run's own checkpoint instead (trainkit/weights.py).
+    init_from: str = ""
     # Every other model.* key is a field of the family's config, replaced on top of the preset
     # (`model.lm_depth = 4`); checked against that config when the model is built.
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -194,6 +198,11 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, required:
     missing = [k for k in REQUIRED if not _has(raw, k)] if required else []
     if missing:
         raise ConfigError(missing[0], f"required and not set (required: {', '.join(REQUIRED)})")
+    return _build(RunConfig, raw, "")
+
+
+def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    """The config of `RunConfig.to_dict()` output (a checkpoint's trainkit.json), checked as a file's."""
     return _build(RunConfig, raw, "")
 
 

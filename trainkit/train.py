@@ -11,7 +11,8 @@ The model is built on the meta device, parallelized (parallel/__init__.py says i
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
-schedule, and hands each step to `Metrics`. Checkpoints (DCP + trainkit.json, checkpoint.py) are
+schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
+weights from that checkpoint (trainkit/weights.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
 resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
 """
@@ -48,6 +49,7 @@ from trainkit.resume_rules import RunRecord, dataset_identity, resume_changes
 from trainkit.run_lock import check_output_dir, run_lock
 from trainkit.sample_log import SampleLog
 from trainkit.summary import format_summary, run_summary
+from trainkit.weights import check_weights, load_weights
 
 
 @dataclass
@@ -99,6 +101,8 @@ def run(cfg: RunConfig) -> RunResult:
     fam = family(cfg.model.family)
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
+    if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
+        check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
     try:
         check_memory(cfg, world_size)
@@ -134,7 +138,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
-    start = 0
+    start, init = 0, None
     found = find_checkpoint(out) if cfg.output.resume else None
     if found is not None:
         for why in found.skipped:
@@ -144,6 +148,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
         data.load_state_dict(data_state)
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
+    elif cfg.model.init_from:  # a fresh run from the weights users have (a resume never reloads them)
+        init = load_weights(model, fam, cfg.model.init_from, say)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
@@ -204,6 +210,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                                                   "parallel_applied": plan.applied})
     summary["nonfinite_skipped"] = guard.skipped
     summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
+    summary["init_from"] = init  # layout, tensors, load seconds of model.init_from (None: random init or resumed)
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")

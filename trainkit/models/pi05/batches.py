@@ -66,4 +66,5 @@ class Pi05Batches:
         if actions.shape[-1] < c.action_dim:  # datasets have fewer action dims: zero-padded to 32
             actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
         return Pi05Batch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
-                         token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"])
+                         token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"],
+                         action_dims=b["action"].shape[-1])
