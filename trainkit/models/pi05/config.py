@@ -42,6 +42,9 @@ class Pi05Config:
     # The flow loss's mean: over all `action_dim` channels ("all": openpi's and trainkit's default), or
     # over the robot's real ones only, the zero padding left out ("real": LeRobot's PI05Policy.forward).
     loss_over: Literal["all", "real"] = "all"
+    # PaliGemma's SentencePiece `tokenizer.model` (or a folder with one): openpi's Pi0.5 prompt, as the
+    # real checkpoints were trained with; "": trainkit's built-in byte + state-bin tokenizer (pi05/tokenizer.py)
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_size",
