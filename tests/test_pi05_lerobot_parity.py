@@ -162,3 +162,26 @@ def test_export_round_trip_through_lerobot_from_pretrained(oracle):
         again = loaded(root / f"export_{fmt}")
         for (name, p), q in zip(model.named_parameters(), again.parameters()):
             assert torch.allclose(p, q, rtol=0, atol=1e-6), (fmt, name)
+
+
+def test_statistics_of_a_lerobot_normalizer_pipeline_are_read(oracle):
+    from trainkit.norm_stats import read_checkpoint_stats
+
+    root, d, _ = oracle
+    stats, source = read_checkpoint_stats(root / "policy")
+    assert source.name == "policy_preprocessor.json"
+    for part, key in (("state", "observation.state"), ("action", "action")):
+        for name in ("mean", "std", "min", "max", "q01", "q99"):
+            assert np.allclose(stats[part][name], d[f"stats/{key}.{name}"], rtol=0, atol=0), (part, name)
+
+
+def test_the_export_carries_its_statistics_as_lerobot_reads_them(oracle, shards_rgb):  # noqa: F811
+    from datakit.shards.index import load_index
+
+    _, d, _ = oracle
+    index = load_index(shards_rgb)
+    for pipeline in ("policy_preprocessor", "policy_postprocessor"):
+        for part, key in (("state", "observation.state"), ("action", "action")):
+            for name in ("mean", "std", "q01", "q99"):
+                got = d[f"roundtrip_stats/0/{pipeline}/{key}.{name}"]
+                assert np.allclose(got, index.stats[part][name], rtol=1e-6, atol=1e-7), (pipeline, part, name)

@@ -7,6 +7,7 @@ tests/test_pi05_lerobot_parity.py's job.)
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,56 @@ def test_a_resume_reloads_its_own_checkpoint_not_init_from(source, shards_rgb, t
     unbroken = {x["step"]: x["loss"] for x in step_lines(tmp_path / "unbroken")}
     resumed = {x["step"]: x["loss"] for x in step_lines(tmp_path / "broken")}
     assert resumed == unbroken and sorted(resumed) == [0, 1, 2, 3]
+
+
+def _openpi_stats(folder: Path, stats: dict) -> None:
+    path = folder / "assets" / "robot" / "norm_stats.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"norm_stats": {"state": stats["state"], "actions": stats["action"]}}))
+
+
+def test_norm_from_checkpoint_uses_the_checkpoints_statistics(source, shards_rgb, tmp_path, capsys):  # noqa: F811
+    from datakit.shards.index import load_index
+
+    model, _ = source
+    index = load_index(shards_rgb)
+    common = (f"data.shards={shards_rgb}", "train.steps=2", "parallel.fsdp=none", "parallel.ac_stride={}")
+    runs = {}
+    for name, shift in (("same", 0.0), ("shifted", 0.5)):
+        folder = export(model, tmp_path / name)
+        _openpi_stats(folder, {p: {k: [x + shift for x in index.stats[p][k]] for k in ("q01", "q99")}
+                               for p in ("state", "action")})
+        code, err = cli_run(capsys, *common, f"model.init_from={folder}", "data.norm_from=checkpoint",
+                            f"output.dir={tmp_path / ('run_' + name)}")
+        assert code == 0 and f"normalisation statistics from {folder / 'assets/robot/norm_stats.json'}" in err, err
+        runs[name] = [x["loss"] for x in step_lines(tmp_path / f"run_{name}")]
+    code, err = cli_run(capsys, *common, f"model.init_from={tmp_path / 'same'}", f"output.dir={tmp_path / 'dataset'}")
+    assert code == 0, err
+    assert runs["same"] == [x["loss"] for x in step_lines(tmp_path / "dataset")]  # the index's own numbers
+    assert runs["shifted"] != runs["same"]
+
+
+def test_norm_from_checkpoint_refuses_other_sizes_or_no_init_from(source, shards_rgb, tmp_path, capsys):  # noqa: F811
+    folder = export(source[0], tmp_path / "ckpt")
+    _openpi_stats(folder, {p: {"q01": [0.0] * 3, "q99": [1.0] * 3} for p in ("state", "action")})
+    common = (f"data.shards={shards_rgb}", "train.steps=2", "data.norm_from=checkpoint")
+    code, err = cli_run(capsys, *common, f"model.init_from={folder}", f"output.dir={tmp_path / 'a'}")
+    assert code == 2 and "state q01 has 3 values; the dataset's state has" in err and len(err.splitlines()) == 1, err
+    code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'b'}")
+    assert code == 2 and err.startswith("trainkit: data.norm_from:") and len(err.splitlines()) == 1, err
+
+
+def test_an_openpi_export_carries_the_runs_statistics(shards_rgb, tmp_path, capsys):  # noqa: F811
+    from datakit.shards.index import load_index
+    from trainkit.cli import main
+    from trainkit.norm_stats import read_checkpoint_stats
+
+    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'run'}", "train.steps=1",
+                        "output.checkpoint_every=1", "parallel.fsdp=none", "parallel.ac_stride={}")
+    assert code == 0, err
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--format", "openpi"]) == 0
+    stats, path = read_checkpoint_stats(tmp_path / "out")
+    index = load_index(shards_rgb)
+    assert path == tmp_path / "out" / "assets" / "trainkit" / "norm_stats.json"
+    assert {p: {k: stats[p][k] for k in ("mean", "std", "q01", "q99")} for p in ("state", "action")} == \
+        {p: {k: index.stats[p][k] for k in ("mean", "std", "q01", "q99")} for p in ("state", "action")}

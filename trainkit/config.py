@@ -58,6 +58,9 @@ class DataConfig:
     prefetch_factor: int = 2  # batches each worker keeps ready
     shuffle: Shuffle = "random"  # datakit sampler mode
     norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
+    # Whose statistics: "dataset" (the shard index's) or "checkpoint" (model.init_from's
+    # policy_preprocessor.json or openpi assets/*/norm_stats.json: what the checkpoint was trained with)
+    norm_from: Literal["dataset", "checkpoint"] = "dataset"
 
     def __post_init__(self) -> None:
         _choices(self, "data")

@@ -9,7 +9,8 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
-the run's dataset index when it is still there (else the model's slots and 32 channels, said so).
+the run's dataset index when it is still there (else the model's slots and 32 channels, said so),
+and the normalisation statistics the run trained with go beside it (trainkit/norm_stats.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from trainkit.config import RunConfig, config_from_dict
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
 from trainkit.models.errors import WeightsError
+from trainkit.norm_stats import stats_files, with_checkpoint_stats
 from trainkit.weights import write_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -53,19 +55,25 @@ def load_run_model(run_dir: str | Path) -> tuple[nn.Module, RunConfig, Path]:
     return model, cfg, found.path
 
 
-def _features(cfg: RunConfig, max_slots: int) -> dict[str, Any]:
-    """The robot's cameras and state/action sizes, from the run's dataset index when readable."""
+def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
+    """The robot's cameras and state/action sizes, and the run's statistics, from the run's dataset
+    index (or model.init_from's, for data.norm_from = "checkpoint") when readable; else (generic
+    features, None), said so."""
     from datakit.shards.index import load_index
 
     try:
         index = load_index(Path(cfg.data.shards))
-    except Exception as e:  # noqa: BLE001 - moved, deleted or remote: the export still works
+    except Exception as e:  # noqa: BLE001 - moved, deleted or remote: the weights still export
         print(f"trainkit: {cfg.data.shards}: dataset index unreadable ({type(e).__name__}); config.json names "
-              f"{max_slots} generic cameras and {32} state/action channels", file=sys.stderr)
+              f"{max_slots} generic cameras and 32 state/action channels, and no statistics are written",
+              file=sys.stderr)
         return {"cameras": [f"observation.images.slot{i}" for i in range(max_slots)], "state_dim": 32,
-                "action_dim": 32}
+                "action_dim": 32}, None
+    if cfg.data.norm_from == "checkpoint":
+        index, _ = with_checkpoint_stats(index, cfg.model.init_from, cfg.data.norm)
     cams = [c for c in cfg.data.slots if c] or list(index.cameras)
-    return {"cameras": cams, "state_dim": len(index.state_names), "action_dim": len(index.action_names)}
+    features = {"cameras": cams, "state_dim": len(index.state_names), "action_dim": len(index.action_names)}
+    return features, {k: index.stats[k] for k in ("state", "action")}
 
 
 def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32") -> Path:
@@ -82,7 +90,8 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         raise CheckpointError(str(path), str(e)) from None
     # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory
     tensors = {k: v.to(DTYPES[dtype], copy=True) for k, v in tensors.items()}
-    config = fam.weights.config_json(model.cfg, _features(cfg, fam.max_slots(model.cfg)))
+    features, stats = _dataset(cfg, fam.max_slots(model.cfg))
+    config = fam.weights.config_json(model.cfg, features)
     config["dtype"] = dtype
-    write_weights(Path(out), tensors, config)
+    write_weights(Path(out), tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
     return path

@@ -36,10 +36,11 @@ from datakit.durable import write_atomic
 from trainkit.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
 from trainkit.data import Shards, TrainData, open_shards
-from trainkit.errors import BatchDataError, LaunchError
+from trainkit.errors import BatchDataError, ConfigError, LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
 from trainkit.nonfinite import NonFiniteGuard, check_state
+from trainkit.norm_stats import with_checkpoint_stats
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.optim import build_optimizer, build_scheduler
@@ -105,6 +106,11 @@ def run(cfg: RunConfig) -> RunResult:
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
     try:
+        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
+            if not cfg.model.init_from:
+                raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
+            shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
+            say(f"normalisation statistics from {source}")
         check_memory(cfg, world_size)
         # --- devices and process group --------------------------------------------------------------
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")

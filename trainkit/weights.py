@@ -142,4 +142,5 @@ def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mappin
     tmp.rename(out / WEIGHTS_NAME)
     write_atomic(out / CONFIG_NAME, (json.dumps(config, indent=4) + "\n").encode())
     for name, data in extra.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out / name, data)

@@ -6,13 +6,15 @@
 It builds the policy at tiny widths (LeRobot hard-codes the full shapes in `get_gemma_config` and
 in `PaliGemmaWithExpertModel.__init__`, so both are patched here; 8 query heads stay, which its
 attention code requires), randomises EVERY parameter (LeRobot's init leaves the norms and the adaRMS
-modulation at zero, which would hide a mapping error), saves it with `save_pretrained`, and writes
+modulation at zero, which would hide a mapping error), saves it with `save_pretrained` (and a LeRobot normalizer pipeline with random statistics beside
+it, `policy_preprocessor.json`), and writes
 one batch (two cameras, the second masked in one sample; text padded), the velocity prediction,
 the loss averaged over all 32 action channels and over the robot's 7, and the gradient of the
 all-channel loss for every parameter (named as in `model.safetensors`).
 `--roundtrip CKPT` loads each checkpoint folder (a `trainkit export`) with `PI05Policy.from_pretrained`,
 refusing any load that LeRobot does not report as complete (it prints a warning and returns random
-weights otherwise), and adds its velocity prediction for the same batch (`roundtrip/<i>`).
+weights otherwise), and adds its velocity prediction for the same batch (`roundtrip/<i>`) and the statistics LeRobot's
+`PolicyProcessorPipeline.from_pretrained` reads from its processor files (`roundtrip_stats/<i>/...`).
 One process for all of it: importing LeRobot costs most of the ~10 s.
 The shapes below are trainkit's `tiny` preset with `heads_q=8, vocab=1024`.
 """
@@ -124,6 +126,24 @@ def make_inputs(seed: int) -> dict:
             "actions": actions, "noise": noise, "time": time}
 
 
+def save_stats(folder: str) -> dict:
+    """A LeRobot normalizer pipeline (`policy_preprocessor.json` + its safetensors) with random
+    statistics of the robot's 8 state / 7 action channels, saved beside the policy; returns them."""
+    import torch
+    from lerobot.configs import FeatureType, NormalizationMode, PolicyFeature
+    from lerobot.processor import NormalizerProcessorStep, PolicyProcessorPipeline
+
+    feats = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(8,)),
+             "action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_ACTION_DIM,))}
+    norm_map = {FeatureType.STATE: NormalizationMode.QUANTILES, FeatureType.ACTION: NormalizationMode.QUANTILES,
+                FeatureType.VISUAL: NormalizationMode.IDENTITY}
+    stats = {k: {s: torch.randn(n) for s in ("mean", "std", "min", "max", "q01", "q99")}
+             for k, n in (("observation.state", 8), ("action", ROBOT_ACTION_DIM))}
+    PolicyProcessorPipeline(steps=[NormalizerProcessorStep(features=feats, norm_map=norm_map, stats=stats)],
+                            name="policy_preprocessor").save_pretrained(folder)
+    return {f"stats/{k}.{s}": v.numpy() for k, d in stats.items() for s, v in d.items()}
+
+
 def velocity_and_losses(policy, inputs: dict):
     """(velocity (B, H, 32), per-element losses) of PI05Pytorch.forward on `inputs`."""
     import torch
@@ -155,12 +175,13 @@ def make(args: argparse.Namespace) -> None:
             p.copy_(torch.randn_like(p) * std)
     policy.train()
     policy.save_pretrained(os.path.join(args.dir, "policy"))
+    out = save_stats(os.path.join(args.dir, "policy"))
     inputs = make_inputs(args.seed)
     v, losses = velocity_and_losses(policy, inputs)
     loss_all = losses.mean()
     loss_real = losses[:, :, :ROBOT_ACTION_DIM].mean()
     loss_all.backward()
-    out = {f"in/{k}": v for k, v in inputs.items()}
+    out.update({f"in/{k}": v for k, v in inputs.items()})
     out.update({"velocity": v.detach().numpy(), "loss_all": loss_all.detach().numpy(),
                 "loss_real": loss_real.detach().numpy()})
     sd_names = {id(p): n for n, p in policy.named_parameters()}
@@ -171,6 +192,13 @@ def make(args: argparse.Namespace) -> None:
     for i, path in enumerate(args.roundtrip):
         with torch.no_grad():
             out[f"roundtrip/{i}"] = velocity_and_losses(from_pretrained(path), inputs)[0].numpy()
+        if os.path.exists(os.path.join(path, "policy_preprocessor.json")):  # statistics read by LeRobot itself
+            from lerobot.processor import PolicyProcessorPipeline
+
+            for name in ("policy_preprocessor", "policy_postprocessor"):
+                pipe = PolicyProcessorPipeline.from_pretrained(path, config_filename=f"{name}.json")
+                for key, t in pipe.steps[0].state_dict().items():
+                    out[f"roundtrip_stats/{i}/{name}/{key}"] = t.numpy()
     np.savez(os.path.join(args.dir, "oracle.npz"), **out)
 
 
