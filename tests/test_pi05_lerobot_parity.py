@@ -51,7 +51,7 @@ def oracle(tmp_path_factory, shards_rgb):  # noqa: F811
     exports = [root / f"export_{fmt}" for fmt in checkpoints.LAYOUTS]
     for fmt, out in zip(checkpoints.LAYOUTS, exports):
         assert main(["export", str(run), str(out), "--format", fmt]) == 0
-    done = subprocess.run([str(LEROBOT_PY), str(ORACLE), str(root), "--roundtrip", *map(str, exports)],
+    done = subprocess.run([str(LEROBOT_PY), str(ORACLE), str(root), "--full-shapes", "--roundtrip", *map(str, exports)],
                           capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     return root, dict(np.load(root / "oracle.npz")), run
@@ -185,3 +185,20 @@ def test_the_export_carries_its_statistics_as_lerobot_reads_them(oracle, shards_
             for name in ("mean", "std", "q01", "q99"):
                 got = d[f"roundtrip_stats/0/{pipeline}/{key}.{name}"]
                 assert np.allclose(got, index.stats[part][name], rtol=1e-6, atol=1e-7), (pipeline, part, name)
+
+
+def test_full_size_every_tensor_has_lerobots_shape(oracle):
+    """At full size (meta device): trainkit's export has exactly LeRobot's keys and shapes, and
+    reading LeRobot's keys fills every parameter of the `full` preset with the right shape."""
+    import json
+
+    from trainkit.weights import plan
+
+    root, _, _ = oracle
+    lerobot = {k: tuple(v) for k, v in json.loads((root / "full_shapes.json").read_text()).items()}
+    with torch.device("meta"):
+        model = build_model("pi05", "full")
+    exported = checkpoints.export_tensors(model.cfg, model.state_dict(), "lerobot")
+    assert {k: tuple(v.shape) for k, v in exported.items()} == lerobot
+    layout, rules = plan(model, family("pi05"), lerobot, "full_shapes.json")
+    assert layout == "lerobot" and len(rules) == len(list(model.parameters()))

@@ -63,14 +63,21 @@ def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
 
 
 def _plan(model: nn.Module, fam: Family, folder: Path, f: Any) -> tuple[str, list[Any]]:
+    shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return plan(model, fam, shapes, str(folder / WEIGHTS_NAME))
+
+
+def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], path: str) -> tuple[str, list[Any]]:
+    """(layout, rules) for a checkpoint of tensors `shapes` (key -> shape; `path` names it in errors),
+    checked against `model`'s parameters: refuses a missing key, a parameter without a rule, a shape
+    that differs."""
     if fam.weights is None:
-        raise CheckpointError(str(folder), f"model.init_from: family {fam.name!r} has no checkpoint mapping")
-    path = str(folder / WEIGHTS_NAME)
+        raise CheckpointError(path, f"model.init_from: family {fam.name!r} has no checkpoint mapping")
     try:
-        layout, rules = fam.weights.read_plan(model.cfg, set(f.keys()))
+        layout, rules = fam.weights.read_plan(model.cfg, set(shapes))
     except WeightsError as e:
         raise CheckpointError(path, str(e)) from None
-    _check_plan(path, rules, {_param_name(n): p for n, p in model.named_parameters()}, f)
+    _check_plan(path, rules, {_param_name(n): p for n, p in model.named_parameters()}, shapes)
     return layout, rules
 
 
@@ -97,8 +104,8 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     return info
 
 
-def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor], f: Any) -> None:
-    """Refuse, from the header alone, a missing key, a parameter without a rule, or a wrong shape."""
+def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
+                shapes: Mapping[str, tuple[int, ...]]) -> None:
     targets = {r.target for r in rules}
     unfilled = sorted(set(params) - targets)
     if unfilled:
@@ -106,19 +113,19 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
     for rule in rules:
         if rule.target not in params:
             raise CheckpointError(path, f"the mapping names parameter {rule.target!r}, which this model lacks")
-        missing = [k for k in rule.sources if k not in f.keys()]
+        missing = [k for k in rule.sources if k not in shapes]
         if missing:
             raise CheckpointError(path, f"missing key {missing[0]!r} (for {rule.target})")
-        metas = [torch.empty(f.get_slice(k).get_shape(), device="meta") for k in rule.sources]
+        metas = [torch.empty(shapes[k], device="meta") for k in rule.sources]
         try:
             shape = tuple(rule.gather(metas).shape)
         except RuntimeError:  # sources that cannot even be concatenated
             shape = tuple(tuple(m.shape) for m in metas)
         want = tuple(params[rule.target].shape)
         if shape != want:
-            shapes = ", ".join(f"{k} {list(m.shape)}" for k, m in zip(rule.sources, metas))
+            given = ", ".join(f"{k} {list(m.shape)}" for k, m in zip(rule.sources, metas))
             raise CheckpointError(path, f"shape mismatch for {rule.target}: the model has {list(want)}, "
-                                  f"the checkpoint gives {list(shape)} ({shapes})")
+                                  f"the checkpoint gives {list(shape)} ({given})")
 
 
 def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:

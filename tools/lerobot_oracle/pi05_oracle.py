@@ -15,7 +15,8 @@ all-channel loss for every parameter (named as in `model.safetensors`).
 refusing any load that LeRobot does not report as complete (it prints a warning and returns random
 weights otherwise), and adds its velocity prediction for the same batch (`roundtrip/<i>`) and the statistics LeRobot's
 `PolicyProcessorPipeline.from_pretrained` reads from its processor files (`roundtrip_stats/<i>/...`).
-One process for all of it: importing LeRobot costs most of the ~10 s.
+`--full-shapes` also writes the key -> shape table of the full-size policy (on the meta device),
+before the tiny patch. One process for all of it: importing LeRobot costs most of the ~10 s.
 The shapes below are trainkit's `tiny` preset with `heads_q=8, vocab=1024`.
 """
 from __future__ import annotations
@@ -202,6 +203,29 @@ def make(args: argparse.Namespace) -> None:
     np.savez(os.path.join(args.dir, "oracle.npz"), **out)
 
 
+def full_shapes(path: str) -> None:
+    """Key -> shape of the full-size PI05Policy's state dict (built on the meta device), as JSON."""
+    import json
+
+    import torch
+    from lerobot.configs import FeatureType, PolicyFeature
+    from lerobot.policies.pi05.configuration_pi05 import PI05Config
+    from lerobot.policies.pi05.modeling_pi05 import PI05Policy
+
+    cfg = PI05Config(device="cpu", dtype="float32",
+                     input_features={"observation.images.top": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224))},
+                     output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(7,))})
+    to = torch.nn.Module.to
+    torch.nn.Module.to = lambda self, *a, **k: self  # the policy moves itself to its device; on meta it stays
+    try:
+        with torch.device("meta"):
+            sd = PI05Policy(cfg).state_dict()
+    finally:
+        torch.nn.Module.to = to
+    with open(path, "w") as f:
+        json.dump({k: list(v.shape) for k, v in sd.items()}, f)
+
+
 def from_pretrained(path: str):
     """PI05Policy.from_pretrained(path), strict; an error unless every key loaded (LeRobot itself
     only prints a warning and keeps random weights)."""
@@ -223,7 +247,11 @@ def main() -> None:
     p.add_argument("dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--roundtrip", nargs="*", default=[], metavar="CKPT")
-    make(p.parse_args())
+    p.add_argument("--full-shapes", action="store_true", help="also DIR/full_shapes.json (before the tiny patch)")
+    args = p.parse_args()
+    if args.full_shapes:
+        full_shapes(os.path.join(args.dir, "full_shapes.json"))
+    make(args)
 
 
 if __name__ == "__main__":
