@@ -5,10 +5,11 @@
     info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
 
 Loading reads tensor by tensor from the memory-mapped file (safetensors' `safe_open`): each
-parameter's sources are read, combined by the family's rule in float32, cast to the parameter's
-dtype, and under FSDP2 each rank keeps only its own shard (`distribute_tensor(src_data_rank=None)`
+parameter's sources are read, moved to the parameter's device, combined by the family's rule in
+float32, cast to the parameter's dtype, and under FSDP2 each rank keeps only its own shard (`distribute_tensor(src_data_rank=None)`
 splits locally, no communication: every rank reads the same file). Peak host memory is one
-parameter (the 2 GB float32 embedding at full size), never the model.
+parameter (the 2 GB float32 embedding at full size), never the model; on the device, one parameter
+more than the model.
 Before any tensor is read, the plan is checked on the file's header alone: an unknown layout, a
 source key the file lacks, a parameter no rule fills, or a shape that differs is refused with one
 line naming the key. Checkpoint keys no rule reads (tensors the flow loss never uses) are counted
@@ -93,9 +94,11 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
         dtypes: set[str] = set()
         with torch.no_grad():
             for rule in rules:
+                param = params[rule.target]
                 sources = [f.get_tensor(k) for k in rule.sources]
                 dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
-                _copy_into(params[rule.target], rule.gather([t.float() for t in sources]))
+                # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
+                _copy_into(param, rule.gather([t.to(param.device).float() for t in sources]))
     used = {k for r in rules for k in r.sources}
     info = {"folder": str(folder), "layout": layout, "tensors": len(rules), "dtypes": sorted(dtypes),
             "unused_keys": len(keys - used), "seconds": time.perf_counter() - t0}
@@ -131,7 +134,7 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
 def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
     """Copy a full tensor into a parameter; an FSDP2 (DTensor) parameter takes only its shard."""
     if isinstance(param, DTensor):
-        shard = distribute_tensor(full.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
+        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
         param.to_local().copy_(shard.to_local())
     else:
         param.copy_(full)
