@@ -171,3 +171,12 @@ def test_an_openpi_export_carries_the_runs_statistics(shards_rgb, tmp_path, caps
     assert path == tmp_path / "out" / "assets" / "trainkit" / "norm_stats.json"
     assert {p: {k: stats[p][k] for k in ("mean", "std", "q01", "q99")} for p in ("state", "action")} == \
         {p: {k: index.stats[p][k] for k in ("mean", "std", "q01", "q99")} for p in ("state", "action")}
+
+
+def test_export_of_a_run_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsys):
+    from trainkit.cli import main
+
+    (tmp_path / "run").mkdir()
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--format", "lerobot"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no checkpoint to export" in err, err
