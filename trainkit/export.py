@@ -28,7 +28,7 @@ from trainkit.config import RunConfig, config_from_dict
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
 from trainkit.models.errors import WeightsError
-from trainkit.norm_stats import stats_files, with_checkpoint_stats
+from trainkit.norm_stats import LEROBOT_MODE, stats_files, with_checkpoint_stats
 from trainkit.weights import write_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -93,5 +93,7 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
     features, stats = _dataset(cfg, fam.max_slots(model.cfg))
     config = fam.weights.config_json(model.cfg, features)
     config["dtype"] = dtype
+    mode = LEROBOT_MODE[cfg.data.norm]
+    config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
     write_weights(Path(out), tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
     return path

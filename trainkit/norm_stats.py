@@ -25,6 +25,7 @@ Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> 
 PREPROCESSOR, POSTPROCESSOR = "policy_preprocessor.json", "policy_postprocessor.json"
 NEEDED = {"quantile": ("q01", "q99"), "mean_std": ("mean", "std"), "none": ()}
 _LEROBOT_KEYS = {"state": "observation.state", "action": "action"}
+LEROBOT_MODE = {"quantile": "QUANTILES", "mean_std": "MEAN_STD", "none": "IDENTITY"}  # data.norm -> LeRobot's
 
 
 def read_checkpoint_stats(folder: str | Path) -> tuple[Stats, Path]:
@@ -102,7 +103,7 @@ def stats_files(stats: Stats, fmt: str, norm: str) -> dict[str, bytes]:
                for part, d in stats.items() if part in _LEROBOT_KEYS for name, values in d.items()}
     features = {_LEROBOT_KEYS[p]: {"type": "STATE" if p == "state" else "ACTION", "shape": [len(stats[p]["mean"])]}
                 for p in _LEROBOT_KEYS if stats.get(p, {}).get("mean")}
-    mode = {"quantile": "QUANTILES", "mean_std": "MEAN_STD", "none": "IDENTITY"}[norm]
+    mode = LEROBOT_MODE[norm]
     files = {}
     for name, registry, pipeline in (("policy_preprocessor", "normalizer_processor", PREPROCESSOR),
                                      ("policy_postprocessor", "unnormalizer_processor", POSTPROCESSOR)):
