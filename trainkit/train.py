@@ -136,6 +136,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     model.to_empty(device=device)
     torch.manual_seed(cfg.train.seed)
     model.init_weights()
+    # a fresh run from the weights users have, before anything copies the weights (a resume reloads
+    # its own checkpoint below, never init_from)
+    found = find_checkpoint(out) if cfg.output.resume else None
+    init = load_weights(model, fam, cfg.model.init_from, say) if cfg.model.init_from and found is None else None
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
@@ -144,8 +148,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
-    start, init = 0, None
-    found = find_checkpoint(out) if cfg.output.resume else None
+    start = 0
     if found is not None:
         for why in found.skipped:
             say(f"skipping checkpoint {out / 'checkpoints'}/{why}; resuming from {found.path.name}")
@@ -154,8 +157,6 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
         data.load_state_dict(data_state)
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
-    elif cfg.model.init_from:  # a fresh run from the weights users have (a resume never reloads them)
-        init = load_weights(model, fam, cfg.model.init_from, say)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
