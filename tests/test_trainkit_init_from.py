@@ -180,3 +180,34 @@ def test_export_of_a_run_without_a_checkpoint_is_refused_in_one_line(tmp_path, c
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--format", "lerobot"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no checkpoint to export" in err, err
+
+
+def test_export_of_the_weight_ema(shards_rgb, tmp_path, capsys):  # noqa: F811
+    """`--weights ema`: the checkpoint's EMA tensors (read back by DCP's own torch.save converter)."""
+    from trainkit.config import TrainConfig
+
+    if "ema_decay" not in TrainConfig.__dataclass_fields__:
+        pytest.skip("no weight EMA (train.ema_decay) in this tree")
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from trainkit.cli import main
+
+    run = tmp_path / "run"
+    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={run}", "train.steps=2",
+                        "train.ema_decay=0.5", "output.checkpoint_every=2", "parallel.fsdp=none",
+                        "parallel.ac_stride={}")
+    assert code == 0, err
+    for weights in ("model", "ema"):
+        assert main(["export", str(run), str(tmp_path / weights), "--format", "lerobot", "--weights", weights]) == 0
+    dcp_to_torch_save(run / "checkpoints" / "step-000002", tmp_path / "ckpt.pt")
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    for weights in ("model", "ema"):
+        got = build_model("pi05", "tiny")
+        load_weights(got, FAM, tmp_path / weights, lambda m: None)
+        for name, p in got.named_parameters():
+            assert torch.allclose(p, saved[weights][name], rtol=0, atol=1e-6), (weights, name)
+    assert not torch.equal(saved["ema"]["action_out.weight"], saved["model"]["action_out.weight"])
+    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'plain'}", "train.steps=1",
+                        "output.checkpoint_every=1", "parallel.fsdp=none", "parallel.ac_stride={}")
+    assert main(["export", str(tmp_path / "plain"), str(tmp_path / "x"), "--format", "lerobot", "--weights", "ema"]) == 2
+    assert "holds no weight EMA" in capsys.readouterr().err

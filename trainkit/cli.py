@@ -3,7 +3,7 @@
     trainkit run CONFIG.toml [--set key=value ...]         # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
-    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16]
+    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--format", required=True, choices=("lerobot", "openpi"),
                    help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's layout")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    e.add_argument("--weights", default="model", choices=("model", "ema"),
+                   help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
     return p
 
 
@@ -52,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(load_config(args.config, args.overrides, required=False), args)
         if args.command == "export":
             from trainkit.export import export_run
-            path = export_run(args.run_dir, args.out, args.format, args.dtype)
-            print(f"trainkit: exported {path} as {args.format} ({args.dtype}) to {args.out}")
+            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights)
+            print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
         from trainkit.train import run
         run(load_config(args.config, args.overrides))

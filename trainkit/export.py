@@ -5,6 +5,7 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
 
     trainkit export runs/pi05 out/pi05_lerobot --format lerobot      # keys prefixed `model.`
     trainkit export runs/pi05 out/pi05_base --format openpi --dtype bfloat16   # pi05_base's layout
+    trainkit export runs/pi05 out/pi05_ema --format lerobot --weights ema      # the weight EMA
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
@@ -34,9 +35,10 @@ from trainkit.weights import write_weights
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_run_model(run_dir: str | Path) -> tuple[nn.Module, RunConfig, Path]:
+def load_run_model(run_dir: str | Path, weights: str = "model") -> tuple[nn.Module, RunConfig, Path]:
     """The model of the newest intact checkpoint of `run_dir` (on the CPU, float32), its run's
-    config and the checkpoint folder."""
+    config and the checkpoint folder. `weights = "ema"`: the trainable parameters from the
+    checkpoint's weight EMA (`ema.<name>`, written when the run had train.ema_decay > 0)."""
     found = find_checkpoint(Path(run_dir))
     if found is None:
         raise CheckpointError(str(Path(run_dir) / "checkpoints"), "no checkpoint to export (set output.checkpoint_every)")
@@ -50,8 +52,14 @@ def load_run_model(run_dir: str | Path) -> tuple[nn.Module, RunConfig, Path]:
     except UnsafeCheckpoint as e:
         raise CheckpointError(str(found.path / METADATA_NAME), f"refused: {e}; nothing from it was run") from None
     state = {"model": model.state_dict()}
+    if weights == "ema":
+        if not found.manifest.config.get("train", {}).get("ema_decay"):
+            raise CheckpointError(str(found.path), "holds no weight EMA (the run had no train.ema_decay); "
+                                  "export --weights model")
+        trained = {n for n, p in model.named_parameters() if p.requires_grad}
+        state["ema"] = {n: torch.empty_like(t) for n, t in state["model"].items() if n in trained}  # own storage
     dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
-    model.load_state_dict(state["model"])
+    model.load_state_dict({**state["model"], **state.get("ema", {})})
     return model, cfg, found.path
 
 
@@ -76,9 +84,10 @@ def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
     return features, {k: index.stats[k] for k in ("state", "action")}
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32") -> Path:
-    """Write the export of `run_dir`'s newest checkpoint into `out`; returns the checkpoint exported."""
-    model, cfg, path = load_run_model(run_dir)
+def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model") -> Path:
+    """Write the export of `run_dir`'s newest checkpoint into `out` (its trained weights, or with
+    `weights = "ema"` its weight EMA); returns the checkpoint exported."""
+    model, cfg, path = load_run_model(run_dir, weights)
     fam = family(cfg.model.family)
     if fam.weights is None:
         raise CheckpointError(str(run_dir), f"family {fam.name!r} has no checkpoint mapping to export to")
