@@ -59,11 +59,12 @@ def write_checkpoint(folder: Path, preset: str, device: str) -> dict:
                                      "observation.images.wrist"], "state_dim": 8, "action_dim": 7})
     config["dtype"] = "bfloat16"
     write_weights(folder, tensors, config)
+    count = len(tensors)
     del tensors
     if device == "cuda":
         torch.cuda.empty_cache()  # the runs are other processes: leave them the whole GPU
     size = (folder / "model.safetensors").stat().st_size
-    return {"seconds": round(time.perf_counter() - t0, 2), "bytes": size, "tensors": len(tensors),
+    return {"seconds": round(time.perf_counter() - t0, 2), "bytes": size, "tensors": count,
             "layout": "openpi (pi05_base)", "dtype": "bfloat16"}
 
 
