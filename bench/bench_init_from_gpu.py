@@ -117,6 +117,8 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=16)
     p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--skip", type=int, default=10, help="steps left out of steady state (compile, warm-up)")
+    p.add_argument("--episodes", type=int, default=4, help="generated episodes (x --length frames, 2 cameras)")
+    p.add_argument("--length", type=int, default=60)
     p.add_argument("--budget-s", type=float, default=130, help="the whole script; each run gets what is left")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra override for both runs")
     p.add_argument("--work", type=Path, default=Path("/tmp/init_from_bench"))
@@ -138,7 +140,7 @@ def main() -> None:
         (args.out / "init_from.json").write_text(json.dumps(res, indent=1) + "\n")
 
     t0 = time.time()
-    args.shards = make_shards(args.work / "data", 64 if args.cpu else 224, episodes=4, length=60)
+    args.shards = make_shards(args.work / "data", 64 if args.cpu else 224, episodes=args.episodes, length=args.length)
     res["shards_s"] = round(time.time() - t0, 1)
     ckpt = args.work / "pi05_base_random"
     res["checkpoint"] = write_checkpoint(ckpt, "tiny" if args.cpu else "full", "cuda" if torch.cuda.is_available()
