@@ -20,12 +20,17 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_convert.py
 
-# Optional: LeRobotDataset 0.6.1 as an oracle for tests/benchmarks, in its own Python 3.12 venv
-# (it needs Python >= 3.12 and torch < 2.12, so it is never a dependency of this project).
+# Optional: LeRobot 0.6.1 as an oracle for tests/benchmarks (LeRobotDataset for the loader interop,
+# PI05Policy for the pi05 parity test), in its own Python 3.12 venv: it needs Python >= 3.12 and
+# torch < 2.12, so it is never a dependency of this project. Tests skip cleanly without it.
+# PYTHON312: the first python3.12 that runs (a pyenv shim whose version is not selected does not).
 LEROBOT_VENV ?= /tmp/lerobot-venv
+PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
+	$(shell $(p) -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo $(p))))
 lerobot-oracle:
-	[ -x $(LEROBOT_VENV)/bin/python ] || python3.12 -m venv $(LEROBOT_VENV)
-	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset]==0.6.1'
+	@[ -n "$(PYTHON312)" ] || { echo "lerobot-oracle: no working python3.12 (set PYTHON312=...)" >&2; exit 2; }
+	[ -x $(LEROBOT_VENV)/bin/python ] || $(PYTHON312) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,pi]==0.6.1'
 
 clean:
 	rm -rf demo-out .pytest_cache

@@ -5,6 +5,7 @@
     trainkit inspect CONFIG.toml [--overlay best.toml] [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
+    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -75,6 +76,14 @@ def _parser() -> argparse.ArgumentParser:
     lad.add_argument("--parity-abs", type=float, default=1e-3, help="mean |loss diff| vs baseline (default 1e-3)")
     lad.add_argument("--parity-rel", type=float, default=0.02, help="mean relative loss diff, FP8 (default 0.02)")
     lad.add_argument("--out", default=None, help="output folder (default runs/ladder-<config name>)")
+    e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
+    e.add_argument("run_dir")
+    e.add_argument("out")
+    e.add_argument("--format", required=True, choices=("lerobot", "openpi"),
+                   help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's layout")
+    e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    e.add_argument("--weights", default="model", choices=("model", "ema"),
+                   help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
     return p
 
 
@@ -89,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(load_config(args.config, args.overrides, required=False, overlay=args.overlay), args)
         if args.command == "ladder":
             return _ladder(args, argv if argv is not None else sys.argv[1:])
+        if args.command == "export":
+            from trainkit.export import export_run
+            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights)
+            print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
+            return 0
         from trainkit.train import run
         run(load_config(args.config, args.overrides, overlay=args.overlay))
         return 0

@@ -34,6 +34,10 @@ Norm = Literal["mean_std", "quantile", "none"]
 class ModelConfig:
     family: str = "pi05"  # a family of the registry, trainkit.models.FAMILIES
     preset: str = ""  # a preset of that family (pi05: "tiny", "tiny_deep", "full")
+    # A folder with model.safetensors + config.json (LeRobot's save_pretrained, lerobot/pi05_base,
+    # openpi's PyTorch converter) to start from instead of random weights; "": random init. A resume
+    # reloads the run's own checkpoint instead (trainkit/weights.py).
+    init_from: str = ""
     # Every other model.* key is a field of the family's config, replaced on top of the preset
     # (`model.lm_depth = 4`); checked against that config when the model is built.
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +63,9 @@ class DataConfig:
     # episode_index, or a fraction of the episodes spread evenly over the index; at most one of the two.
     val_episodes: list[int] = field(default_factory=list)
     val_fraction: float = 0.0  # in [0, 1); 0 and no val_episodes: no holdout, no validation loss
+    # Whose statistics: "dataset" (the shard index's) or "checkpoint" (model.init_from's
+    # policy_preprocessor.json or openpi assets/*/norm_stats.json: what the checkpoint was trained with)
+    norm_from: Literal["dataset", "checkpoint"] = "dataset"
 
     def __post_init__(self) -> None:
         _choices(self, "data")
@@ -255,6 +262,9 @@ def _apply_overlay(raw: dict[str, Any], overlay: dict[str, Any], name: str) -> N
             if sections[section] is not ModelConfig and key not in known:
                 raise ConfigError(f"{name}: {section}.{key}", _unknown(sections[section], key))
             raw.setdefault(section, {})[key] = value
+def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    """The config of `RunConfig.to_dict()` output (a checkpoint's trainkit.json), checked as a file's."""
+    return _build(RunConfig, raw, "")
 
 
 def _set(raw: dict[str, Any], key: str, text: str) -> None:

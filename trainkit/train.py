@@ -11,7 +11,8 @@ The model is built on the meta device, parallelized (parallel/__init__.py says i
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
-schedule, and hands each step to `Metrics`. Checkpoints (DCP + trainkit.json, checkpoint.py) are
+schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
+weights from that checkpoint (trainkit/weights.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
 resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
 """
@@ -40,6 +41,7 @@ from trainkit.errors import BatchDataError, ConfigError, LaunchError
 from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
 from trainkit.nonfinite import NonFiniteGuard, check_state
+from trainkit.norm_stats import with_checkpoint_stats
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.cudagraphs import micro_step
@@ -51,6 +53,7 @@ from trainkit.run_lock import check_output_dir, run_lock
 from trainkit.sample_log import SampleLog
 from trainkit.summary import format_summary, run_summary
 from trainkit.validation import Validation, holdout
+from trainkit.weights import check_weights, load_weights
 
 
 @dataclass
@@ -104,8 +107,15 @@ def run(cfg: RunConfig) -> RunResult:
     fam = family(cfg.model.family)
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
+    if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
+        check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
     try:
+        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
+            if not cfg.model.init_from:
+                raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
+            shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
+            say(f"normalisation statistics from {source}")
         check_memory(cfg, world_size)
         # --- devices and process group --------------------------------------------------------------
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
@@ -131,6 +141,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     model.to_empty(device=device)
     torch.manual_seed(cfg.train.seed)
     model.init_weights()
+    # a fresh run from the weights users have, before anything copies the weights (a resume reloads
+    # its own checkpoint below, never init_from)
+    found = find_checkpoint(out) if cfg.output.resume else None
+    init = load_weights(model, fam, cfg.model.init_from, say) if cfg.model.init_from and found is None else None
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init
@@ -144,7 +158,6 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
     start = 0
-    found = find_checkpoint(out) if cfg.output.resume else None
     if found is not None:
         for why in found.skipped:
             say(f"skipping checkpoint {out / 'checkpoints'}/{why}; resuming from {found.path.name}")
@@ -225,6 +238,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
     summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
+    summary["init_from"] = init  # layout, tensors, load seconds of model.init_from (None: random init or resumed)
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")

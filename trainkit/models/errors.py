@@ -8,3 +8,7 @@ class ModelConfigError(ValueError):
 
 class TokenizerError(ValueError):
     """A prompt cannot be encoded (NaN state, a state longer than the text budget...)."""
+
+
+class WeightsError(ValueError):
+    """A checkpoint cannot be mapped to the model: an unknown layout, a missing key, a wrong shape."""

@@ -62,6 +62,19 @@ class BatchAdapter(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Weights:
+    """A family's mapping to the checkpoints users have (`model.init_from`, `trainkit export`).
+    A rule has `.target` (a parameter name), `.sources` (checkpoint keys) and `.gather(tensors)`."""
+
+    formats: tuple[str, ...]  # the layouts it reads and writes ("lerobot", "openpi")
+    read_plan: Callable[[Any, set[str]], tuple[str, list[Any]]]  # (config, checkpoint keys) -> (layout, rules)
+    # (config, trainkit state dict, format) -> the checkpoint's tensors by key
+    export_tensors: Callable[[Any, Mapping[str, torch.Tensor], str], dict[str, torch.Tensor]]
+    # (config, {"cameras", "state_dim", "action_dim"}) -> the checkpoint's config.json
+    config_json: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
     """One model family, as the trainer sees it. `Any` below is the family's config dataclass."""
 
@@ -85,6 +98,7 @@ class Family:
     # (config, index, loader config) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
+    weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
 
     def __post_init__(self) -> None:
         blocks = getattr(self.model, "BLOCK_LISTS", None)

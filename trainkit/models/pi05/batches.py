@@ -2,7 +2,7 @@
 host-side extras and builds `Pi05Batch` on the device.
 
 Host side, per batch: the prompt tokens (task string + the normalised state discretised into bins,
-pi05/tokenizer.py) and the flow-matching noise and time, drawn from the batch's own CPU generator
+pi05/tokenizer.py: PaliGemma's SentencePiece with `model.tokenizer`, else the built-in one) and the flow-matching noise and time, drawn from the batch's own CPU generator
 (the trainer seeds it by (seed, loader epoch, loader step, rank), so they are the same on any
 device, with any number of workers, and after a resume). Device side: the newest frame of each
 kept slot, and the action chunk zero-padded to the model's action channels.
@@ -21,7 +21,7 @@ from trainkit.models.errors import TokenizerError
 from trainkit.models.family import HostBatch
 from trainkit.models.pi05.config import Pi05Config
 from trainkit.models.pi05.model import Pi05Batch, sample_flow
-from trainkit.models.pi05.tokenizer import PromptTokenizer
+from trainkit.models.pi05.tokenizer import PaligemmaPromptTokenizer, PromptTokenizer
 
 
 def loader_config(cfg: Pi05Config, index: ShardIndex, **kw: Any) -> LoaderConfig:
@@ -42,7 +42,8 @@ class Pi05Batches:
         self.cfg = cfg
         self.tasks = list(index.tasks)
         self.state_affine = Normaliser.from_index(index, loader).state_affine  # host copy: state for the prompt
-        self.tokenizer = PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
+        self.tokenizer = PaligemmaPromptTokenizer(cfg.tokenizer, cfg.vocab, cfg.text_len, cfg.state_bins) \
+            if cfg.tokenizer else PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""
@@ -66,4 +67,5 @@ class Pi05Batches:
         if actions.shape[-1] < c.action_dim:  # datasets have fewer action dims: zero-padded to 32
             actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
         return Pi05Batch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
-                         token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"])
+                         token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"],
+                         action_dims=b["action"].shape[-1])

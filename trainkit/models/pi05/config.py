@@ -9,7 +9,7 @@ block counts (27 / 18) at tiny widths, for counting FSDP units and all-gathers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 from trainkit.models.errors import ModelConfigError
 
@@ -39,6 +39,12 @@ class Pi05Config:
     max_slots: int = 3       # image slots at most (cameras); a batch may carry fewer after pruning
     state_bins: int = 256    # bins of the discretised state in the prompt
     rope_theta: float = 10_000.0  # RoPE base period
+    # The flow loss's mean: over all `action_dim` channels ("all": openpi's and trainkit's default), or
+    # over the robot's real ones only, the zero padding left out ("real": LeRobot's PI05Policy.forward).
+    loss_over: Literal["all", "real"] = "all"
+    # PaliGemma's SentencePiece `tokenizer.model` (or a folder with one): openpi's Pi0.5 prompt, as the
+    # real checkpoints were trained with; "": trainkit's built-in byte + state-bin tokenizer (pi05/tokenizer.py)
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_size",
@@ -56,6 +62,8 @@ class Pi05Config:
             raise ModelConfigError(f"Pi05Config.heads_q {self.heads_q} is not a multiple of heads_kv {self.heads_kv}")
         if self.head_dim % 2:
             raise ModelConfigError(f"Pi05Config.head_dim {self.head_dim} must be even (RoPE rotates halves)")
+        if self.loss_over not in ("all", "real"):
+            raise ModelConfigError(f"Pi05Config.loss_over must be 'all' or 'real', got {self.loss_over!r}")
         if self.expert_width % 2:
             raise ModelConfigError(f"Pi05Config.expert_width {self.expert_width} must be even (sin/cos time features)")
 

@@ -32,6 +32,7 @@ class Pi05Batch:
     actions: torch.Tensor      # (B, horizon, action_dim) float32 target action chunk
     noise: torch.Tensor        # (B, horizon, action_dim) float32 flow noise (sample_flow)
     time: torch.Tensor         # (B,) float32 flow time in (0, 1] (sample_flow)
+    action_dims: int = 0       # the robot's real action channels (the rest is zero padding); 0: all
     # Host-known hint: every slot and token is valid, so attention runs without a mask (flash path).
     # Only set it when known without a device sync; a wrong True silently attends to padding.
     all_valid: bool = False
@@ -56,11 +57,13 @@ def sample_flow(actions: torch.Tensor, generator: torch.Generator | None = None)
 
 
 def time_features(t: torch.Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> torch.Tensor:
-    """Sin/cos embedding (B, dim) of the flow time, log-spaced periods (OpenPI's posemb_sincos)."""
-    fraction = torch.linspace(0.0, 1.0, dim // 2, device=t.device, dtype=torch.float32)
+    """Sin/cos embedding (B, dim) of the flow time, log-spaced periods (OpenPI's posemb_sincos), in
+    float64 as LeRobot and openpi compute it (float32 differs by up to 1.2e-4 at full width), returned
+    as float32."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, device=t.device, dtype=torch.float64)
     period = min_period * (max_period / min_period) ** fraction
-    angle = t.float()[:, None] / period * (2 * math.pi)
-    return torch.cat([angle.sin(), angle.cos()], dim=-1)
+    angle = (1.0 / period * 2 * math.pi)[None, :] * t.float()[:, None]
+    return torch.cat([angle.sin(), angle.cos()], dim=-1).float()
 
 
 class Pi05(nn.Module):
@@ -130,8 +133,8 @@ class Pi05(nn.Module):
         suffix = counts[:, -1:] + torch.arange(self.cfg.horizon, device=counts.device)
         return torch.cat([(counts - 1).clamp(min=0), suffix], dim=1)
 
-    def forward(self, batch: Pi05Batch) -> torch.Tensor:
-        """Scalar flow-matching MSE loss (fp32) of the batch."""
+    def velocity(self, batch: Pi05Batch) -> torch.Tensor:
+        """The action expert's flow velocity prediction (B, horizon, action_dim), fp32."""
         cfg = self.cfg
         img = self.embed_images(batch.images, batch.image_mask)
         txt = self.embed(batch.tokens) * math.sqrt(cfg.lm_width)
@@ -151,5 +154,12 @@ class Pi05(nn.Module):
         for layer in self.lm_layers:
             xp, xs = layer(xp, xs, cond, cos, sin, keep)
         scale, shift = self.final_ada(cond).unsqueeze(1).chunk(2, dim=-1)
-        pred = self.action_out(ada_rms_norm(xs, scale, shift)).float()
-        return F.mse_loss(pred, noise - actions)
+        return self.action_out(ada_rms_norm(xs, scale, shift)).float()
+
+    def forward(self, batch: Pi05Batch) -> torch.Tensor:
+        """Scalar flow-matching MSE loss (fp32) of the batch, averaged over every action channel
+        (`loss_over = "all"`, openpi) or the robot's real ones (`"real"`, LeRobot's PI05Policy)."""
+        pred, target = self.velocity(batch), batch.noise.float() - batch.actions.float()
+        if self.cfg.loss_over == "real" and batch.action_dims:
+            pred, target = pred[..., :batch.action_dims], target[..., :batch.action_dims]
+        return F.mse_loss(pred, target)

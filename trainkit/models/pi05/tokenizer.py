@@ -1,5 +1,8 @@
-"""A small deterministic prompt tokenizer for Pi0.5-style prompts. NOT Gemma's tokenizer: no tokenizer
-weights can be fetched, so the task string is encoded as UTF-8 bytes and the robot state as bin ids.
+"""Pi0.5's prompt tokenizers. `model.tokenizer = "PATH"` (a `tokenizer.model`, or a folder with one):
+PaliGemma's SentencePiece tokenizer with openpi's Pi0.5 prompt (`PaligemmaPromptTokenizer`), what
+checkpoints of `lerobot/pi05_base` were trained with. Without a path (the default) a small
+deterministic tokenizer of our own (`PromptTokenizer`), NOT Gemma's, for runs from random weights:
+the task string is encoded as UTF-8 bytes and the robot state as bin ids.
 
 Layout of one sample (text_len tokens): [BOS] task bytes... [STATE] state bins... [ACTION] [PAD]...
 Ids: 0 PAD, 1 BOS, 2 STATE, 3 ACTION, 4..259 bytes 0..255, 260.. the state bins.
@@ -59,3 +62,44 @@ class PromptTokenizer:
             ids = self.encode_one(task, row)
             tokens[i, :len(ids)] = torch.tensor(ids, dtype=torch.int64)
         return tokens, tokens != PAD
+
+
+class PaligemmaPromptTokenizer:
+    """PaliGemma's SentencePiece tokenizer (`tokenizer.model`) with Pi0.5's prompt, as openpi's
+    `PaligemmaTokenizer.tokenize(prompt, state)` builds it: the cleaned task and the state's 256-bin
+    ids as text, `"Task: {task}, State: {b0 b1 ...};\\nAction: "`, encoded with BOS, padded with 0
+    (mask False) or cut at `text_len`. Same `encode(tasks, state)` as `PromptTokenizer`."""
+
+    def __init__(self, path: str, vocab: int, text_len: int, state_bins: int = 256):
+        from pathlib import Path
+
+        try:
+            import sentencepiece
+        except ImportError:
+            raise TokenizerError(f"model.tokenizer {path}: needs the `sentencepiece` package") from None
+        model = Path(path) / "tokenizer.model" if Path(path).is_dir() else Path(path)
+        try:
+            self.sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
+        except (OSError, RuntimeError) as e:
+            raise TokenizerError(f"model.tokenizer {model}: not a SentencePiece model ({str(e)[:120]})") from None
+        if self.sp.get_piece_size() > vocab:
+            raise TokenizerError(f"model.tokenizer {model}: {self.sp.get_piece_size()} pieces do not fit the "
+                                 f"model's vocab {vocab}")
+        self.text_len = text_len
+        self.bins = PromptTokenizer(STATE_OFFSET + state_bins, text_len, state_bins)  # the same discretisation
+
+    def prompt(self, task: str, state_bins: list[int]) -> str:
+        clean = task.strip().replace("_", " ").replace("\n", " ")
+        return f"Task: {clean}, State: {' '.join(map(str, state_bins))};\nAction: "
+
+    def encode(self, tasks: list[str], state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if state.ndim != 2 or state.shape[0] != len(tasks):
+            raise TokenizerError(f"state must be (B={len(tasks)}, D), got {tuple(state.shape)}")
+        bins = self.bins.state_bins_of(state).tolist()
+        tokens = torch.zeros((len(tasks), self.text_len), dtype=torch.int64)
+        mask = torch.zeros((len(tasks), self.text_len), dtype=torch.bool)
+        for i, (task, row) in enumerate(zip(tasks, bins)):
+            ids = self.sp.encode(self.prompt(task, row), add_bos=True)[: self.text_len]
+            tokens[i, :len(ids)] = torch.tensor(ids, dtype=torch.int64)
+            mask[i, :len(ids)] = True
+        return tokens, mask

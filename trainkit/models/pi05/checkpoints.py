@@ -1,0 +1,202 @@
+"""The `pi05` family's mapping to the checkpoints users have: LeRobot's `PI05Policy` and openpi's
+PyTorch converter (`lerobot/pi05_base`), both ways.
+
+Layouts (detected from the keys of `model.safetensors`):
+- "lerobot": `save_pretrained`'s keys, prefixed `model.` (`model.paligemma_with_expert...`);
+- "openpi": the same names without the prefix, as `lerobot/pi05_base` and openpi's converter write
+  them; `pi05_base` has no `embed_tokens` (the embedding is read from the tied `lm_head`).
+What the mapping does (each checked against LeRobot 0.6.1 by tests/test_pi05_lerobot_parity.py):
+- q/k/v and gate/up are fused here (`qkv`, `gate_up`), separate there: rows concatenated;
+- Gemma's RMSNorm stores `w` and applies `x * (1 + w)`; trainkit's weight is `1 + w`;
+- the action expert's adaRMS (`dense` -> scale, shift, gate per norm): there the residual is
+  `x + y * gate`, here `x + y * (1 + gate)` (pi05/mot.py), so the gate bias rows shift by 1, and
+  the two norms' modulations are one `ada` linear here (attention then MLP);
+- not read by the flow loss, so absent here and dropped on load: the final norm's gate rows and the
+  backbone's final norm, the last LM layer's prefix q/o/post-norm/MLP (pi05/mot.py), both
+  `lm_head`s. An export writes them as the neutral values (zeros: a Gemma norm of scale 1) so
+  that LeRobot's strict `from_pretrained` loads the file; they never change an action.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import torch
+
+from trainkit.models.errors import WeightsError
+from trainkit.models.pi05.config import Pi05Config
+
+LAYOUTS = ("lerobot", "openpi")
+PREFIX = {"lerobot": "model.", "openpi": ""}
+_PG = "paligemma_with_expert.paligemma."
+V = _PG + "model.vision_tower.vision_model."
+L = _PG + "model.language_model."
+E = "paligemma_with_expert.gemma_expert.model."
+LM_HEAD = _PG + "lm_head.weight"
+EXPERT_HEAD = "paligemma_with_expert.gemma_expert.lm_head.weight"
+EMBED = L + "embed_tokens.weight"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One trainkit parameter from checkpoint tensors (names without the layout's prefix).
+    op "cat": the sources' rows concatenated; "norm": 1 + w; "ada": the sources (3 x width rows
+    each: scale, shift, gate) concatenated, each gate row minus 1; "head": the first 2 x width
+    rows (scale, shift) of one adaRMS `dense`."""
+
+    target: str
+    sources: tuple[str, ...]
+    op: Literal["cat", "norm", "ada", "head"] = "cat"
+    width: int = 0  # "ada" / "head": the expert's width (rows of one modulation)
+    rows: tuple[int, ...] = ()  # several sources: the rows of each (to split them again on export)
+
+    def gather(self, tensors: list[torch.Tensor], *, gradient: bool = False) -> torch.Tensor:
+        """The trainkit tensor from the sources' tensors. `gradient`: map gradients instead (no
+        offsets: d/dw is the same for w and 1 + w)."""
+        x = torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0]
+        if self.op == "norm":
+            return x if gradient else 1 + x
+        if self.op == "head":
+            return x[: 2 * self.width]
+        if self.op == "ada" and not gradient:
+            x = x.clone()
+            for i in range(len(tensors)):
+                x[(3 * i + 2) * self.width: (3 * i + 3) * self.width] -= 1
+        return x
+
+    def scatter(self, value: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The sources' tensors from the trainkit tensor (the export)."""
+        if self.op == "norm":
+            return {self.sources[0]: value - 1}
+        if self.op == "head":  # the final norm's gate is never read: written as 0
+            return {self.sources[0]: torch.cat([value, value.new_zeros((self.width, *value.shape[1:]))])}
+        parts = dict(zip(self.sources, value.split(list(self.rows), dim=0) if self.rows else [value]))
+        if self.op == "ada":
+            for s, part in parts.items():
+                part = parts[s] = part.clone()
+                part[2 * self.width:] += 1
+        return parts
+
+
+def _vision_rules(cfg: Pi05Config) -> list[Rule]:
+    e = V + "embeddings."
+    rules = [Rule("patch_embed.weight", (e + "patch_embedding.weight",)),
+             Rule("patch_embed.bias", (e + "patch_embedding.bias",)),
+             Rule("vision_pos", (e + "position_embedding.weight",))]
+    for i in range(cfg.vision_depth):
+        src, dst = f"{V}encoder.layers.{i}.", f"vision_blocks.{i}."
+        for w in ("weight", "bias"):
+            rules += [Rule(dst + f"norm1.{w}", (src + f"layer_norm1.{w}",)),
+                      Rule(dst + f"qkv.{w}", tuple(src + f"self_attn.{p}_proj.{w}" for p in "qkv"),
+                           rows=(cfg.vision_width,) * 3),
+                      Rule(dst + f"out.{w}", (src + f"self_attn.out_proj.{w}",)),
+                      Rule(dst + f"norm2.{w}", (src + f"layer_norm2.{w}",)),
+                      Rule(dst + f"fc1.{w}", (src + f"mlp.fc1.{w}",)),
+                      Rule(dst + f"fc2.{w}", (src + f"mlp.fc2.{w}",))]
+    for w in ("weight", "bias"):
+        rules += [Rule(f"vision_norm.{w}", (V + f"post_layernorm.{w}",)),
+                  Rule(f"projector.{w}", (_PG + f"model.multi_modal_projector.linear.{w}",))]
+    return rules
+
+
+def _layer_rules(cfg: Pi05Config, i: int) -> list[Rule]:
+    lm, ex, dst = f"{L}layers.{i}.", f"{E}layers.{i}.", f"lm_layers.{i}."
+    last = i == cfg.lm_depth - 1
+    q, kv = cfg.heads_q * cfg.head_dim, cfg.heads_kv * cfg.head_dim
+    qkv = {"k": kv, "v": kv} if last else {"q": q, "k": kv, "v": kv}  # the last prefix half: K/V only
+    rules = [Rule(dst + "lm.norm_attn.weight", (lm + "input_layernorm.weight",), "norm"),
+             Rule(dst + "lm.qkv.weight", tuple(lm + f"self_attn.{p}_proj.weight" for p in qkv),
+                  rows=tuple(qkv.values()))]
+    if not last:
+        rules += [Rule(dst + "lm.out.weight", (lm + "self_attn.o_proj.weight",)),
+                  Rule(dst + "lm.norm_mlp.weight", (lm + "post_attention_layernorm.weight",), "norm"),
+                  Rule(dst + "lm.mlp.gate_up.weight", (lm + "mlp.gate_proj.weight", lm + "mlp.up_proj.weight"),
+                       rows=(cfg.lm_mlp,) * 2),
+                  Rule(dst + "lm.mlp.down.weight", (lm + "mlp.down_proj.weight",))]
+    norms = (ex + "input_layernorm.dense.", ex + "post_attention_layernorm.dense.")  # attention, then MLP
+    w = cfg.expert_width
+    return rules + [
+        Rule(dst + "expert.qkv.weight", tuple(ex + f"self_attn.{p}_proj.weight" for p in "qkv"), rows=(q, kv, kv)),
+        Rule(dst + "expert.out.weight", (ex + "self_attn.o_proj.weight",)),
+        Rule(dst + "expert.ada.weight", tuple(n + "weight" for n in norms), rows=(3 * w, 3 * w)),
+        Rule(dst + "expert.ada.bias", tuple(n + "bias" for n in norms), "ada", w, rows=(3 * w, 3 * w)),
+        Rule(dst + "expert.mlp.gate_up.weight", (ex + "mlp.gate_proj.weight", ex + "mlp.up_proj.weight"),
+             rows=(cfg.expert_mlp,) * 2),
+        Rule(dst + "expert.mlp.down.weight", (ex + "mlp.down_proj.weight",))]
+
+
+def rules(cfg: Pi05Config, embed_from: str = EMBED) -> list[Rule]:
+    """Every trainkit parameter's rule; `embed_from`: the key the text embedding is read from."""
+    out = _vision_rules(cfg) + [Rule("embed.weight", (embed_from,))]
+    for name, src in (("action_in", "action_in_proj"), ("time_in", "time_mlp_in"), ("time_out", "time_mlp_out"),
+                      ("action_out", "action_out_proj")):
+        out += [Rule(f"{name}.weight", (f"{src}.weight",)), Rule(f"{name}.bias", (f"{src}.bias",))]
+    for i in range(cfg.lm_depth):
+        out += _layer_rules(cfg, i)
+    return out + [Rule("final_ada.weight", (E + "norm.dense.weight",), "head", cfg.expert_width),
+                  Rule("final_ada.bias", (E + "norm.dense.bias",), "head", cfg.expert_width)]
+
+
+def detect(keys: Collection[str]) -> str:
+    """The layout of a `model.safetensors` with these keys; WeightsError naming a key if neither."""
+    if any(k.startswith("model.paligemma_with_expert.") for k in keys):
+        return "lerobot"
+    if any(k.startswith("paligemma_with_expert.") for k in keys):
+        return "openpi"
+    first = min(keys, default="(none)")
+    raise WeightsError(f"unknown checkpoint layout: no key starts with 'model.paligemma_with_expert.' (LeRobot) "
+                       f"or 'paligemma_with_expert.' (openpi / pi05_base); first key {first!r}")
+
+
+def read_plan(cfg: Pi05Config, keys: Collection[str]) -> tuple[str, list[Rule]]:
+    """(layout, rules with full key names) for a checkpoint holding `keys`."""
+    layout = detect(keys)
+    prefix = PREFIX[layout]
+    embed = EMBED if prefix + EMBED in keys else LM_HEAD  # pi05_base: no embed_tokens, the tied lm_head
+    return layout, [replace(r, sources=tuple(prefix + s for s in r.sources)) for r in rules(cfg, embed)]
+
+
+def _neutral(cfg: Pi05Config) -> dict[str, tuple[int, ...]]:
+    """Shapes of the tensors LeRobot holds that trainkit never reads, written as zeros on export."""
+    last = f"{L}layers.{cfg.lm_depth - 1}."
+    return {EXPERT_HEAD: (cfg.vocab, cfg.expert_width), L + "norm.weight": (cfg.lm_width,),
+            last + "self_attn.q_proj.weight": (cfg.heads_q * cfg.head_dim, cfg.lm_width),
+            last + "self_attn.o_proj.weight": (cfg.lm_width, cfg.heads_q * cfg.head_dim),
+            last + "post_attention_layernorm.weight": (cfg.lm_width,),
+            last + "mlp.gate_proj.weight": (cfg.lm_mlp, cfg.lm_width),
+            last + "mlp.up_proj.weight": (cfg.lm_mlp, cfg.lm_width),
+            last + "mlp.down_proj.weight": (cfg.lm_width, cfg.lm_mlp)}
+
+
+def export_tensors(cfg: Pi05Config, state: Mapping[str, torch.Tensor], fmt: str) -> dict[str, torch.Tensor]:
+    """The checkpoint tensors of format `fmt` ("lerobot" | "openpi") from trainkit's state dict (views
+    of it where a tensor is split, and lm_head is the embedding itself, tied as in PaliGemma)."""
+    if fmt not in LAYOUTS:
+        raise WeightsError(f"unknown export format {fmt!r}; known: {', '.join(LAYOUTS)}")
+    out: dict[str, torch.Tensor] = {}
+    for rule in rules(cfg):
+        out.update(rule.scatter(state[rule.target]))
+    for key, shape in _neutral(cfg).items():
+        out[key] = state["embed.weight"].new_zeros(shape)
+    out[LM_HEAD] = out[EMBED]
+    if fmt == "openpi":  # pi05_base: the embedding only as the tied lm_head
+        del out[EMBED]
+    prefix = PREFIX[fmt]
+    return {prefix + k: v for k, v in out.items()}
+
+
+def policy_config(cfg: Pi05Config, features: Mapping[str, Any]) -> dict[str, Any]:
+    """LeRobot's `config.json` (PI05Config) for an export: `features` has "cameras" (names),
+    "state_dim" and "action_dim" of the robot. The Gemma variants are the two LeRobot knows; a
+    non-full preset is written with them too (LeRobot can only build the full widths)."""
+    size = [3, cfg.image_size, cfg.image_size]
+    inputs = {cam: {"type": "VISUAL", "shape": size} for cam in features["cameras"]}
+    inputs["observation.state"] = {"type": "STATE", "shape": [int(features["state_dim"])]}
+    return {"type": "pi05", "n_obs_steps": 1, "input_features": inputs,
+            "output_features": {"action": {"type": "ACTION", "shape": [int(features["action_dim"])]}},
+            "device": "cpu", "use_amp": False, "push_to_hub": False, "paligemma_variant": "gemma_2b",
+            "action_expert_variant": "gemma_300m", "dtype": "float32", "chunk_size": cfg.horizon,
+            "n_action_steps": cfg.horizon, "max_state_dim": 32, "max_action_dim": cfg.action_dim,
+            "image_resolution": [cfg.image_size, cfg.image_size], "tokenizer_max_length": cfg.text_len,
+            "min_period": 4e-3, "max_period": 4.0}

@@ -1,0 +1,156 @@
+"""The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` +
+`config.json` (LeRobot's or openpi's layout) into a built model through its family's mapping
+(`Family.weights`, e.g. trainkit/models/pi05/checkpoints.py); `write_weights` writes one (`trainkit export`).
+
+    info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
+
+Loading reads tensor by tensor from the memory-mapped file (safetensors' `safe_open`): each
+parameter's sources are read, moved to the parameter's device, combined by the family's rule in
+float32, cast to the parameter's dtype, and under FSDP2 each rank keeps only its own shard (`distribute_tensor(src_data_rank=None)`
+splits locally, no communication: every rank reads the same file). Peak host memory is one
+parameter (the 2 GB float32 embedding at full size), never the model; on the device, one parameter
+more than the model.
+Before any tensor is read, the plan is checked on the file's header alone: an unknown layout, a
+source key the file lacks, a parameter no rule fills, or a shape that differs is refused with one
+line naming the key. Checkpoint keys no rule reads (tensors the flow loss never uses) are counted
+in the log line. A resume never comes here: it reloads trainkit's own DCP checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from datakit.durable import write_atomic
+from trainkit.errors import CheckpointError
+from trainkit.models import Family
+from trainkit.models.errors import WeightsError
+
+WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
+_WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.")  # activation-checkpoint / compile wrappers in names
+
+
+def _param_name(name: str) -> str:
+    for w in _WRAPPERS:
+        name = name.replace(w, "")
+    return name
+
+
+def _open(folder: Path) -> Any:
+    from safetensors import safe_open
+
+    for name in (WEIGHTS_NAME, CONFIG_NAME):
+        if not (folder / name).is_file():
+            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
+                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
+    try:
+        json.loads((folder / CONFIG_NAME).read_text())
+        return safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
+    except (OSError, ValueError, RuntimeError) as e:  # bad JSON, a truncated or foreign safetensors header
+        raise CheckpointError(str(folder), f"unreadable checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
+    """The checkpoint's layout, after checking its plan against `model` (may be on the meta device)
+    from the file's header alone: the launch check, before any GPU work."""
+    with _open(Path(folder)) as f:
+        return _plan(model, fam, Path(folder), f)[0]
+
+
+def _plan(model: nn.Module, fam: Family, folder: Path, f: Any) -> tuple[str, list[Any]]:
+    shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return plan(model, fam, shapes, str(folder / WEIGHTS_NAME))
+
+
+def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], path: str) -> tuple[str, list[Any]]:
+    """(layout, rules) for a checkpoint of tensors `shapes` (key -> shape; `path` names it in errors),
+    checked against `model`'s parameters: refuses a missing key, a parameter without a rule, a shape
+    that differs."""
+    if fam.weights is None:
+        raise CheckpointError(path, f"model.init_from: family {fam.name!r} has no checkpoint mapping")
+    try:
+        layout, rules = fam.weights.read_plan(model.cfg, set(shapes))
+    except WeightsError as e:
+        raise CheckpointError(path, str(e)) from None
+    _check_plan(path, rules, {_param_name(n): p for n, p in model.named_parameters()}, shapes)
+    return layout, rules
+
+
+def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """Fill every parameter of `model` from the checkpoint folder; returns what the log line says
+    (layout, tensors, dtypes, unused keys, seconds)."""
+    t0 = time.perf_counter()
+    folder = Path(folder)
+    params = {_param_name(n): p for n, p in model.named_parameters()}
+    with _open(folder) as f:
+        keys = set(f.keys())
+        layout, rules = _plan(model, fam, folder, f)
+        dtypes: set[str] = set()
+        with torch.no_grad():
+            for rule in rules:
+                param = params[rule.target]
+                sources = [f.get_tensor(k) for k in rule.sources]
+                dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
+                # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
+                _copy_into(param, rule.gather([t.to(param.device).float() for t in sources]))
+    used = {k for r in rules for k in r.sources}
+    info = {"folder": str(folder), "layout": layout, "tensors": len(rules), "dtypes": sorted(dtypes),
+            "unused_keys": len(keys - used), "seconds": time.perf_counter() - t0}
+    say(f"model.init_from {folder}: {layout} layout, {len(rules)} parameters from {len(used)} tensors "
+        f"({'/'.join(info['dtypes'])}); {info['unused_keys']} keys not used by the flow loss; {info['seconds']:.1f} s")
+    return info
+
+
+def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
+                shapes: Mapping[str, tuple[int, ...]]) -> None:
+    targets = {r.target for r in rules}
+    unfilled = sorted(set(params) - targets)
+    if unfilled:
+        raise CheckpointError(path, f"the mapping fills no value for parameter {unfilled[0]!r}")
+    for rule in rules:
+        if rule.target not in params:
+            raise CheckpointError(path, f"the mapping names parameter {rule.target!r}, which this model lacks")
+        missing = [k for k in rule.sources if k not in shapes]
+        if missing:
+            raise CheckpointError(path, f"missing key {missing[0]!r} (for {rule.target})")
+        metas = [torch.empty(shapes[k], device="meta") for k in rule.sources]
+        try:
+            shape = tuple(rule.gather(metas).shape)
+        except RuntimeError:  # sources that cannot even be concatenated
+            shape = tuple(tuple(m.shape) for m in metas)
+        want = tuple(params[rule.target].shape)
+        if shape != want:
+            given = ", ".join(f"{k} {list(m.shape)}" for k, m in zip(rule.sources, metas))
+            raise CheckpointError(path, f"shape mismatch for {rule.target}: the model has {list(want)}, "
+                                  f"the checkpoint gives {list(shape)} ({given})")
+
+
+def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a full tensor into a parameter; an FSDP2 (DTensor) parameter takes only its shard."""
+    if isinstance(param, DTensor):
+        shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+        param.to_local().copy_(shard.to_local())
+    else:
+        param.copy_(full)
+
+
+def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any],
+                  extra: Mapping[str, bytes] = {}) -> None:
+    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file atomically."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (WEIGHTS_NAME + ".tmp")
+    save_file(dict(tensors), str(tmp))
+    tmp.rename(out / WEIGHTS_NAME)
+    write_atomic(out / CONFIG_NAME, (json.dumps(config, indent=4) + "\n").encode())
+    for name, data in extra.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / name, data)
