@@ -24,15 +24,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
-# wrapper prefixes that parallelize() adds and checkpoints leave out (DCP's get_state_dict does the same)
-_WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
-
-
-def clean_name(name: str) -> str:
-    """A parameter's name without the recompute / compile wrappers, so it is the same for any `parallel.*`."""
-    for w in _WRAPPERS:
-        name = name.replace(w, "")
-    return name
+from trainkit.parallel.names import clean_name
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

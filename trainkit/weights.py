@@ -31,15 +31,10 @@ from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError
 from trainkit.models import Family
 from trainkit.models.errors import WeightsError
+from trainkit.parallel.names import clean_name
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
-_WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.")  # activation-checkpoint / compile wrappers in names
 
-
-def _param_name(name: str) -> str:
-    for w in _WRAPPERS:
-        name = name.replace(w, "")
-    return name
 
 
 def _open(folder: Path) -> Any:
@@ -78,7 +73,7 @@ def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], p
         layout, rules = fam.weights.read_plan(model.cfg, set(shapes))
     except WeightsError as e:
         raise CheckpointError(path, str(e)) from None
-    _check_plan(path, rules, {_param_name(n): p for n, p in model.named_parameters()}, shapes)
+    _check_plan(path, rules, {clean_name(n): p for n, p in model.named_parameters()}, shapes)
     return layout, rules
 
 
@@ -87,7 +82,7 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     (layout, tensors, dtypes, unused keys, seconds)."""
     t0 = time.perf_counter()
     folder = Path(folder)
-    params = {_param_name(n): p for n, p in model.named_parameters()}
+    params = {clean_name(n): p for n, p in model.named_parameters()}
     with _open(folder) as f:
         keys = set(f.keys())
         layout, rules = _plan(model, fam, folder, f)
