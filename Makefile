@@ -21,8 +21,9 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_convert.py
 
 # Optional: LeRobot 0.6.1 as an oracle for tests/benchmarks (LeRobotDataset for the loader interop,
-# PI05Policy for the pi05 parity test), in its own Python 3.12 venv: it needs Python >= 3.12 and
-# torch < 2.12, so it is never a dependency of this project. Tests skip cleanly without it.
+# PI05Policy for the pi05 parity test, the GR00T head with diffusers + dm-tree), in its own Python
+# 3.12 venv: it needs Python >= 3.12 and torch < 2.12, so it is never a dependency of this project.
+# Tests skip cleanly without it: they need $(LEROBOT_VENV)/.ready, written once the install finished.
 # PYTHON312: the first python3.12 that runs (a pyenv shim whose version is not selected does not).
 LEROBOT_VENV ?= /tmp/lerobot-venv
 PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
@@ -30,7 +31,9 @@ PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versio
 lerobot-oracle:
 	@[ -n "$(PYTHON312)" ] || { echo "lerobot-oracle: no working python3.12 (set PYTHON312=...)" >&2; exit 2; }
 	[ -x $(LEROBOT_VENV)/bin/python ] || $(PYTHON312) -m venv $(LEROBOT_VENV)
-	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,pi]==0.6.1'
+	rm -f $(LEROBOT_VENV)/.ready
+	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,pi]==0.6.1' 'diffusers==0.42.1' 'dm-tree==0.1.10'
+	touch $(LEROBOT_VENV)/.ready
 
 clean:
 	rm -rf demo-out .pytest_cache

@@ -70,7 +70,7 @@ def lerobot_config(cfg) -> dict:
                                          interleave_self_attention=True))
 
 
-@pytest.mark.skipif(not LEROBOT_PY.exists(), reason=f"no lerobot oracle venv at {LEROBOT_PY.parents[1]}")
+@pytest.mark.skipif(not (LEROBOT_PY.parents[1] / ".ready").exists(), reason=f"no lerobot oracle venv at {LEROBOT_PY.parents[1]}")
 def test_action_head_equals_lerobot_groot_head(tmp_path):
     torch.manual_seed(0)
     model = build_model("gr00t", "tiny")

@@ -64,7 +64,7 @@ def lerobot_v3(tmp_path_factory):
     return src, out
 
 
-@pytest.mark.skipif(not LEROBOT_PY.exists(), reason="no lerobot venv at /tmp/lerobot-venv")
+@pytest.mark.skipif(not (LEROBOT_PY.parents[1] / ".ready").exists(), reason="no lerobot venv at /tmp/lerobot-venv")
 def test_lerobot_view_equals_stock_lerobot_dataset(lerobot_v3, tmp_path):
     src, out = lerobot_v3
     delta = {"action": [i / 10 for i in range(8)], "observation.state": [-0.1, 0.0]}

@@ -33,7 +33,7 @@ TINY8 = {"heads_q": 8}  # LeRobot's attention code requires 8 query heads; the r
 ROBOT_DIMS = 7
 
 pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(not LEROBOT_PY.exists(), reason=f"no lerobot venv at {LEROBOT_PY.parent.parent} "
+              pytest.mark.skipif(not (LEROBOT_PY.parents[1] / ".ready").exists(), reason=f"no lerobot venv at {LEROBOT_PY.parent.parent} "
                                  "(make lerobot-oracle)")]
 
 
