@@ -93,6 +93,14 @@ def _cli(src, out, address):
             "--ray-address", address, "--shard-size", "1", "--no-progress"]
 
 
+def _journaled(out: Path) -> bool:
+    """Whether the run has journaled a shard in OUT's staging folder (which may come or go meanwhile)."""
+    try:
+        return any((out / ".datakit-staging").glob("shard-*.journal"))
+    except FileNotFoundError:  # the folder went between glob's listing and its scan
+        return False
+
+
 def test_killed_driver_resumes_from_out(ray_session, src, local, tmp_path):
     """A driver joined to the cluster (--ray-address) is SIGKILLed once its first shard is
     journaled; the rerun keeps the committed shards (read from OUT's journals) and ends with
@@ -103,7 +111,7 @@ def test_killed_driver_resumes_from_out(ray_session, src, local, tmp_path):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0, killed = time.time(), False
     while p.poll() is None and time.time() - t0 < 180:
-        if any((out / ".datakit-staging").glob("shard-*.journal")):
+        if _journaled(out):
             p.send_signal(signal.SIGKILL)
             killed = True
             break
@@ -270,7 +278,7 @@ def test_sigterm_of_a_ray_run_exits_143_with_the_usual_line(ray_session, src, tm
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     t0, sent = time.time(), False
     while p.poll() is None and time.time() - t0 < 180:
-        if any((out / ".datakit-staging").glob("shard-*.journal")):
+        if _journaled(out):
             p.send_signal(signal.SIGTERM)
             sent = True
             break
