@@ -80,7 +80,7 @@ def run_variant(name: str, config: Path, sets: list[str], args, budget_end: floa
     history = [x for x in lines if x["kind"] == "interval"]
     res["losses"] = [round(x["loss"], 5) for x in lines if x["kind"] == "step"]
     if history:
-        from trainkit.summary import steady_state
+        from trainkit.observe.summary import steady_state
         res["steady"], res["history"] = steady_state(history, args.skip), history
     if (out_dir / "profile_rank0.json").exists():
         res["profile"] = json.loads((out_dir / "profile_rank0.json").read_text())
@@ -138,18 +138,18 @@ def attention_kernels(batch: int, preset: str = "5b", device: str = "cuda") -> d
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from trainkit.models.dreamzero import PRESETS, Layout
+    from trainkit.models.dreamzero import PRESETS, TokenSequence
     from trainkit.models.dreamzero.attention import block_causal_attention
 
     cfg = PRESETS[preset]()
-    lay = Layout.of(cfg)
+    seq = TokenSequence.of(cfg)
     g = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(batch, lay.total, cfg.heads, cfg.head_dim, device=device, dtype=torch.bfloat16,
+    q, k, v = (torch.randn(batch, seq.total, cfg.heads, cfg.head_dim, device=device, dtype=torch.bfloat16,
                            generator=g).requires_grad_(True) for _ in range(3))
-    grad = torch.randn(batch, lay.total, cfg.dim, device=device, dtype=torch.bfloat16, generator=g)
-    ref = block_causal_attention(q.float(), k.float(), v.float(), lay, "dense")
-    flop = 3 * 4 * batch * lay.attended_pairs * cfg.dim  # fwd + bwd of the block-causal work
-    out = {"batch": batch, "tokens": lay.total, "pairs_fraction": round(lay.attended_pairs / lay.total ** 2, 4)}
+    grad = torch.randn(batch, seq.total, cfg.dim, device=device, dtype=torch.bfloat16, generator=g)
+    ref = block_causal_attention(q.float(), k.float(), v.float(), seq, "dense")
+    flop = 3 * 4 * batch * seq.attended_pairs * cfg.dim  # fwd + bwd of the block-causal work
+    out = {"batch": batch, "tokens": seq.total, "pairs_fraction": round(seq.attended_pairs / seq.total ** 2, 4)}
     cases = {"blocks_default": ("blocks", None), "blocks_flash": ("blocks", SDPBackend.FLASH_ATTENTION),
              "blocks_cudnn": ("blocks", SDPBackend.CUDNN_ATTENTION),
              "blocks_efficient": ("blocks", SDPBackend.EFFICIENT_ATTENTION), "flex": ("flex", None),
@@ -160,9 +160,9 @@ def attention_kernels(batch: int, preset: str = "5b", device: str = "cuda") -> d
         def step():
             if kernel == "full":
                 o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-                o = o.transpose(1, 2).reshape(batch, lay.total, -1)
+                o = o.transpose(1, 2).reshape(batch, seq.total, -1)
             else:
-                o = block_causal_attention(q, k, v, lay, kernel)
+                o = block_causal_attention(q, k, v, seq, kernel)
             o.backward(grad)
             return o
         try:
@@ -188,17 +188,17 @@ class _null:
 def block_timing(preset: str = "14b", device: str = "cuda") -> dict:
     """Forward + backward of one DiT block of `preset` over one sample (14b: 15,060 tokens), bf16, eager."""
     import torch
-    from trainkit.models.dreamzero import PRESETS, Layout
+    from trainkit.models.dreamzero import PRESETS, TokenSequence
     from trainkit.models.dreamzero.flops import block_forward
     from trainkit.models.dreamzero.model import WanBlock
 
     cfg = PRESETS[preset]()
-    lay = Layout.of(cfg)
+    seq = TokenSequence.of(cfg)
     torch.manual_seed(0)
-    block = WanBlock(cfg, lay).to(device, torch.bfloat16)
+    block = WanBlock(cfg, seq).to(device, torch.bfloat16)
     for name, p in block.named_parameters():
         torch.nn.init.normal_(p, std=0.02 if p.dim() > 1 else 1.0) if "norm" not in name else torch.nn.init.ones_(p)
-    x = torch.randn(1, lay.total, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(1, seq.total, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     ctx = torch.randn(1, cfg.context_tokens, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     mod = (0.1 * torch.randn(1, cfg.blocks + 1, 6, cfg.dim, device=device, dtype=torch.bfloat16)).requires_grad_(True)
     if device == "cuda":
@@ -206,7 +206,7 @@ def block_timing(preset: str = "14b", device: str = "cuda") -> dict:
     ms = timed(lambda: block(x, ctx, mod).sum().backward(), device, warmup=2, iters=5)
     flop = 3 * block_forward(cfg)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
-    return {"preset": preset, "tokens": lay.total, "params": sum(p.numel() for p in block.parameters()),
+    return {"preset": preset, "tokens": seq.total, "params": sum(p.numel() for p in block.parameters()),
             "fwd_bwd_ms": round(ms, 2), "tflops": round(flop / ms / 1e9, 3), "mfu": round(flop / ms / 1e-3 / 989e12, 4),
             "flop_fwd_bwd": flop, "peak_gib": None if peak is None else round(peak, 2)}
 

@@ -37,7 +37,7 @@ def write_checkpoint(folder: Path, preset: str, device: str) -> dict:
     import torch
 
     from trainkit.models import build_model, family
-    from trainkit.weights import write_weights
+    from trainkit.weights.load import write_weights
 
     t0 = time.perf_counter()
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def run(name: str, sets: list[str], args, timeout: float) -> dict:
     res["losses"] = [round(x["loss"], 5) for x in lines if x["kind"] == "step"]
     res["intervals"] = [x for x in lines if x["kind"] == "interval"]
     if res["intervals"]:
-        from trainkit.summary import steady_state
+        from trainkit.observe.summary import steady_state
         res["steady"] = steady_state(res["intervals"], args.skip)
     if res["rc"] != 0:
         res["error_tail"] = tail[-2500:]

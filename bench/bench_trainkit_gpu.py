@@ -86,7 +86,7 @@ def make_shards(root: Path, size: int, episodes: int, length: int) -> Path:
 
 def steady(history: list[dict], skip: int) -> dict:
     """Median of each interval metric over intervals that start at or after step `skip`."""
-    from trainkit.summary import steady_state
+    from trainkit.observe.summary import steady_state
     return steady_state(history, skip)
 
 

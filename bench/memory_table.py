@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from trainkit.config import load_config
-from trainkit.inspect import inspect_model
+from trainkit.estimate.inspect import inspect_model
 from trainkit.models import FAMILIES, Family, MemoryCalibration, MemoryMeasurement, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ HEADER = """# Memory: `trainkit inspect`'s estimate beside every measured GPU pe
 Measured = torch.cuda.max_memory_allocated per GPU, the trainer's "peak memory (allocated)", as
 recorded for each run (sources in the table; commands in bench/results/trainkit.md). Estimate =
 `trainkit inspect CONFIG --set ... --world-size N` today (meta device, no GPU), the model of
-trainkit/memory.py with the family's constants (`Family.memory`, e.g.
+trainkit/estimate/memory.py with the family's constants (`Family.memory`, e.g.
 trainkit/models/pi05/memory.py, where the runs are listed). Written by
 `python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%.
 

@@ -2,7 +2,7 @@
 
 - the block-causal mask: a dense reference built here token by token from the rule the issue
   states (from the token's part and block, computed here from the config's shapes), against the
-  layout's pattern; the "blocks" kernel (one SDPA per part) against naive float64 softmax
+  sequence's pattern; the "blocks" kernel (one SDPA per part) against naive float64 softmax
   attention under that reference mask (and FlexAttention too, on CUDA);
 - the FLOP count: torch.utils.flop_counter over a tiny forward + backward;
 - training through `trainkit run` on shards converted from a generated 3-camera dataset (PNG
@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from dreamzero_fixtures import shards_3cam  # noqa: F401 - session fixture
 from trainkit.config import load_config
 from trainkit.models import build_model
-from trainkit.models.dreamzero import PRESETS, DreamZeroBatch, Layout, flops_per_sample
+from trainkit.models.dreamzero import PRESETS, DreamZeroBatch, TokenSequence, flops_per_sample
 from trainkit.models.dreamzero.attention import block_causal_attention
 
 CONFIGS = Path(__file__).resolve().parents[1] / "trainkit" / "configs"
@@ -50,24 +50,24 @@ def reference_mask(cfg) -> torch.Tensor:
 @pytest.mark.parametrize("preset", ["tiny", "5b"])
 def test_block_causal_pattern_equals_the_reference_mask(preset):
     cfg = PRESETS[preset]()
-    lay = Layout.of(cfg)
+    seq = TokenSequence.of(cfg)
     if preset == "5b":  # 3,840 tokens: the rule checked on the part boundaries' rows is enough
-        assert lay.total == 1980 + 1760 + 96 + 4
+        assert seq.total == 1980 + 1760 + 96 + 4
     ref = reference_mask(cfg) if preset == "tiny" else None
-    dense = lay.dense_mask()
+    dense = seq.dense_mask()
     if ref is not None:
         assert torch.equal(dense, ref)
-    assert lay.attended_pairs == int(dense.sum())
+    assert seq.attended_pairs == int(dense.sum())
     # each token's row is covered by exactly one call, and the calls' key spans do not overlap
-    covered = torch.zeros(lay.total, dtype=torch.int64)
-    for (q0, q1), keys in lay.calls:
+    covered = torch.zeros(seq.total, dtype=torch.int64)
+    for (q0, q1), keys in seq.calls:
         covered[q0:q1] += 1
         assert all(a[1] <= b[0] for a, b in zip(keys, keys[1:]))
     assert bool((covered == 1).all())
     # FlexAttention's mask function, evaluated on every (query, key) pair
     from trainkit.models.dreamzero.attention import flex_mask_mod
-    idx = torch.arange(lay.total)
-    assert torch.equal(flex_mask_mod(lay, "cpu")(0, 0, idx[:, None], idx[None, :]), dense)
+    idx = torch.arange(seq.total)
+    assert torch.equal(flex_mask_mod(seq, "cpu")(0, 0, idx[:, None], idx[None, :]), dense)
 
 
 def naive_attention(q, k, v, mask):
@@ -86,9 +86,9 @@ def test_attention_kernels_equal_dense_masked_attention(kernel):
     device = "cuda" if kernel == "flex" else "cpu"
     dtype = torch.float32 if kernel == "flex" else torch.float64
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, Layout.of(cfg).total, cfg.heads, cfg.head_dim, generator=g, dtype=dtype).to(device)
+    q, k, v = (torch.randn(2, TokenSequence.of(cfg).total, cfg.heads, cfg.head_dim, generator=g, dtype=dtype).to(device)
                for _ in range(3))
-    got = block_causal_attention(q, k, v, Layout.of(cfg), kernel)
+    got = block_causal_attention(q, k, v, TokenSequence.of(cfg), kernel)
     want = naive_attention(q.cpu(), k.cpu(), v.cpu(), reference_mask(cfg))
     tol = 1e-5 if kernel == "flex" else 1e-12
     torch.testing.assert_close(got.cpu().double(), want, atol=tol, rtol=tol)
@@ -134,7 +134,7 @@ def test_5b_preset_is_the_stated_shape():
     assert (cfg.latent_frames, cfg.tokens_per_frame, cfg.horizon) == (9, 220, 96)
     assert PRESETS["14b"]().tokens_per_frame == 880
     # block-causal attention computes a third of full attention's pairs at these shapes
-    assert Layout.of(cfg).attended_pairs / Layout.of(cfg).total ** 2 == pytest.approx(0.331, abs=1e-3)
+    assert TokenSequence.of(cfg).attended_pairs / TokenSequence.of(cfg).total ** 2 == pytest.approx(0.331, abs=1e-3)
 
 
 # --- training through trainkit run --------------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_configs_and_inspect_of_the_5b_and_14b_presets():
     2 and 8 GPUs: fp32 weights (4 bytes per parameter) and AdamW's two states (8 per trainable one),
     sharded over the GPUs, so 160 GiB before any activation at one GPU: it cannot train there
     (micro-batch 1, every block recomputed)."""
-    from trainkit.inspect import inspect_model
+    from trainkit.estimate.inspect import inspect_model
 
     base = inspect_model(load_config(CONFIGS / "dreamzero_5b_baseline.toml", required=False))
     opt = inspect_model(load_config(CONFIGS / "dreamzero_5b_optimised.toml", required=False))

@@ -97,7 +97,7 @@ def test_frozen_units_gather_once_per_step(runs):
     """Sharded frozen units (2 vision, 2 lower LLM) gather in forward only (no_grad: no backward);
     the 3 trained units twice; the root once: counted as torch.distributed sees them, and as
     `trainkit inspect` predicts."""
-    from trainkit.inspect import inspect_model
+    from trainkit.estimate.inspect import inspect_model
 
     expected = 4 * 1 + 3 * 2 + 1
     assert [h["all_gathers_per_step"] for h in runs["sharded_frozen"]["history"]] == [expected, expected]
@@ -257,7 +257,7 @@ def test_one_rank_without_fsdp_and_frozen_parts_cast_once():
 def test_loader_preset_holds_the_n16_image_size_to_the_frames():
     from types import SimpleNamespace
 
-    from trainkit.models.errors import ModelConfigError
+    from trainkit.errors import ModelConfigError
     from trainkit.models.gr00t.batches import loader_config
     from trainkit.models.gr00t.config import n16
 

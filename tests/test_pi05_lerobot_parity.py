@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from trainkit.models import build_model, family
-from trainkit.models.pi05 import Pi05Batch, checkpoints
-from trainkit.weights import load_weights
+from trainkit.models.pi05 import Pi05Batch
+from trainkit.models.pi05 import weights as pi05_weights
+from trainkit.weights.load import load_weights
 from trainkit_fixtures import shards_rgb  # noqa: F401 - fixture
 from trainkit_harness import TINY
 
@@ -48,8 +49,8 @@ def oracle(tmp_path_factory, shards_rgb):  # noqa: F811
             "output.checkpoint_every=2", "parallel.fsdp=none", "parallel.ac_stride={}", "output.progress=false",
             "data.num_workers=0")
     assert main(["run", str(TINY), *[a for s in sets for a in ("--set", s)]]) == 0
-    exports = [root / f"export_{fmt}" for fmt in checkpoints.LAYOUTS]
-    for fmt, out in zip(checkpoints.LAYOUTS, exports):
+    exports = [root / f"export_{fmt}" for fmt in pi05_weights.FORMATS]
+    for fmt, out in zip(pi05_weights.FORMATS, exports):
         assert main(["export", str(run), str(out), "--format", fmt]) == 0
     done = subprocess.run([str(LEROBOT_PY), str(ORACLE), str(root), "--full-shapes", "--roundtrip", *map(str, exports)],
                           capture_output=True, text=True, timeout=150)
@@ -86,7 +87,7 @@ def mismatches(model: torch.nn.Module, d: dict) -> dict[str, float]:
     if (e := rel(loss, d["loss_all"])) > 1e-5:
         out["loss"] = e
     loss.backward()
-    _, rules = checkpoints.read_plan(model.cfg, {k for k in d["keys"].tolist()})
+    _, rules = pi05_weights.read_plan(model.cfg, {k for k in d["keys"].tolist()})
     params = dict(model.named_parameters())
     for rule in rules:
         want = rule.gather([torch.from_numpy(d[f"grad/{k}"]) for k in rule.sources], gradient=True)
@@ -112,9 +113,9 @@ def test_loss_over_real_action_dims_matches_lerobots_reduction(oracle):
 @pytest.mark.parametrize("fault", ["norm_without_plus_one", "gate_bias_without_shift", "q_k_swapped"])
 def test_a_wrong_mapping_fails_the_comparison(oracle, monkeypatch, fault):
     root, d, _ = oracle
-    right = checkpoints.rules
+    right = pi05_weights.rules
 
-    def wrong(cfg, embed_from=checkpoints.EMBED):
+    def wrong(cfg, embed_from=pi05_weights.EMBED):
         out = []
         for r in right(cfg, embed_from):
             if fault == "norm_without_plus_one" and r.op == "norm":
@@ -127,7 +128,7 @@ def test_a_wrong_mapping_fails_the_comparison(oracle, monkeypatch, fault):
             out.append(r)
         return out
 
-    monkeypatch.setattr(checkpoints, "rules", wrong)
+    monkeypatch.setattr(pi05_weights, "rules", wrong)
     bad = mismatches(loaded(root / "policy"), d)
     assert "velocity" in bad, bad  # the velocity alone catches each; gradients too
     assert len(bad) > 3, bad
@@ -139,24 +140,24 @@ def test_pi05_base_layout_bfloat16_without_embed_tokens(oracle, tmp_path):
 
     root, d, _ = oracle
     sd = load_file(str(root / "policy" / "model.safetensors"))
-    embed = sd.pop("model." + checkpoints.EMBED)
-    sd["model." + checkpoints.LM_HEAD] = embed  # pi05_base ties them; the oracle's are separate tensors
+    embed = sd.pop("model." + pi05_weights.EMBED)
+    sd["model." + pi05_weights.LM_HEAD] = embed  # pi05_base ties them; the oracle's are separate tensors
     save_file({k.removeprefix("model."): v.to(torch.bfloat16) for k, v in sd.items()}, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text((root / "policy" / "config.json").read_text())
     messages = []
     model = build_model("pi05", "tiny", TINY8)
     info = load_weights(model, family("pi05"), tmp_path, messages.append)
-    assert info["layout"] == "openpi" and info["dtypes"] == ["bfloat16"] and "openpi layout" in messages[0]
+    assert info["layout"] == "openpi" and info["dtypes"] == ["bfloat16"] and "openpi format" in messages[0]
     assert rel(model.velocity(batch(d)), d["velocity"]) < 0.05  # bf16 weights: ~3 significant digits
 
 
 def test_export_round_trip_through_lerobot_from_pretrained(oracle):
-    from trainkit.export import load_run_model
+    from trainkit.weights.export import load_run_model
 
     root, d, run = oracle
     model, _, _ = load_run_model(run)
     velocity = model.velocity(batch(d))
-    for i, fmt in enumerate(checkpoints.LAYOUTS):
+    for i, fmt in enumerate(pi05_weights.FORMATS):
         assert rel(velocity, d[f"roundtrip/{i}"]) < 2e-5, fmt
         # and back into trainkit through model.init_from: the same tensors
         again = loaded(root / f"export_{fmt}")
@@ -165,7 +166,7 @@ def test_export_round_trip_through_lerobot_from_pretrained(oracle):
 
 
 def test_statistics_of_a_lerobot_normalizer_pipeline_are_read(oracle):
-    from trainkit.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_checkpoint_stats
 
     root, d, _ = oracle
     stats, source = read_checkpoint_stats(root / "policy")
@@ -192,13 +193,13 @@ def test_full_size_every_tensor_has_lerobots_shape(oracle):
     reading LeRobot's keys fills every parameter of the `full` preset with the right shape."""
     import json
 
-    from trainkit.weights import plan
+    from trainkit.weights.load import plan
 
     root, _, _ = oracle
     lerobot = {k: tuple(v) for k, v in json.loads((root / "full_shapes.json").read_text()).items()}
     with torch.device("meta"):
         model = build_model("pi05", "full")
-    exported = checkpoints.export_tensors(model.cfg, model.state_dict(), "lerobot")
+    exported = pi05_weights.export_tensors(model.cfg, model.state_dict(), "lerobot")
     assert {k: tuple(v.shape) for k, v in exported.items()} == lerobot
     layout, rules = plan(model, family("pi05"), lerobot, "full_shapes.json")
     assert layout == "lerobot" and len(rules) == len(list(model.parameters()))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainkit.models.errors import TokenizerError
+from trainkit.errors import TokenizerError
 from trainkit.models.pi05.tokenizer import PaligemmaPromptTokenizer
 from trainkit_fixtures import cli_run, shards_rgb  # noqa: F401 - fixtures
 

@@ -12,7 +12,7 @@ import pytest
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
-from trainkit.inspect import inspect_model
+from trainkit.estimate.inspect import inspect_model
 from trainkit.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_single_process_run_without_torchrun(shards_rgb, tmp_path):  # noqa: F81
 
 
 def test_inspect_command_prints_the_report_of_inspect_model(capsys):
-    """`trainkit inspect CONFIG --json` is wired to trainkit.inspect (the oracle: calling it directly),
+    """`trainkit inspect CONFIG --json` is wired to trainkit.estimate.inspect (the oracle: calling it directly),
     needs no shard folder and honours --set and --world-size."""
     code = main(["inspect", str(ROOT / "trainkit" / "configs" / "pi05_optimised.toml"), "--json", "--world-size", "2",
                  "--set", "train.micro_batch=8"])

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit_harness import TINY, tiny_config
 
 RECORDED = Path(__file__).with_name("assets") / "pi05_tiny_losses.json"
@@ -181,8 +181,8 @@ def test_a_family_defined_in_a_test_trains_through_trainkit_run(toy_family, shar
 
 def test_inspect_reaches_the_family_through_its_record(toy_family):
     from trainkit.config import load_config
-    from trainkit.inspect import inspect_model
-    from trainkit.memory import saved_elements
+    from trainkit.estimate.inspect import inspect_model
+    from trainkit.estimate.memory import saved_elements
 
     cfg = load_config(TINY, ["model.family=toy", "model.preset=tiny", "model.depth=3", "parallel.group={}",
                              "parallel.ac_stride={blocks = 1}"], required=False)

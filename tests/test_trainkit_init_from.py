@@ -15,8 +15,8 @@ import torch
 
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
-from trainkit.models.pi05 import checkpoints
-from trainkit.weights import load_weights, write_weights
+from trainkit.models.pi05 import weights as pi05_weights
+from trainkit.weights.load import load_weights, write_weights
 from trainkit_fixtures import cli_run, shards_rgb, step_lines  # noqa: F401 - fixtures
 from trainkit_harness import run_distributed, tiny_config
 
@@ -50,17 +50,17 @@ def source(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
 
 def test_both_layouts_load_every_parameter_exactly(source, tmp_path):
     model, _ = source
-    for fmt in checkpoints.LAYOUTS:
+    for fmt in pi05_weights.FORMATS:
         said: list[str] = []
         got = build_model("pi05", "tiny")
         info = load_weights(got, FAM, export(model, tmp_path / fmt, fmt), said.append)
-        assert info["layout"] == fmt and f"{fmt} layout" in said[0]
+        assert info["layout"] == fmt and f"{fmt} format" in said[0]
         for (name, want), p in zip(model.named_parameters(), got.parameters()):
             assert torch.allclose(p, want, rtol=0, atol=1e-6), (fmt, name)
 
 
-LM_Q = "model." + checkpoints.L + "layers.0.self_attn.q_proj.weight"
-GATE = "model." + checkpoints.E + "layers.1.input_layernorm.dense.bias"
+LM_Q = "model." + pi05_weights.L + "layers.0.self_attn.q_proj.weight"
+GATE = "model." + pi05_weights.E + "layers.1.input_layernorm.dense.bias"
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -89,7 +89,7 @@ def test_a_folder_without_config_json_is_refused(source, tmp_path):
 def test_fsdp2_ranks_each_load_their_shard(source, shards_rgb, tmp_path):  # noqa: F811
     """2 gloo ranks, per-block FSDP2 (every parameter sharded): after one step at lr 1e-12 the
     checkpoint (DCP, gathered by the export reader) holds the file's tensors."""
-    from trainkit.export import load_run_model
+    from trainkit.weights.export import load_run_model
 
     model, folder = source
     run = tmp_path / "fsdp"
@@ -160,7 +160,7 @@ def test_norm_from_checkpoint_refuses_other_sizes_or_no_init_from(source, shards
 def test_an_openpi_export_carries_the_runs_statistics(shards_rgb, tmp_path, capsys):  # noqa: F811
     from datakit.shards.index import load_index
     from trainkit.cli import main
-    from trainkit.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_checkpoint_stats
 
     code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'run'}", "train.steps=1",
                         "output.checkpoint_every=1", "parallel.fsdp=none", "parallel.ac_stride={}")

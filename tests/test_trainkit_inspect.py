@@ -1,4 +1,4 @@
-"""`trainkit.inspect` against counts derived by hand: FSDP units and all-gathers from the wrapping
+"""`trainkit.estimate.inspect` against counts derived by hand: FSDP units and all-gathers from the wrapping
 and grouping at the full block counts (tiny_deep: 27 SigLIP blocks, 18 MoT layers), and the memory
 estimate's exact parts (16 bytes of fp32 params + grads + AdamW states per parameter, sharded)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainkit.inspect import format_report, inspect_model
+from trainkit.estimate.inspect import format_report, inspect_model
 from trainkit.models import build_model
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.pi05 import PRESETS, flops_per_sample
 
 pytestmark = pytest.mark.timeout(120)

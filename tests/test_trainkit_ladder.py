@@ -17,8 +17,8 @@ import pytest
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.config import load_config
 from trainkit.errors import LaunchError
-from trainkit.ladder import BY_NAME, LadderSpec, Rung, resolve_rungs, run_ladder
-from trainkit.ladder_report import write_report
+from trainkit.trials.ladder import BY_NAME, LadderSpec, Rung, resolve_rungs, run_ladder
+from trainkit.trials.ladder_report import write_report
 from trainkit_harness import TINY
 
 pytestmark = pytest.mark.timeout(300)
@@ -107,7 +107,7 @@ def test_rung_names_are_checked():
 def test_rungs_follow_the_keys_that_exist(shards_rgb, tmp_path):  # noqa: F811
     """A rung over a key trainkit or the family has is planned to run (on a CUDA machine too); over one
     it lacks, skipped with the reason, so the rung is picked up the day the key lands."""
-    from trainkit.ladder import plan_rung
+    from trainkit.trials.ladder import plan_rung
 
     spec = LadderSpec(config=TINY, overrides=(f"data.shards={shards_rgb}", *OFF), out=tmp_path, profile_steps=0)
     runs = [Rung("model_key", "a family field", {"model.rope_theta": 5000.0}),

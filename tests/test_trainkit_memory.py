@@ -1,4 +1,4 @@
-"""The memory estimate (trainkit/memory.py through `inspect_model`) against the GPU: every run a
+"""The memory estimate (trainkit/estimate/memory.py through `inspect_model`) against the GPU: every run a
 family's record lists as measured (torch.cuda.max_memory_allocated on H200s) is estimated within
 10%; and its shape: more samples never cost less, more recompute never costs more."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainkit.config import load_config
-from trainkit.inspect import inspect_model
+from trainkit.estimate.inspect import inspect_model
 from trainkit.models import FAMILIES
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainkit.models import build_config, build_model
-from trainkit.models.errors import ModelConfigError, TokenizerError
+from trainkit.errors import ModelConfigError, TokenizerError
 from trainkit.models.layers import prefix_suffix_attention
 from trainkit.models.pi05 import PRESETS, Pi05, Pi05Batch, flops_per_sample, sample_flow
 from trainkit.models.pi05.tokenizer import PromptTokenizer

@@ -127,7 +127,7 @@ def test_a_nan_state_is_the_same_one_line(nan_state_shards, tmp_path, capsys, mo
 
 def test_skip_stops_a_run_that_has_diverged(shards_rgb, tmp_path, capsys):  # noqa: F811
     """A huge lr leaves the weights finite but every loss NaN: skipping would skip the whole run."""
-    from trainkit.nonfinite import CONSECUTIVE_LIMIT
+    from trainkit.optim.nonfinite import CONSECUTIVE_LIMIT
 
     out = tmp_path / "run"
     code, err = cli_run(capsys, *_args(shards_rgb, out, "optim.lr=1e30", "optim.warmup_steps=0",

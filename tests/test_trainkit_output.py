@@ -16,7 +16,7 @@ from trainkit_harness import TINY
 
 from trainkit.cli import main
 from trainkit.config import load_config
-from trainkit.inspect import inspect_model
+from trainkit.estimate.inspect import inspect_model
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,7 +12,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.config import DataConfig, ParallelConfig
-from trainkit.data import TrainData, open_shards
+from trainkit.data import TrainData, read_run_shards
 from trainkit.errors import ConfigError
 from trainkit.models import build_model, family
 from trainkit.parallel import parallelize
@@ -20,7 +20,7 @@ from trainkit.parallel import parallelize
 
 def _batch(model, shards, prune):
     dcfg = DataConfig(shards=str(shards), prune_slots=prune, num_workers=0)
-    data = TrainData(dcfg, open_shards(dcfg, model.cfg.max_slots), family("pi05"), model.cfg, seed=3, rank=0,
+    data = TrainData(dcfg, read_run_shards(dcfg, model.cfg.max_slots), family("pi05"), model.cfg, seed=3, rank=0,
                      world_size=1, micro_batch=6, device=torch.device("cpu"), image_dtype=torch.float32)
     return next(data.batches()).model
 

@@ -1,6 +1,6 @@
 """The profile reduction (compute / exposed communication / copies / idle) on a hand-made timeline:
 the oracle is the interval arithmetic done by hand in the comments."""
-from trainkit.profile import kernel_kind, timeline_summary
+from trainkit.observe.profile import kernel_kind, timeline_summary
 
 
 def test_timeline_summary_splits_the_window():
@@ -28,7 +28,7 @@ def test_kernel_kinds():
 
 
 def test_top_kernels_sums_by_name_per_step():
-    from trainkit.profile import top_kernels
+    from trainkit.observe.profile import top_kernels
 
     ns = 1_000_000
     kernels = [("sm90_gemm", 0, 4 * ns), ("triton_poi_fused", 5, 1 * ns), ("sm90_gemm", 9, 2 * ns)]
@@ -39,7 +39,7 @@ def test_top_kernels_sums_by_name_per_step():
 def test_gemm_table_reads_shapes_and_flops():
     import torch
 
-    from trainkit.profile import gemm_table
+    from trainkit.observe.profile import gemm_table
 
     x, w, b = torch.randn(64, 32), torch.randn(32, 16), torch.randn(16)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:

@@ -21,7 +21,7 @@ import pytest
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit_harness import ROOT, run_distributed, tiny_config
 
-from trainkit.inspect import inspect_model
+from trainkit.estimate.inspect import inspect_model
 
 STEPS = 36
 # baseline vs optimised: the same math in float32 with different summation orders (masked vs pruned

@@ -1,4 +1,4 @@
-"""trainkit/trials.py: one run per process, its error as a typed record, a hard time limit.
+"""trainkit/trials/run.py: one run per process, its error as a typed record, a hard time limit.
 
 Oracles: tomllib reads back every `--set` text the runner writes; exceptions of known kinds
 (torch's OOM, a Dynamo/Inductor error, a trainkit config error) are classified as what they are;
@@ -15,7 +15,7 @@ import torch
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.errors import ConfigError
-from trainkit.trials import Trial, error_kind, run_trial, toml_value
+from trainkit.trials.run import Trial, error_kind, run_trial, toml_value
 from trainkit_harness import TINY
 
 pytestmark = pytest.mark.timeout(120)

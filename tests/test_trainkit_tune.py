@@ -1,9 +1,9 @@
-"""`trainkit tune` (trainkit/tune.py, tune_report.py) on tiny presets.
+"""`trainkit tune` (trainkit/trials/tune.py, tune_report.py) on tiny presets.
 
 Oracles: a fake GPU whose peak for each setting the test defines (1.3x the estimate's
 micro-batch part, as a model that under-counts activations), so "over the cap" is known without
 the code under test; injected failures; tomllib and `trainkit run` itself for the overlay. One test
-runs real trials (one process each, trainkit/trials.py) end to end on CPU.
+runs real trials (one process each, trainkit/trials/run.py) end to end on CPU.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
 from trainkit.config import load_config
-from trainkit.trials import Trial, TrialError, TrialResult
-from trainkit.tune import Space, base_setting, candidates, search
-from trainkit.tune_report import write_outputs
+from trainkit.trials.run import Trial, TrialError, TrialResult
+from trainkit.trials.tune import Space, base_setting, candidates, search
+from trainkit.trials.tune_report import write_outputs
 from trainkit_harness import TINY
 
 pytestmark = pytest.mark.timeout(180)
@@ -143,8 +143,8 @@ def test_an_overlay_section_that_is_not_the_configs_is_refused(tmp_path):
 def test_the_search_estimates_what_trainkit_inspect_says(tmp_path):
     """tune builds the model once and estimates every setting from its counts; `trainkit inspect`
     of the config with that setting's keys set must say the same."""
-    from trainkit.inspect import inspect_model
-    from trainkit.trials import toml_value
+    from trainkit.estimate.inspect import inspect_model
+    from trainkit.trials.run import toml_value
 
     cfg = _cfg()
     pool = candidates(cfg, Space(micro_batches=(3, 8), strides=(0, 2), groups=(1, 2)), 1)

@@ -19,13 +19,7 @@ import json
 import os
 import sys
 
-from datakit.errors import DatakitError
-from trainkit.errors import LaunchError, TrainkitError
-from trainkit.models.errors import ModelConfigError, TokenizerError
-
-# a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming its file
-# (a garbage index.json, a damaged shard): one line to the user, exit 2 (trainkit/trials.py: "refused")
-USER_ERRORS = (TrainkitError, ModelConfigError, TokenizerError, DatakitError)
+from trainkit.errors import USER_ERRORS, LaunchError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
     i.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="memory of one GPU to compare the estimate with (default: this machine's GPU, else an H200)")
-    t = sub.add_parser("tune", help="the fastest settings under a memory cap, by short measured runs (trainkit/tune.py)")
+    t = sub.add_parser("tune", help="the fastest settings under a memory cap, by short measured runs (trainkit/trials/tune.py)")
     t.add_argument("config")
     t.add_argument("--memory-cap", type=float, required=True, metavar="GIB", help="peak memory per GPU allowed")
     t.add_argument("--budget-min", type=float, default=10.0, help="wall-clock minutes for the runs (default 10)")
@@ -61,13 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="what an out-of-memory run had (default: this machine's GPU, else an H200)")
     lad = sub.add_parser("ladder", help="baseline, then each optimisation turned on in turn: step time, MFU, "
-                                        "memory, parity (trainkit/ladder.py)")
+                                        "memory, parity (trainkit/trials/ladder.py)")
     lad.add_argument("config", help="the baseline config")
     lad.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override for every rung, e.g. data.shards=OUT")
     lad.add_argument("--target", default=None, help="config the family-specific values come from "
                      "(default: the baseline's *optimised* sibling)")
-    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; see trainkit/ladder.py)")
+    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; see trainkit/trials/ladder.py)")
     lad.add_argument("--steps", type=int, default=20, help="measured steps per rung (default 20)")
     lad.add_argument("--warmup", type=int, default=10, help="steps before the measured ones (default 10)")
     lad.add_argument("--profile-steps", type=int, default=3, help="torch.profiler window inside the warm-up (0: none)")
@@ -80,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("run_dir")
     e.add_argument("out")
     e.add_argument("--format", required=True, choices=("lerobot", "openpi"),
-                   help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's layout")
+                   help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's format")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
@@ -92,14 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     from trainkit.config import load_config
     try:
         if args.command == "tune":
-            from trainkit.tune import main as tune
-            return tune(args)
+            return _tune(args)
         if args.command == "inspect":
             return _inspect(load_config(args.config, args.overrides, required=False, overlay=args.overlay), args)
         if args.command == "ladder":
             return _ladder(args, argv if argv is not None else sys.argv[1:])
         if args.command == "export":
-            from trainkit.export import export_run
+            from trainkit.weights.export import export_run
             path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights)
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
@@ -116,13 +109,63 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _inspect(cfg, args) -> int:
-    from trainkit.inspect import format_report, inspect_model
+    from trainkit.estimate.inspect import format_report, inspect_model
     world = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
     if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
         raise LaunchError(f"--gpu-memory-gib: must be > 0, got {args.gpu_memory_gib:g}")
     gpu = None if args.gpu_memory_gib is None else ("GPU (--gpu-memory-gib)", args.gpu_memory_gib)
     report = inspect_model(cfg, world_size=world, gpu=gpu)
     print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+def _ints(flag: str, text: str | None, default: tuple[int, ...], low: int) -> tuple[int, ...]:
+    if text is None:
+        return default
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < low:
+        raise LaunchError(f"{flag}: a comma list of integers >= {low}, got {text!r}")
+    return values
+
+
+def _tune(args) -> int:
+    """`trainkit tune`: search, print the table, write the files."""
+    from pathlib import Path
+
+    from trainkit.config import load_config
+    from trainkit.models import family
+    from trainkit.trials.tune import GROUPS, MICRO_BATCHES, STRIDES, Space, base_setting, prepare_out, search
+    from trainkit.trials.tune_report import write_outputs
+
+    for flag, v in (("--memory-cap", args.memory_cap), ("--budget-min", args.budget_min),
+                    ("--trial-timeout-s", args.trial_timeout_s)):
+        if not v > 0:
+            raise LaunchError(f"{flag}: must be > 0, got {v:g}")
+    if args.nproc < 1 or args.steps < 2:
+        raise LaunchError(f"--nproc must be >= 1 and --steps >= 2, got {args.nproc} and {args.steps}")
+    space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
+                  strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
+                  compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
+    cfg = load_config(args.config, args.overrides)
+    out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
+    prepare_out(out)
+    command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",
+                                          f"--budget-min {args.budget_min:g}", *(f"--set {o}" for o in args.overrides)])
+    base = base_setting(cfg, list(family(cfg.model.family).model.BLOCK_LISTS))
+    result = search(cfg, args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
+                    overrides=tuple(args.overrides), world_size=args.nproc, steps=args.steps,
+                    log_every=max(1, args.steps // 4), trial_timeout_s=args.trial_timeout_s, space=space,
+                    gpu_gib=args.gpu_memory_gib, base=base)
+    print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
+                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
+    if result.best is None:
+        print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
+        return 1
+    print(f"best: {result.best.setting.label()}: {result.best.samples_per_s:.2f} samples/s per GPU -> "
+          f"{out / 'best.toml'}\n  trainkit run {args.config} --overlay {out / 'best.toml'}")
     return 0
 
 
@@ -134,8 +177,8 @@ def _ladder(args, argv: list[str]) -> int:
 
     import torch
 
-    from trainkit.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
-    from trainkit.ladder_report import write_report
+    from trainkit.trials.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
+    from trainkit.trials.ladder_report import write_report
 
     config = Path(args.config)
     out = Path(args.out) if args.out else Path("runs") / f"ladder-{config.stem}"

@@ -36,7 +36,7 @@ class ModelConfig:
     preset: str = ""  # a preset of that family (pi05: "tiny", "tiny_deep", "full")
     # A folder with model.safetensors + config.json (LeRobot's save_pretrained, lerobot/pi05_base,
     # openpi's PyTorch converter) to start from instead of random weights; "": random init. A resume
-    # reloads the run's own checkpoint instead (trainkit/weights.py).
+    # reloads the run's own checkpoint instead (trainkit/weights/load.py).
     init_from: str = ""
     # Every other model.* key is a field of the family's config, replaced on top of the preset
     # (`model.lm_depth = 4`); checked against that config when the model is built.
@@ -89,10 +89,10 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
     memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
-    # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/nonfinite.py).
+    # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/optim/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"
     # EMA of the trainable weights, ema = d x ema + (1 - d) x w after every applied step, on the
-    # sharded fp32 parameters and in the checkpoint (trainkit/ema.py); 0 = off.
+    # sharded fp32 parameters and in the checkpoint (trainkit/optim/ema.py); 0 = off.
     ema_decay: float = 0.0
     # With a holdout (data.val_*): the validation loss every eval_every steps and after the last
     # (0: after the last only), over eval_batches micro-batches per rank (trainkit/validation.py).
@@ -191,11 +191,11 @@ class OutputConfig:
     log_every: int = 10  # steps between metric lines (each one synchronises the GPU once)
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only none
     keep_checkpoints: int = 3  # the newest N checkpoints are kept, older ones deleted; 0 = keep all
-    resume: bool = True  # continue from the newest intact checkpoint in dir, if any (trainkit/checkpoint.py)
+    resume: bool = True  # continue from the newest intact checkpoint in dir, if any (trainkit/checkpoint/dcp.py)
     progress: bool = True  # a progress bar on rank 0
     profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
     # Debug: every rank appends the frame-table rows of each micro-batch it trained on to
-    # samples-rank{R}.jsonl (trainkit/sample_log.py); checks rank disjointness and resume order.
+    # samples-rank{R}.jsonl (trainkit/observe/sample_log.py); checks rank disjointness and resume order.
     record_samples: bool = False
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """Shards -> the model family's batches on the training device, through `datakit.loader`.
 
-    shards = open_shards(cfg.data, fam.max_slots(model_cfg))   # once: checks, loader and resume read it
+    shards = read_run_shards(cfg.data, fam.max_slots(model_cfg))   # once: checks, loader and resume read it
     stream = TrainData(cfg.data, shards, fam, model_cfg, seed=0, rank=r, world_size=w, micro_batch=8,
                        device=dev, image_dtype=torch.bfloat16)
     for batch in stream.batches():       # StepBatch: the family's batch on the device, endless
@@ -56,7 +56,7 @@ class Shards:
             self.cache.close()
 
 
-def open_shards(dcfg: DataConfig, max_slots: int) -> Shards:
+def read_run_shards(dcfg: DataConfig, max_slots: int) -> Shards:
     """Open `data.shards` (for a URL, its index files fetched once per node into the node-local
     shard cache, checked against the root's checksums.json; the shards themselves are downloaded
     as the loader reads) and fail early on a folder that is not finished datakit output or a slot

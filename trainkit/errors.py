@@ -3,8 +3,11 @@
 Launch errors (config, shard folder, output.dir, slot mapping, world size, memory cap) are raised
 before any GPU work, so a bad launch fails in seconds on every rank with the same message; resume
 and non-finite errors are raised on every rank alike, since each decision is taken collectively.
-The CLI prints `trainkit: <message>` and exits 2."""
+The CLI prints `trainkit: <message>` and exits 2 for each of `USER_ERRORS`. Model code raises the
+ValueError kinds at the end (a bad preset or batch, an unencodable prompt, unmappable weights)."""
 from __future__ import annotations
+
+from datakit.errors import DatakitError
 
 
 class TrainkitError(Exception):
@@ -64,3 +67,20 @@ class OutputDirError(TrainkitError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"output.dir {self.path}: {problem}")
+
+# --- raised by model code (trainkit/models/): ValueErrors, so a model is usable without the trainer
+class ModelConfigError(ValueError):
+    """A model config or batch is inconsistent (a width not divisible by the heads, a bad preset name...)."""
+
+
+class TokenizerError(ValueError):
+    """A prompt cannot be encoded (NaN state, a state longer than the text budget...)."""
+
+
+class WeightsError(ValueError):
+    """A checkpoint cannot be mapped to the model: an unknown layout, a missing key, a wrong shape."""
+
+
+# a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming its file
+# (a garbage index.json, a damaged shard): one line to the user, exit 2 (trainkit/trials/run.py: "refused")
+USER_ERRORS = (TrainkitError, ModelConfigError, TokenizerError, DatakitError)

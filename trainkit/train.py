@@ -6,13 +6,13 @@
 Every input is checked before the GPU is touched (the config, output.dir, the shard folder and its
 cameras, world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at
 once with one line; then output.dir is locked for the run (run_lock.py). At the end rank 0 writes
-`summary.json` (steady state, trainkit/summary.py) and prints it as a table.
+`summary.json` (steady state, trainkit/observe/summary.py) and prints it as a table.
 The model is built on the meta device, parallelized (parallel/__init__.py says in
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
 schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
-weights from that checkpoint (trainkit/weights.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
+weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
 resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
 """
@@ -33,27 +33,27 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
-from trainkit.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import RunConfig
-from trainkit.data import Shards, TrainData, open_shards
-from trainkit.ema import WeightEMA
+from trainkit.data import Shards, TrainData, read_run_shards
+from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError
-from trainkit.metrics import CollectiveCounter, Metrics, StepRecord
+from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
-from trainkit.nonfinite import NonFiniteGuard, check_state
-from trainkit.norm_stats import with_checkpoint_stats
+from trainkit.optim.nonfinite import NonFiniteGuard, check_state
+from trainkit.weights.norm_stats import with_checkpoint_stats
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.cudagraphs import micro_step
-from trainkit.parallel.optim import build_optimizer, build_scheduler
+from trainkit.optim.optimizer import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
-from trainkit.profile import StepProfiler
-from trainkit.resume_rules import RunRecord, dataset_identity, resume_changes
-from trainkit.run_lock import check_output_dir, run_lock
-from trainkit.sample_log import SampleLog
-from trainkit.summary import format_summary, run_summary
+from trainkit.observe.profile import StepProfiler
+from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, resume_changes
+from trainkit.checkpoint.run_lock import check_output_dir, run_lock
+from trainkit.observe.sample_log import SampleLog
+from trainkit.observe.summary import format_summary, run_summary
 from trainkit.validation import Validation, holdout
-from trainkit.weights import check_weights, load_weights
+from trainkit.weights.load import check_weights, load_weights
 
 
 @dataclass
@@ -65,7 +65,7 @@ class RunResult:
     plan: ParallelPlan
     start_step: int  # 0, or the step a resumed run continued from
     profile: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)  # as written to summary.json (trainkit/summary.py)
+    summary: dict[str, Any] = field(default_factory=dict)  # as written to summary.json (trainkit/observe/summary.py)
 
 
 def world() -> tuple[int, int, int]:
@@ -89,7 +89,7 @@ def check_memory(cfg: RunConfig, world_size: int) -> None:
     """Refuse a preset whose estimated peak memory per GPU (trainkit inspect) exceeds the cap."""
     if not cfg.train.memory_cap_gib:
         return
-    from trainkit.inspect import inspect_model
+    from trainkit.estimate.inspect import inspect_model
     est = inspect_model(cfg, world_size=world_size)["memory"]["peak_gib"]
     if est > cfg.train.memory_cap_gib:
         raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
@@ -109,7 +109,7 @@ def run(cfg: RunConfig) -> RunResult:
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
-    shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
+    shards = read_run_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
     try:
         if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
             if not cfg.model.init_from:
@@ -238,7 +238,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
     summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
-    summary["init_from"] = init  # layout, tensors, load seconds of model.init_from (None: random init or resumed)
+    summary["init_from"] = init  # format, tensors, load seconds of model.init_from (None: random init or resumed)
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")

@@ -30,7 +30,7 @@ import torch.nn as nn
 from datakit.shards.index import ShardIndex
 from trainkit.config import DataConfig, RunConfig
 from trainkit.data import Shards, TrainData
-from trainkit.ema import WeightEMA
+from trainkit.optim.ema import WeightEMA
 from trainkit.errors import DataError
 from trainkit.models import Family
 

@@ -29,7 +29,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from trainkit.profile import gemm_table, gpu_kernels, timeline_summary, top_kernels  # noqa: E402
+from trainkit.observe.profile import gemm_table, gpu_kernels, timeline_summary, top_kernels  # noqa: E402
 
 STEPS = 8  # the probe's timed steps
 

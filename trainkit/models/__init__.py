@@ -16,7 +16,7 @@ from typing import Any
 import torch.nn as nn
 
 from trainkit.models.dreamzero import FAMILY as DREAMZERO
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations, BatchAdapter, Family, MemoryCalibration, MemoryMeasurement
 from trainkit.models.gr00t import FAMILY as GR00T
 from trainkit.models.pi05 import FAMILY as PI05

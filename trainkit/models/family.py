@@ -40,7 +40,7 @@ class MemoryMeasurement:
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryCalibration:
-    """The family's constants of the memory estimate (trainkit/memory.py), with the measurements
+    """The family's constants of the memory estimate (trainkit/estimate/memory.py), with the measurements
     they were fitted to (`python bench/memory_table.py --fit FAMILY`, least squares on the relative
     error). The defaults are the eager count itself: a family with no measurement yet."""
 
@@ -66,8 +66,8 @@ class Weights:
     """A family's mapping to the checkpoints users have (`model.init_from`, `trainkit export`).
     A rule has `.target` (a parameter name), `.sources` (checkpoint keys) and `.gather(tensors)`."""
 
-    formats: tuple[str, ...]  # the layouts it reads and writes ("lerobot", "openpi")
-    read_plan: Callable[[Any, set[str]], tuple[str, list[Any]]]  # (config, checkpoint keys) -> (layout, rules)
+    formats: tuple[str, ...]  # the checkpoint formats it reads and writes ("lerobot", "openpi")
+    read_plan: Callable[[Any, set[str]], tuple[str, list[Any]]]  # (config, checkpoint keys) -> (format, rules)
     # (config, trainkit state dict, format) -> the checkpoint's tensors by key
     export_tensors: Callable[[Any, Mapping[str, torch.Tensor], str], dict[str, torch.Tensor]]
     # (config, {"cameras", "state_dim", "action_dim"}) -> the checkpoint's config.json

@@ -29,7 +29,7 @@ from torch.distributed.fsdp import FSDPModule
 from trainkit.config import ParallelConfig
 from trainkit.errors import ConfigError
 from trainkit.parallel.attention import apply_attention
-from trainkit.parallel.checkpointing import apply_ac
+from trainkit.parallel.activation_checkpoint import apply_ac
 from trainkit.parallel.compile import apply_compile
 from trainkit.parallel.float8 import apply_float8
 from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch

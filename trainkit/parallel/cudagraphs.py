@@ -40,7 +40,7 @@ FSDP2's NCCL reduce-scatters and all-gathers there, which NCCL supports in graph
 
 Not captured, and why: the optimiser step (fused AdamW over FSDP2's DTensors dispatches in Python
 per step, and a capturable AdamW would need its step counts on the device); the gradient norm
-(its result decides on the host whether the step is applied: trainkit/nonfinite.py). CPU runs
+(its result decides on the host whether the step is applied: trainkit/optim/nonfinite.py). CPU runs
 have no graphs: `parallel.cuda_graphs` is refused there (parallelize).
 """
 from __future__ import annotations

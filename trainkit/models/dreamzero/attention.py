@@ -1,7 +1,7 @@
-"""Block-causal self-attention of the `dreamzero` sequence (layout.py), three ways, one contract:
+"""Block-causal self-attention of the `dreamzero` sequence (sequence.py), three ways, one contract:
 q, k, v token-major (B, T, H, hd) -> (B, T, H * hd).
 
-- "blocks": one unmasked SDPA per part of the pattern (`Layout.calls`): a clean block's queries over
+- "blocks": one unmasked SDPA per part of the pattern (`TokenSequence.calls`): a clean block's queries over
   the clean prefix, a noisy block's over the clean prefix before it plus itself (its two key spans
   concatenated). No mask, so the fused kernels (flash / cuDNN / efficient) run, and only the
   block-causal work is done: 33% of full attention's pairs at the 5b shapes.
@@ -17,19 +17,19 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from trainkit.models.dreamzero.layout import Layout
+from trainkit.models.dreamzero.sequence import TokenSequence
 
 
-def block_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout,
+def block_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: TokenSequence,
                            kernel: str = "blocks") -> torch.Tensor:
-    """Attention of token-major q, k, v (B, T, H, hd) under the layout's block-causal pattern."""
+    """Attention of token-major q, k, v (B, T, H, hd) under the sequence's block-causal pattern."""
     b, t, h, hd = q.shape
     if kernel == "blocks":
-        out = blocks_attention(q, k, v, layout)
+        out = blocks_attention(q, k, v, seq)
     elif kernel == "flex":
-        out = flex_attention(q, k, v, layout)
+        out = flex_attention(q, k, v, seq)
     elif kernel == "dense":
-        mask = dense_mask(layout, q.device)
+        mask = dense_mask(seq, q.device)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              attn_mask=mask).transpose(1, 2)
     else:
@@ -37,10 +37,10 @@ def block_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la
     return out.reshape(b, t, h * hd)
 
 
-def blocks_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout) -> torch.Tensor:
+def blocks_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: TokenSequence) -> torch.Tensor:
     """One SDPA per call of the pattern; (B, T, H, hd) out, in token order."""
     outs = []
-    for (q0, q1), keys in layout.calls:
+    for (q0, q1), keys in seq.calls:
         (k0, k1), rest = keys[0], keys[1:]
         kk, vv = k[:, k0:k1], v[:, k0:k1]
         if rest:  # a noisy part: the clean prefix before it, then itself
@@ -51,18 +51,18 @@ def blocks_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: 
     return torch.cat(outs, dim=1)
 
 
-def dense_mask(layout: Layout, device: torch.device) -> torch.Tensor:
-    return _dense_mask(layout, str(device))
+def dense_mask(seq: TokenSequence, device: torch.device) -> torch.Tensor:
+    return _dense_mask(seq, str(device))
 
 
 @lru_cache(maxsize=8)
-def _dense_mask(layout: Layout, device: str) -> torch.Tensor:
-    return layout.dense_mask().to(device)
+def _dense_mask(seq: TokenSequence, device: str) -> torch.Tensor:
+    return seq.dense_mask().to(device)
 
 
-def flex_mask_mod(layout: Layout, device: str):
+def flex_mask_mod(seq: TokenSequence, device: str):
     """FlexAttention's mask_mod(b, h, q, k) -> bool of the pattern, from each token's block and part."""
-    block, noisy = (x.to(device) for x in layout.token_blocks())
+    block, noisy = (x.to(device) for x in seq.token_blocks())
 
     def allowed(b, h, qi, ki):
         qb, kb, qn, kn = block[qi], block[ki], noisy[qi], noisy[ki]
@@ -74,10 +74,10 @@ def flex_mask_mod(layout: Layout, device: str):
 
 
 @lru_cache(maxsize=8)
-def _block_mask(layout: Layout, device: str):
+def _block_mask(seq: TokenSequence, device: str):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    return create_block_mask(flex_mask_mod(layout, device), None, None, layout.total, layout.total, device=device)
+    return create_block_mask(flex_mask_mod(seq, device), None, None, seq.total, seq.total, device=device)
 
 
 @lru_cache(maxsize=1)
@@ -86,8 +86,8 @@ def _compiled_flex():
     return torch.compile(flex, dynamic=False)  # eager flex materialises the scores; compiled it is one kernel
 
 
-def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """FlexAttention (compiled once per process) with the layout's block mask; (B, T, H, hd) out."""
-    mask = _block_mask(layout, str(q.device))
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: TokenSequence) -> torch.Tensor:
+    """FlexAttention (compiled once per process) with the sequence's block mask; (B, T, H, hd) out."""
+    mask = _block_mask(seq, str(q.device))
     out = _compiled_flex()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask)
     return out.transpose(1, 2)

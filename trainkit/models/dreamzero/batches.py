@@ -19,7 +19,7 @@ from datakit.loader import LoaderConfig, dreamzero_config
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
 
 

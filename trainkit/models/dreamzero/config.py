@@ -1,11 +1,11 @@
-"""Shapes of the `dreamzero` family: `DreamZeroConfig`, its presets, and the token layout they imply.
+"""Shapes of the `dreamzero` family: `DreamZeroConfig`, its presets, and the token sequence they imply.
 
 `5b` is Wan-2.2-TI2V-5B's DiT (30 x 3072, 24 heads x 128, FFN 14336, 48 latent channels, VAE stride
 (4, 16, 16)) with DreamZero's teacher-forcing sequence; `14b` is Wan-2.1-14B's (40 x 5120, 40 heads,
 FFN 13824, 16 latent channels, VAE stride (4, 8, 8)). Video: 33 frames of one 352x640 canvas (three
 176x320 views tiled by datakit's loader) -> 9 latent frames (the first alone, then 4 per latent, as
 Wan's causal VAE) -> 220 tokens per latent frame at the 5b stride, 880 at the 14b stride (patch
-(1, 2, 2)). `tiny` keeps the structure (2 action blocks, the same layout rules) at small widths for
+(1, 2, 2)). `tiny` keeps the structure (2 action blocks, the same sequence rules) at small widths for
 CPU tests.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 
 Attention = Literal["blocks", "flex", "dense"]
 

@@ -1,7 +1,7 @@
 """The analytic cost of one `dreamzero` sample: FLOPs (forward + backward), token counts, and the
 activations autograd saves (inspect's memory estimate). Counts every matmul (2 FLOPs per
 multiply-add) and attention's QK^T and AV over the pairs the block-causal pattern computes
-(layout.py: 33% of full attention's at 5b), not norms, modulation, activations or the embedding
+(sequence.py: 33% of full attention's at 5b), not norms, modulation, activations or the embedding
 lookup. Trained parts count 3x their forward, the frozen stand-ins 1x (forward only); recompute is
 not counted. `tests/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.
 The image-slot argument of the contract does not change anything here: the three views are one
@@ -10,16 +10,16 @@ canvas (datakit's tiling), whatever the batch carries.
 from __future__ import annotations
 
 from trainkit.models.dreamzero.config import DreamZeroConfig
-from trainkit.models.dreamzero.layout import Layout
+from trainkit.models.dreamzero.sequence import TokenSequence
 from trainkit.models.family import Activations
 
 
 def tokens_per_sample(cfg: DreamZeroConfig, n_slots: int = 3) -> dict[str, int]:
     """Token counts of one sample: DiT sequence parts and the cross-attention context."""
-    lay = Layout.of(cfg)
+    seq = TokenSequence.of(cfg)
     return {"video_clean": cfg.latent_frames * cfg.tokens_per_frame,
             "video_noisy": (cfg.latent_frames - 1) * cfg.tokens_per_frame, "actions": cfg.horizon,
-            "state": cfg.state_tokens, "context": cfg.context_tokens, "sequence": lay.total}
+            "state": cfg.state_tokens, "context": cfg.context_tokens, "sequence": seq.total}
 
 
 def frozen_forward(cfg: DreamZeroConfig) -> float:
@@ -34,8 +34,8 @@ def frozen_forward(cfg: DreamZeroConfig) -> float:
 
 def block_forward(cfg: DreamZeroConfig) -> float:
     """Forward FLOPs of one DiT block over one sample."""
-    d, t, c = cfg.dim, Layout.of(cfg).total, cfg.context_tokens
-    pairs = Layout.of(cfg).attended_pairs
+    d, t, c = cfg.dim, TokenSequence.of(cfg).total, cfg.context_tokens
+    pairs = TokenSequence.of(cfg).attended_pairs
     linear = 2 * t * (3 * d * d + d * d + d * d + d * d + 2 * d * cfg.ffn)  # qkv, o, cross q, cross o, MLP
     cross_kv = 2 * c * d * 2 * d
     return float(linear + cross_kv + 4 * pairs * d + 4 * t * c * d)
@@ -67,7 +67,7 @@ def activations(cfg: DreamZeroConfig, n_slots: int = 3) -> Activations:
     output, modulated input (2), the MLP's up output and GELU output (2 x ffn), down output (1):
     17 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token).
     Outside the blocks: the video (the frozen stand-ins' input) and the clean/noisy latent tokens."""
-    d, t, c = cfg.dim, Layout.of(cfg).total, cfg.context_tokens
+    d, t, c = cfg.dim, TokenSequence.of(cfg).total, cfg.context_tokens
     block = (t * (17 * d + 2 * cfg.ffn) + 3 * c * d, t * d)
     h, w = cfg.canvas
     video = cfg.frames * 3 * h * w

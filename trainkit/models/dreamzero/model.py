@@ -8,7 +8,7 @@ projection of the conditioning canvas, 257 x 1280, in place of CLIP), each then 
 trained MLP to the DiT width, as Wan does. No weights are downloaded; the stand-ins cost what a
 cheap encoder costs, not what umT5/CLIP/the VAE cost (they are frozen, so they do not train).
 
-The sequence is DreamZero's teacher forcing (layout.py): clean latent frames, their noisy copies
+The sequence is DreamZero's teacher forcing (sequence.py): clean latent frames, their noisy copies
 per action block, the noisy action chunk of each block, and the state tokens. `blocks` are Wan
 DiT blocks: adaLN modulation (shift, scale, gate for attention and MLP) from the flow time of each
 token's segment (clean: time 0; block i's noisy frames and actions: the block's time, so the
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from trainkit.models.dreamzero.attention import block_causal_attention
 from trainkit.models.dreamzero.config import DreamZeroConfig
-from trainkit.models.dreamzero.layout import Layout
+from trainkit.models.dreamzero.sequence import TokenSequence
 from trainkit.models.layers import RMSNorm
 
 
@@ -120,9 +120,9 @@ class WanBlock(nn.Module):
     context, modulated GELU MLP; `time_mod` (B, segments, 6, dim) is the time modulation of each
     flow-time segment (clean, then one per action block)."""
 
-    def __init__(self, cfg: DreamZeroConfig, layout: Layout):
+    def __init__(self, cfg: DreamZeroConfig, seq: TokenSequence):
         super().__init__()
-        d, self.heads, self.layout, self.kernel = cfg.dim, cfg.heads, layout, cfg.attention
+        d, self.heads, self.seq, self.kernel = cfg.dim, cfg.heads, seq, cfg.attention
         self.modulation = nn.Parameter(torch.zeros(1, 1, 6, d))
         self.norm1 = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
         self.qkv = nn.Linear(d, 3 * d)
@@ -137,13 +137,13 @@ class WanBlock(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor, time_mod: torch.Tensor) -> torch.Tensor:
         """x (B, T, dim), context (B, C, dim), time_mod (B, segments, 6, dim)."""
         b, t, d = x.shape
-        h, clean = self.heads, self.layout.clean
+        h, clean = self.heads, self.seq.clean
         mod = (self.modulation + time_mod).to(x.dtype)  # (B, segments, 6, dim)
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mod.unbind(2)
         y = per_segment(self.norm1(x), 1 + scale_a, shift_a, clean)
         q, k, v = self.qkv(y).chunk(3, dim=-1)
         q, k = self.norm_q(q), self.norm_k(k)
-        a = block_causal_attention(q.view(b, t, h, -1), k.view(b, t, h, -1), v.view(b, t, h, -1), self.layout,
+        a = block_causal_attention(q.view(b, t, h, -1), k.view(b, t, h, -1), v.view(b, t, h, -1), self.seq,
                                    self.kernel)
         x = x + per_segment(self.o(a), gate_a, None, clean)
         cq = self.norm_cq(self.cross_q(self.norm_x(x))).view(b, t, h, -1).transpose(1, 2)
@@ -165,7 +165,7 @@ class DreamZero(nn.Module):
     def __init__(self, cfg: DreamZeroConfig):
         super().__init__()
         self.cfg = cfg
-        self.layout = layout = Layout.of(cfg)
+        self.seq = seq = TokenSequence.of(cfg)
         d = cfg.dim
         self.vae = nn.ModuleList([VideoPatchify(cfg)])
         self.text_encoder = nn.ModuleList([TextStandIn(cfg)])
@@ -182,7 +182,7 @@ class DreamZero(nn.Module):
                                         nn.Linear(d, d), nn.LayerNorm(d))
         self.time_embed = nn.Sequential(nn.Linear(cfg.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
         self.time_proj = nn.Linear(d, 6 * d)  # adaLN-zero: zero at init
-        self.blocks = nn.ModuleList(WanBlock(cfg, layout) for _ in range(cfg.depth))
+        self.blocks = nn.ModuleList(WanBlock(cfg, seq) for _ in range(cfg.depth))
         self.head_modulation = nn.Parameter(torch.zeros(1, 1, 2, d))
         self.head_norm = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
         self.head = nn.Linear(d, cfg.patch_channels)
@@ -228,7 +228,7 @@ class DreamZero(nn.Module):
 
     def forward(self, batch: DreamZeroBatch) -> torch.Tensor:
         """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE."""
-        cfg, lay = self.cfg, self.layout
+        cfg, seq = self.cfg, self.seq
         n, fpb, tpf = cfg.blocks, cfg.frames_per_block, cfg.tokens_per_frame
         dtype = self.patch_embed.weight.dtype
         x0 = self.video_tokens(batch.video).float()  # (B, Lf, tpf, P): clean latent tokens
@@ -255,7 +255,7 @@ class DreamZero(nn.Module):
         for block in self.blocks:
             x = block(x, context, time_mod)
 
-        out = x[:, lay.clean:].view(b, n, lay.noisy_block, -1)
+        out = x[:, seq.clean:].view(b, n, seq.noisy_block, -1)
         shift, scale = (self.head_modulation + e[:, 1:, None]).unsqueeze(2).unbind(3)  # (B, n, 1, dim) each
         video = out[:, :, :fpb * tpf]
         pred_v = self.head(self.head_norm(video) * (1 + scale) + shift).float()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from datakit.loader import LoaderConfig, gr00t_config
 from datakit.shards.index import ShardIndex
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
 from trainkit.models.gr00t.config import Gr00tConfig, n16_resolution
 from trainkit.models.gr00t.model import Gr00tBatch, sample_flow

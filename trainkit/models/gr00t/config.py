@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 
 UNSHUFFLE = 2  # pixel-unshuffle factor: 2x2 patches -> one token of 4 x vision_width channels
 

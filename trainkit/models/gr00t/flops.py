@@ -5,7 +5,7 @@ against torch.utils.flop_counter on `tiny`.
 """
 from __future__ import annotations
 
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations
 from trainkit.models.gr00t.action_head import TIME_FEATURES, block_context
 from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from trainkit.models.errors import TokenizerError
+from trainkit.errors import TokenizerError
 
 PAD, BOS, EOS = 0, 1, 2
 BYTE_OFFSET = 3

@@ -2,10 +2,10 @@
 mixture-of-transformers layer (mot.py), shapes and presets (config.py), analytic cost (flops.py),
 loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py), memory constants
 with the GPU runs behind them (memory.py) and the mapping to LeRobot's and openpi's checkpoints
-(checkpoints.py); `FAMILY` is the record the trainer reaches it through
+(weights.py); `FAMILY` is the record the trainer reaches it through
 (trainkit/models/family.py)."""
 from trainkit.models.family import Family, Weights
-from trainkit.models.pi05 import checkpoints
+from trainkit.models.pi05 import weights
 from trainkit.models.pi05.batches import Pi05Batches, loader_config
 from trainkit.models.pi05.config import PRESETS, Pi05Config
 from trainkit.models.pi05.flops import activations, flops_per_sample, tokens_per_sample
@@ -15,7 +15,7 @@ from trainkit.models.pi05.model import Pi05, Pi05Batch, sample_flow
 FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flops_per_sample=flops_per_sample,
                 tokens_per_sample=tokens_per_sample, activations=activations, max_slots=lambda cfg: cfg.max_slots,
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
-                weights=Weights(formats=checkpoints.LAYOUTS, read_plan=checkpoints.read_plan,
-                                export_tensors=checkpoints.export_tensors, config_json=checkpoints.policy_config))
+                weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
+                                export_tensors=weights.export_tensors, config_json=weights.policy_config))
 
 __all__ = ["FAMILY", "PRESETS", "Pi05", "Pi05Batch", "Pi05Config", "flops_per_sample", "sample_flow", "tokens_per_sample"]

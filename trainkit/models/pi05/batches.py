@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from datakit.loader import LoaderConfig, Normaliser, pi05_config
 from datakit.shards.index import ShardIndex
 from trainkit.errors import BatchDataError
-from trainkit.models.errors import TokenizerError
+from trainkit.errors import TokenizerError
 from trainkit.models.family import HostBatch
 from trainkit.models.pi05.config import Pi05Config
 from trainkit.models.pi05.model import Pi05Batch, sample_flow

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 
 
 @dataclass(kw_only=True)

@@ -4,7 +4,7 @@ estimate). `tests/test_trainkit_model.py` checks the FLOPs against torch.utils.f
 """
 from __future__ import annotations
 
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations
 from trainkit.models.pi05.config import Pi05Config
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from trainkit.models.errors import TokenizerError
+from trainkit.errors import TokenizerError
 
 PAD, BOS, STATE, ACTION = 0, 1, 2, 3
 BYTE_OFFSET = 4

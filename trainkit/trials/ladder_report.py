@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.durable import write_atomic
-from trainkit.ladder import LadderSpec, RungResult
+from trainkit.trials.ladder import LadderSpec, RungResult
 
 WATERFALL, LOSSES = "ladder_waterfall.png", "ladder_losses.png"
 HEAD = ("#", "rung", "status", "step ms", "samples/s/GPU", "MFU", "peak GiB", "exp. comm ms", "idle ms",

@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 import torch
 
-from trainkit.models.errors import WeightsError
+from trainkit.errors import WeightsError
 from trainkit.models.pi05.config import Pi05Config
 
-LAYOUTS = ("lerobot", "openpi")
+FORMATS = ("lerobot", "openpi")
 PREFIX = {"lerobot": "model.", "openpi": ""}
 _PG = "paligemma_with_expert.paligemma."
 V = _PG + "model.vision_tower.vision_model."
@@ -40,7 +40,7 @@ EMBED = L + "embed_tokens.weight"
 
 @dataclass(frozen=True)
 class Rule:
-    """One trainkit parameter from checkpoint tensors (names without the layout's prefix).
+    """One trainkit parameter from checkpoint tensors (names without the format's prefix).
     op "cat": the sources' rows concatenated; "norm": 1 + w; "ada": the sources (3 x width rows
     each: scale, shift, gate) concatenated, each gate row minus 1; "head": the first 2 x width
     rows (scale, shift) of one adaRMS `dense`."""
@@ -139,22 +139,22 @@ def rules(cfg: Pi05Config, embed_from: str = EMBED) -> list[Rule]:
 
 
 def detect(keys: Collection[str]) -> str:
-    """The layout of a `model.safetensors` with these keys; WeightsError naming a key if neither."""
+    """The format of a `model.safetensors` with these keys; WeightsError naming a key if neither."""
     if any(k.startswith("model.paligemma_with_expert.") for k in keys):
         return "lerobot"
     if any(k.startswith("paligemma_with_expert.") for k in keys):
         return "openpi"
     first = min(keys, default="(none)")
-    raise WeightsError(f"unknown checkpoint layout: no key starts with 'model.paligemma_with_expert.' (LeRobot) "
+    raise WeightsError(f"unknown checkpoint format: no key starts with 'model.paligemma_with_expert.' (LeRobot) "
                        f"or 'paligemma_with_expert.' (openpi / pi05_base); first key {first!r}")
 
 
 def read_plan(cfg: Pi05Config, keys: Collection[str]) -> tuple[str, list[Rule]]:
-    """(layout, rules with full key names) for a checkpoint holding `keys`."""
-    layout = detect(keys)
-    prefix = PREFIX[layout]
+    """(format, rules with full key names) for a checkpoint holding `keys`."""
+    fmt = detect(keys)
+    prefix = PREFIX[fmt]
     embed = EMBED if prefix + EMBED in keys else LM_HEAD  # pi05_base: no embed_tokens, the tied lm_head
-    return layout, [replace(r, sources=tuple(prefix + s for s in r.sources)) for r in rules(cfg, embed)]
+    return fmt, [replace(r, sources=tuple(prefix + s for s in r.sources)) for r in rules(cfg, embed)]
 
 
 def _neutral(cfg: Pi05Config) -> dict[str, tuple[int, ...]]:
@@ -172,8 +172,8 @@ def _neutral(cfg: Pi05Config) -> dict[str, tuple[int, ...]]:
 def export_tensors(cfg: Pi05Config, state: Mapping[str, torch.Tensor], fmt: str) -> dict[str, torch.Tensor]:
     """The checkpoint tensors of format `fmt` ("lerobot" | "openpi") from trainkit's state dict (views
     of it where a tensor is split, and lm_head is the embedding itself, tied as in PaliGemma)."""
-    if fmt not in LAYOUTS:
-        raise WeightsError(f"unknown export format {fmt!r}; known: {', '.join(LAYOUTS)}")
+    if fmt not in FORMATS:
+        raise WeightsError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     out: dict[str, torch.Tensor] = {}
     for rule in rules(cfg):
         out.update(rule.scatter(state[rule.target]))

@@ -1,5 +1,5 @@
 """AdamW, fused or not, and the learning-rate schedule (linear warm-up, then cosine or flat);
-on resume, `apply_config` puts the config's settings on the restored optimiser (trainkit/resume_rules.py).
+on resume, `apply_config` puts the config's settings on the restored optimiser (trainkit/checkpoint/resume_rules.py).
 
 Fused AdamW updates every parameter in one multi-tensor kernel instead of a few kernels per
 parameter: at 3.35B parameters in hundreds of tensors that is a visible share of a step.

@@ -43,7 +43,7 @@ class Manifest:
     step: int  # optimiser steps done
     world_size: int
     global_batch: int
-    dataset: dict[str, Any]  # the dataset's identity (trainkit/resume_rules.py)
+    dataset: dict[str, Any]  # the dataset's identity (trainkit/checkpoint/resume_rules.py)
     config: dict[str, Any]
     sched: dict[str, Any]
     ranks: list[dict[str, Any]]  # per rank: RNG states and loader position

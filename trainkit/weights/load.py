@@ -1,6 +1,6 @@
 """The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` +
-`config.json` (LeRobot's or openpi's layout) into a built model through its family's mapping
-(`Family.weights`, e.g. trainkit/models/pi05/checkpoints.py); `write_weights` writes one (`trainkit export`).
+`config.json` (LeRobot's or openpi's format) into a built model through its family's mapping
+(`Family.weights`, e.g. trainkit/models/pi05/weights.py); `write_weights` writes one (`trainkit export`).
 
     info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
 
@@ -10,7 +10,7 @@ float32, cast to the parameter's dtype, and under FSDP2 each rank keeps only its
 splits locally, no communication: every rank reads the same file). Peak host memory is one
 parameter (the 2 GB float32 embedding at full size), never the model; on the device, one parameter
 more than the model.
-Before any tensor is read, the plan is checked on the file's header alone: an unknown layout, a
+Before any tensor is read, the plan is checked on the file's header alone: an unknown format, a
 source key the file lacks, a parameter no rule fills, or a shape that differs is refused with one
 line naming the key. Checkpoint keys no rule reads (tensors the flow loss never uses) are counted
 in the log line. A resume never comes here: it reloads trainkit's own DCP checkpoint.
@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError
 from trainkit.models import Family
-from trainkit.models.errors import WeightsError
+from trainkit.errors import WeightsError
 from trainkit.parallel.names import clean_name
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
@@ -52,7 +52,7 @@ def _open(folder: Path) -> Any:
 
 
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
-    """The checkpoint's layout, after checking its plan against `model` (may be on the meta device)
+    """The checkpoint's format, after checking its plan against `model` (may be on the meta device)
     from the file's header alone: the launch check, before any GPU work."""
     with _open(Path(folder)) as f:
         return _plan(model, fam, Path(folder), f)[0]
@@ -64,28 +64,28 @@ def _plan(model: nn.Module, fam: Family, folder: Path, f: Any) -> tuple[str, lis
 
 
 def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], path: str) -> tuple[str, list[Any]]:
-    """(layout, rules) for a checkpoint of tensors `shapes` (key -> shape; `path` names it in errors),
+    """(format, rules) for a checkpoint of tensors `shapes` (key -> shape; `path` names it in errors),
     checked against `model`'s parameters: refuses a missing key, a parameter without a rule, a shape
     that differs."""
     if fam.weights is None:
         raise CheckpointError(path, f"model.init_from: family {fam.name!r} has no checkpoint mapping")
     try:
-        layout, rules = fam.weights.read_plan(model.cfg, set(shapes))
+        fmt, rules = fam.weights.read_plan(model.cfg, set(shapes))
     except WeightsError as e:
         raise CheckpointError(path, str(e)) from None
     _check_plan(path, rules, {clean_name(n): p for n, p in model.named_parameters()}, shapes)
-    return layout, rules
+    return fmt, rules
 
 
 def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Fill every parameter of `model` from the checkpoint folder; returns what the log line says
-    (layout, tensors, dtypes, unused keys, seconds)."""
+    (format, tensors, dtypes, unused keys, seconds)."""
     t0 = time.perf_counter()
     folder = Path(folder)
     params = {clean_name(n): p for n, p in model.named_parameters()}
     with _open(folder) as f:
         keys = set(f.keys())
-        layout, rules = _plan(model, fam, folder, f)
+        fmt, rules = _plan(model, fam, folder, f)
         dtypes: set[str] = set()
         with torch.no_grad():
             for rule in rules:
@@ -95,9 +95,10 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
                 # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
                 _copy_into(param, rule.gather([t.to(param.device).float() for t in sources]))
     used = {k for r in rules for k in r.sources}
-    info = {"folder": str(folder), "layout": layout, "tensors": len(rules), "dtypes": sorted(dtypes),
+    info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
+            "tensors": len(rules), "dtypes": sorted(dtypes),
             "unused_keys": len(keys - used), "seconds": time.perf_counter() - t0}
-    say(f"model.init_from {folder}: {layout} layout, {len(rules)} parameters from {len(used)} tensors "
+    say(f"model.init_from {folder}: {fmt} format, {len(rules)} parameters from {len(used)} tensors "
         f"({'/'.join(info['dtypes'])}); {info['unused_keys']} keys not used by the flow loss; {info['seconds']:.1f} s")
     return info
 

@@ -34,7 +34,7 @@ class Call(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Layout:
+class TokenSequence:
     """Token counts of the parts of one sample's sequence (module docstring)."""
 
     tokens_per_frame: int
@@ -55,7 +55,7 @@ class Layout:
         object.__setattr__(self, "calls", tuple(calls))
 
     @classmethod
-    def of(cls, cfg: DreamZeroConfig) -> Layout:
+    def of(cls, cfg: DreamZeroConfig) -> TokenSequence:
         return cls(tokens_per_frame=cfg.tokens_per_frame, frames_per_block=cfg.frames_per_block, blocks=cfg.blocks,
                    actions_per_block=cfg.actions_per_block, state_tokens=cfg.state_tokens)
 

@@ -1,4 +1,4 @@
-"""What `trainkit tune` (trainkit/tune.py) shows and writes: the ranked table, tune.json and
+"""What `trainkit tune` (trainkit/trials/tune.py) shows and writes: the ranked table, tune.json and
 best.toml, the overlay `trainkit run CONFIG --overlay best.toml` reads, with the measured samples/s
 and peak memory beside it as comments."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from trainkit.inspect import gpu_memory
-from trainkit.trials import toml_value
-from trainkit.tune import Run, Setting, TuneResult
+from trainkit.estimate.inspect import gpu_memory
+from trainkit.trials.run import toml_value
+from trainkit.trials.tune import Run, Setting, TuneResult
 
 
 def ranked(runs: list[Run]) -> list[Run]:

@@ -1,17 +1,17 @@
 """`trainkit export RUN_DIR OUT --format lerobot|openpi`: a run's newest intact checkpoint as the
-weights users serve with, `model.safetensors` + `config.json` in the family's checkpoint layout
-(trainkit/models/pi05/checkpoints.py), loadable by LeRobot's `PI05Policy.from_pretrained` and by
+weights users serve with, `model.safetensors` + `config.json` in the family's checkpoint format
+(trainkit/models/pi05/weights.py), loadable by LeRobot's `PI05Policy.from_pretrained` and by
 `model.init_from` again.
 
     trainkit export runs/pi05 out/pi05_lerobot --format lerobot      # keys prefixed `model.`
-    trainkit export runs/pi05 out/pi05_base --format openpi --dtype bfloat16   # pi05_base's layout
+    trainkit export runs/pi05 out/pi05_base --format openpi --dtype bfloat16   # pi05_base's format
     trainkit export runs/pi05 out/pi05_ema --format lerobot --weights ema      # the weight EMA
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
 the run's dataset index when it is still there (else the model's slots and 32 channels, said so),
-and the normalisation statistics the run trained with go beside it (trainkit/norm_stats.py).
+and the normalisation statistics the run trained with go beside it (trainkit/weights/norm_stats.py).
 """
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 
-from trainkit.checkpoint import find_checkpoint
-from trainkit.checkpoint_reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
+from trainkit.checkpoint.dcp import find_checkpoint
+from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import RunConfig, config_from_dict
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
-from trainkit.models.errors import WeightsError
-from trainkit.norm_stats import LEROBOT_MODE, stats_files, with_checkpoint_stats
-from trainkit.weights import write_weights
+from trainkit.errors import WeightsError
+from trainkit.weights.norm_stats import LEROBOT_MODE, stats_files, with_checkpoint_stats
+from trainkit.weights.load import write_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -1,6 +1,6 @@
 """One training run as its own process, under a time limit: its summary, or its error as a record.
 
-    from trainkit.trials import Trial, run_trial
+    from trainkit.trials.run import Trial, run_trial
     r = run_trial(Trial(config="trainkit/configs/pi05_tiny.toml", out_dir="runs/t0",
                         overlay={"train.micro_batch": 8, "parallel.group": {"vision_blocks": 4}},
                         overrides=("data.shards=demo-out/shards",), nproc=1, timeout_s=600))
@@ -18,7 +18,7 @@ is killed with its whole process group (SIGTERM, then SIGKILL); one killed by a 
 record (the kernel's OOM killer, a segfault) is a "crash" naming the signal.
 
 What a finished trial gives back is what the run wrote into its output.dir: summary.json
-(trainkit/summary.py), the step losses, metric intervals and validation records of metrics.jsonl,
+(trainkit/observe/summary.py), the step losses, metric intervals and validation records of metrics.jsonl,
 and profile_rank0.json when `output.profile_steps` was set. The child's stdout and stderr are in
 `output.dir/trial.log`.
 """
@@ -32,11 +32,12 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from trainkit.errors import USER_ERRORS
 
 Status = Literal["ok", "oom", "compile_error", "refused", "crash", "timeout"]
 ERROR_FILE = "trial-error-rank{rank}.json"
@@ -256,13 +257,9 @@ def _profile_numbers(profile: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in profile.items() if not isinstance(v, list)}
 
 
-# --- the child -----------------------------------------------------------------------------------
-
 def error_kind(e: BaseException) -> Status:
     """How a run failed, from its exception (and the exceptions it was raised from)."""
     import torch
-
-    from trainkit.cli import USER_ERRORS
 
     chain, seen = [], e
     while seen is not None and len(chain) < 20:
@@ -275,47 +272,3 @@ def error_kind(e: BaseException) -> Status:
     if isinstance(e, USER_ERRORS):
         return "refused"
     return "crash"
-
-
-def _record(out_dir: str, e: BaseException) -> None:
-    rank = int(os.environ.get("RANK", 0))
-    first = next((x for x in str(e).splitlines() if x.strip()), "")
-    rec = {"rank": rank, "kind": error_kind(e), "type": type(e).__name__, "message": first[:500] or type(e).__name__}
-    path = Path(out_dir) / ERROR_FILE.format(rank=rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec) + "\n")
-
-
-def child(argv: list[str]) -> int:
-    """`trainkit run CONFIG --set ...` that records its error in output.dir before it exits."""
-    import argparse
-
-    from trainkit.cli import USER_ERRORS
-    from trainkit.config import load_config
-
-    p = argparse.ArgumentParser(prog="python -m trainkit.trials")
-    p.add_argument("config")
-    p.add_argument("--set", dest="overrides", action="append", default=[])
-    args = p.parse_args(argv)
-    # run_trial always sets output.dir last; started by hand without one, errors are not recorded
-    out_dir = next((s.partition("=")[2] for s in reversed(args.overrides) if s.startswith("output.dir=")), None)
-    try:
-        from trainkit.train import run
-        run(load_config(args.config, args.overrides))
-        return 0
-    except BaseException as e:  # noqa: BLE001 - recorded, then reported as `trainkit run` would
-        if out_dir:
-            _record(out_dir, e)
-        if isinstance(e, USER_ERRORS):
-            print(f"trainkit: {e}", file=sys.stderr)
-            return 2
-        traceback.print_exc()
-        return 1
-    finally:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    sys.exit(child(sys.argv[1:]))

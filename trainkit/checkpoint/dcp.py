@@ -18,7 +18,7 @@ Resume takes the newest intact checkpoint: a folder without a manifest, or whose
 match it (truncated, zeroed, flipped, deleted), is skipped, and the caller says which and why; when
 none is intact the run refuses in one line. Nothing in a checkpoint folder can run code: see
 checkpoint_reader.py (a restricted unpickler for DCP's metadata, no bytes entries). What a resume
-may change is trainkit/resume_rules.py. A resumed run gives the same losses as an unbroken one:
+may change is trainkit/checkpoint/resume_rules.py. A resumed run gives the same losses as an unbroken one:
 weights, Adam moments, the schedule, the torch RNGs and the sampler position are all restored,
 and the flow noise is a function of the loader position (`data.flow_generator`).
 
@@ -43,14 +43,14 @@ import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from datakit.durable import fsync_dir
-from trainkit.checkpoint_manifest import (DamagedCheckpoint, Manifest, check_files, read_manifest, rng_state, seal,
+from trainkit.checkpoint.manifest import (DamagedCheckpoint, Manifest, check_files, read_manifest, rng_state, seal,
                                           set_rng_state)
-from trainkit.checkpoint_reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
+from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
-from trainkit.parallel.optim import apply_config
+from trainkit.optim.optimizer import apply_config
 from trainkit.ranks import barrier, broadcast, rank_world
-from trainkit.resume_rules import START_OVER, RunRecord
+from trainkit.checkpoint.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")
 _TMP = re.compile(r"^step-(\d{6,})\.tmp$")

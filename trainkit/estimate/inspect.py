@@ -24,7 +24,7 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step,
   sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
-- `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/memory.py has the model):
+- `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/estimate/memory.py has the model):
   fp32 parameters and AdamW states (sharded over the world size; frozen parameters replicated by
   `parallel.frozen = "replicate"` cost param_dtype bytes each, whole, and are never gathered),
   fp32 gradients only under
@@ -50,9 +50,9 @@ from typing import Any
 
 import torch
 
-from trainkit.memory import block_params, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.estimate.memory import block_params, estimate, gathered_params, recompute_map, unit_sizes
 from trainkit.models import Family, build_config, build_model, family
-from trainkit.models.errors import ModelConfigError
+from trainkit.errors import ModelConfigError
 from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30

@@ -11,9 +11,9 @@ recompute re-tuned); `--rungs` picks and orders others. Values that depend on th
 grouping, the micro-batch, the recompute stride) come from the target config: `--target`, by
 default the baseline's sibling with "baseline" replaced by "optimised" in its name.
 
-Each rung is one `trainkit run` in its own process (trainkit/trials.py), from the same seed and
+Each rung is one `trainkit run` in its own process (trainkit/trials/run.py), from the same seed and
 data: `--warmup` steps (compilation, allocator, loader; a `--profile-steps` torch.profiler window
-sits inside them, see trainkit/profile.py), then `--steps` measured steps. Per rung: step time,
+sits inside them, see trainkit/observe/profile.py), then `--steps` measured steps. Per rung: step time,
 samples/s per GPU, MFU, peak memory (the run's metric intervals over the measured steps), exposed
 communication and idle time (the profile window), data wait, the gain in samples/s over the
 previous rung that ran and over `baseline`, and loss parity with `baseline` over every step.
@@ -22,7 +22,7 @@ A rung is skipped, with the reason, when trainkit or the family has no such swit
 that does not exist yet is simply not there: the rung runs once it is), when its switch is already
 on, or when the target has no value for it; it is refused when it needs CUDA and there is none; a
 rung that fails (out of memory, a compile error, a crash, the time limit) is recorded with its
-error, and the ladder goes on without its switch. Output (trainkit/ladder_report.py): a table on
+error, and the ladder goes on without its switch. Output (trainkit/trials/ladder_report.py): a table on
 the terminal, ladder.json, ladder.md, a step-time waterfall and a loss overlay (PNG), in `--out`.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any, Literal
 
 from trainkit.config import ModelConfig, RunConfig, load_config
 from trainkit.errors import ConfigError, LaunchError
-from trainkit.models.errors import ModelConfigError
-from trainkit.trials import Trial, TrialError, TrialResult, run_trial
+from trainkit.errors import ModelConfigError
+from trainkit.trials.run import Trial, TrialError, TrialResult, run_trial
 
 FROM_TARGET = "<target>"  # a rung value taken from the target config (family-specific)
 Parity = Literal["abs", "rel", "none"]
@@ -92,7 +92,7 @@ class LadderSpec:
     parity_rel: float = 0.02  # mean relative loss diff vs baseline, "rel" rungs
 
     def __post_init__(self) -> None:
-        from trainkit.profile import WARMUP
+        from trainkit.observe.profile import WARMUP
         if self.steps < 1 or self.warmup < 0 or self.profile_steps < 0 or self.nproc < 1:
             raise LaunchError(f"ladder: needs --steps >= 1, --warmup >= 0, --profile-steps >= 0, --nproc >= 1 "
                               f"(got {self.steps}, {self.warmup}, {self.profile_steps}, {self.nproc})")
@@ -185,7 +185,7 @@ def _current(cfg: RunConfig, key: str) -> Any:
 def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: RunConfig | None,
               cuda: bool) -> tuple[RungStatus | None, str, dict[str, Any]]:
     """(None, "", resolved sets) for a rung to run over `applied`; else (skipped / refused, reason, sets)."""
-    from trainkit.trials import toml_value
+    from trainkit.trials.run import toml_value
 
     if rung.needs_cuda and not cuda:
         return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
@@ -314,7 +314,7 @@ def _climb(res: RungResult, out: Path, applied: dict[str, Any], spec: LadderSpec
 
 
 def _micro_batch(spec: LadderSpec, applied: Mapping[str, Any]) -> int:
-    from trainkit.trials import toml_value
+    from trainkit.trials.run import toml_value
     return load_config(spec.config, [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in applied.items())]
                        ).train.micro_batch
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from trainkit.metrics import format_mem, format_mfu
+from trainkit.observe.metrics import format_mem, format_mfu
 
 STEADY_KEYS = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
                "all_gathers_per_step")

@@ -1,10 +1,10 @@
 """`trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M]`: the fastest settings under a
-memory cap, by short measured runs, each in its own process (trainkit/trials.py).
+memory cap, by short measured runs, each in its own process (trainkit/trials/run.py).
 
 1. Space: micro-batch x recompute stride per block list x FSDP grouping per block list (with
    fsdp = "block") x compile on/off x CUDA graphs on/off (on a CUDA machine; parallel/cudagraphs.py
    captures the micro-step under any fsdp mode). About 4,600 settings for pi05.
-2. Every setting gets inspect's memory estimate (trainkit/memory.py, on counts of one meta-device
+2. Every setting gets inspect's memory estimate (trainkit/estimate/memory.py, on counts of one meta-device
    build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
    never run, nor one that only adds recompute to a setting that fits (`undominated`).
 3. The first run calibrates the estimate: the config's own setting, at the largest micro-batch up
@@ -16,7 +16,7 @@ memory cap, by short measured runs, each in its own process (trainkit/trials.py)
    by trusting a low one); an out-of-memory run raises it until that setting is estimated at the
    GPU's memory, which prunes it and everything needing more. Compile errors, crashes and
    time-outs are recorded; the search goes on.
-4. Output under --out (trainkit/tune_report.py): tune.json (every run, the counts pruned, the
+4. Output under --out (trainkit/trials/tune_report.py): tune.json (every run, the counts pruned, the
    scale), best.toml (an overlay for `trainkit run CONFIG.toml --overlay best.toml`, its measured
    samples/s and peak beside it), one folder per run; the ranked table on the terminal.
 
@@ -41,10 +41,10 @@ import torch
 
 from trainkit.config import RunConfig
 from trainkit.errors import ConfigError, LaunchError
-from trainkit.inspect import DTYPE_BYTES, gpu_memory, image_slots
-from trainkit.memory import block_params, dynamic_gib, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.estimate.inspect import DTYPE_BYTES, gpu_memory, image_slots
+from trainkit.estimate.memory import block_params, dynamic_gib, estimate, gathered_params, recompute_map, unit_sizes
 from trainkit.models import build_config, build_model, family
-from trainkit.trials import Trial, TrialResult, run_trial
+from trainkit.trials.run import Trial, TrialResult, run_trial
 
 MICRO_BATCHES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 128)
 STRIDES = (0, 1, 2, 4)  # recompute every n-th block (0: none)
@@ -285,51 +285,3 @@ def prepare_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise LaunchError(f"--out {out}: exists and is not an empty folder; remove it or name another")
     out.mkdir(parents=True, exist_ok=True)
-
-
-def _ints(flag: str, text: str | None, default: tuple[int, ...], low: int) -> tuple[int, ...]:
-    if text is None:
-        return default
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        values = ()
-    if not values or min(values) < low:
-        raise LaunchError(f"{flag}: a comma list of integers >= {low}, got {text!r}")
-    return values
-
-
-def main(args: Any) -> int:
-    """`trainkit tune` (the parser is trainkit/cli.py's): search, print the table, write the files."""
-    from trainkit.config import load_config
-    from trainkit.tune_report import write_outputs
-
-    for flag, v in (("--memory-cap", args.memory_cap), ("--budget-min", args.budget_min),
-                    ("--trial-timeout-s", args.trial_timeout_s)):
-        if not v > 0:
-            raise LaunchError(f"{flag}: must be > 0, got {v:g}")
-    if args.nproc < 1 or args.steps < 2:
-        raise LaunchError(f"--nproc must be >= 1 and --steps >= 2, got {args.nproc} and {args.steps}")
-    space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
-                  strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
-                  compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
-    cfg = load_config(args.config, args.overrides)
-    out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
-    prepare_out(out)
-    command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",
-                                          f"--budget-min {args.budget_min:g}", *(f"--set {o}" for o in args.overrides)])
-    base = base_setting(cfg, list(family(cfg.model.family).model.BLOCK_LISTS))
-    result = search(cfg, args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
-                    overrides=tuple(args.overrides), world_size=args.nproc, steps=args.steps,
-                    log_every=max(1, args.steps // 4), trial_timeout_s=args.trial_timeout_s, space=space,
-                    gpu_gib=args.gpu_memory_gib, base=base)
-    print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
-                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
-    if result.best is None:
-        print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
-        return 1
-    print(f"best: {result.best.setting.label()}: {result.best.samples_per_s:.2f} samples/s per GPU -> "
-          f"{out / 'best.toml'}\n  trainkit run {args.config} --overlay {out / 'best.toml'}")
-    return 0
-
-

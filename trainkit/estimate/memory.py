@@ -28,7 +28,7 @@ from typing import Any
 import torch.nn as nn
 
 from trainkit.models.family import Activations, MemoryCalibration
-from trainkit.parallel.checkpointing import recompute_indices
+from trainkit.parallel.activation_checkpoint import recompute_indices
 
 GIB = 2 ** 30
 

@@ -1,0 +1,2 @@
+"""The checkpoints users have, both directions: `model.init_from` (load.py), `trainkit export`
+(export.py), and the normalisation statistics that travel with them (norm_stats.py)."""
