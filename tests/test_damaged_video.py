@@ -3,7 +3,7 @@ is bad input, a SourceError naming the file and the frame, never frames returned
 
 Oracle: a plain PyAV decode with FFmpeg's default options, packet by packet, noting every
 decode exception and every frame FFmpeg flags corrupt. Damage that this plain decode does not
-notice either cannot be seen by any decoder (see README "What decoding cannot catch")."""
+notice either cannot be seen by any decoder (see docs/convert.md "What decoding cannot catch")."""
 from __future__ import annotations
 
 import importlib.util
@@ -80,7 +80,7 @@ def test_pyav_rejects_every_damage_ffmpeg_notices(clean, tmp_path, codec):
 @pytest.mark.parametrize("backend", ["decord", "torchcodec"])
 def test_other_backends_raise_only_source_errors(clean, tmp_path, backend):
     """Whatever Decord / TorchCodec report about damaged data comes out as a SourceError naming
-    the file and frames (they expose no strict mode: what they conceal is in the README)."""
+    the file and frames (they expose no strict mode: what they conceal is in docs/convert.md)."""
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} not installed")
     for codec in ("h264", "av1"):
@@ -107,7 +107,7 @@ def test_convert_rejects_damaged_video_with_one_line(tmp_path, capsys):
         rc = main(["convert", str(ds), str(tmp_path / f"out-{backend}"), "--workers", "1", "--no-progress",
                    "--decoder", backend])
         err = capsys.readouterr().err.strip()
-        if backend == "auto":  # auto may pick a backend without error reporting (README: what decoding
+        if backend == "auto":  # auto may pick a backend without error reporting (docs/convert.md: what decoding
             assert rc in (0, 2) and len(err.splitlines()) <= 1, err  # cannot catch): no traceback either way
             continue
         assert rc == 2 and len(err.splitlines()) == 1 and "episode_000000.mp4" in err and "frame" in err, err

@@ -78,7 +78,7 @@ def test_edited_manifest_is_refused_at_open(shards_rgb, tmp_path, capsys, edit):
 
 
 def test_out_without_checksums_is_refused(shards_rgb, tmp_path):
-    """The README calls such an OUT unfinished: no reader may use it."""
+    """docs/shard-format.md calls such an OUT unfinished: no reader may use it."""
     out = copy_out(shards_rgb, tmp_path / "out")
     (out / CHECKSUMS).unlink()
     _refused_naming(out, CHECKSUMS, "missing")

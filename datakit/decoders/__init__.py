@@ -33,7 +33,7 @@ BACKENDS = {
 # Used for conversion until bench-decoders measures conversion-shaped work on this machine.
 # From bench/results/convert.md (2 cores, 480x640 AV1, native and 224x224, every decoder and
 # worker count): PyAV converts fastest; it is also the one backend that reports damaged frames
-# (README "What decoding cannot catch"). TorchCodec, then Decord, are the fallbacks.
+# (docs/convert.md "What decoding cannot catch"). TorchCodec, then Decord, are the fallbacks.
 CONVERT_ORDER = ["pyav", "torchcodec", "decord"]
 CONVERT_RESULTS = "bench/results/convert.md"
 

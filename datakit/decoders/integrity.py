@@ -2,8 +2,8 @@
 
 TorchCodec and Decord expose no decoder error reporting (measured: they return concealed
 frames for damage PyAV reports), so the only check that sees decode errors is a decode with
-PyAV under FFmpeg's `err_detect` plus its per-frame corrupt flag. See README "What decoding
-cannot catch" for what no decoder sees."""
+PyAV under FFmpeg's `err_detect` plus its per-frame corrupt flag. See docs/convert.md "What
+decoding cannot catch" for what no decoder sees."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -2,8 +2,8 @@
 
 Strict: FFmpeg's `err_detect` (STRICT_ERR_DETECT) makes the decoder fail on bitstream errors
 it would otherwise conceal, and a frame FFmpeg marks corrupt is an error too; both are a
-SourceError naming the file and frame. What this cannot see is in README "What decoding cannot
-catch"."""
+SourceError naming the file and frame. What this cannot see is in docs/convert.md "What decoding
+cannot catch"."""
 from __future__ import annotations
 
 from pathlib import Path
