@@ -67,7 +67,7 @@ GATE = "model." + pi05_weights.E + "layers.1.input_layernorm.dense.bias"
     (lambda t: t.pop(LM_Q), f"missing key '{LM_Q}'"),
     (lambda t: t.__setitem__(GATE, t[GATE][:-1]), "shape mismatch for lm_layers.1.expert.ada.bias"),
     (lambda t: [t.__setitem__("net." + k.removeprefix("model."), t.pop(k)) for k in list(t)],
-     "unknown checkpoint layout"),
+     "unknown checkpoint format"),
 ], ids=["missing_key", "shape", "unknown_layout"])
 def test_a_bad_checkpoint_is_refused_in_one_line_before_training(source, tmp_path, shards_rgb, capsys,  # noqa: F811
                                                                  edit, message):
