@@ -8,9 +8,13 @@ family's constants.
 The measurements live in each family's record (`Family.memory.measured`, e.g.
 trainkit/models/pi05/memory.py), the estimate is `trainkit inspect`'s (`inspect_model`, meta
 device, no GPU). A new family's rows appear once its record lists its runs; --fit gives the
-constants to put beside them. The estimate is linear in the three constants, so the fit reads
-each one's share off the estimate with that constant alone set to 1 and solves for the relative
-error (numpy least squares).
+constants to put beside them. The estimate is the largest of three moments (the turn, a
+reduce-scatter, the optimiser step), each linear in the three constants, so the fit is
+Gauss-Newton: the slope of every run's estimate in each constant at the current values, numpy
+least squares on the relative error, repeated; a constant stays >= 0, `--fix NAME` keeps it. A
+run that ran out of memory counts only while estimated under the GPU's memory (then heavily).
+
+    python bench/memory_table.py --fit gr00t --fix backward_block
 """
 from __future__ import annotations
 
@@ -42,58 +46,113 @@ def _with(fam: Family, calib: MemoryCalibration) -> None:
     register(dataclasses.replace(fam, memory=calib))
 
 
-def fit(name: str) -> MemoryCalibration:
-    """The constants minimising the squared relative error over the family's measurements."""
+OOM_MARGIN = 0.001  # the fit aims an out-of-memory run this far over the GPU's memory (rounding)
+OOM_WEIGHT = 100.0  # ... and weighs it this much while under: a bound, not a measurement to average
+
+
+def _error(m: MemoryMeasurement, est: float, margin: float = 0.0) -> float:
+    """The relative error of an estimate; an out-of-memory run's only below its bound (else 0)."""
+    err = est / (m.peak_gib * (1 + margin if m.out_of_memory else 1)) - 1
+    return min(err, 0.0) if m.out_of_memory else err
+
+
+def fit(name: str, fixed: tuple[str, ...] = (), rounds: int = 8) -> MemoryCalibration:
+    """The constants minimising the squared relative error over the family's measurements (an
+    out-of-memory run counts only while estimated under the GPU), each at least 0. The estimate
+    is the largest of its moments (trainkit/estimate/memory.py), linear in the constants within
+    one, so Gauss-Newton on the slopes at the current constants; `fixed` constants keep theirs."""
     fam = FAMILIES[name]
     rows = fam.memory.measured
     if not rows:
         raise SystemExit(f"family {name!r} lists no measured runs (Family.memory.measured)")
+    free = [c for c in CONSTANTS if c not in fixed]
+    k = {c: float(getattr(fam.memory, c)) for c in CONSTANTS}
+    measured = np.array([m.peak_gib * (1 + OOM_MARGIN if m.out_of_memory else 1) for m in rows])
+
+    def peaks(values: dict[str, float]) -> np.ndarray:
+        _with(fam, MemoryCalibration(**values))
+        return np.array([estimate(m)["peak_gib"] for m in rows])
+
+    def loss(est: np.ndarray) -> float:
+        return float(sum((OOM_WEIGHT if m.out_of_memory else 1.0) * _error(m, e, OOM_MARGIN) ** 2
+                         for m, e in zip(rows, est)))
+
     try:
-        _with(fam, MemoryCalibration(saved_compiled=0, saved_eager=0, backward_block=0))
-        base = np.array([estimate(m)["peak_gib"] for m in rows])
-        shares = []
-        for c in CONSTANTS:
-            _with(fam, MemoryCalibration(**{k: float(k == c) for k in CONSTANTS}))
-            shares.append([estimate(m)["peak_gib"] for m in rows])
+        est = peaks(k)
+        best = (loss(est), dict(k))
+        for _ in range(rounds):
+            slopes = np.array([(peaks({**k, c: k[c] + 0.01}) - est) / 0.01 for c in free]).T  # GiB per unit
+            live = [i for i, m in enumerate(rows) if not m.out_of_memory or est[i] < measured[i]]
+            # a constant no run moves keeps its value
+            used = [j for j, c in enumerate(free) if np.abs(slopes[live, j]).sum() > 0]
+            if not used:
+                break
+            w = np.sqrt([OOM_WEIGHT if rows[i].out_of_memory else 1.0 for i in live])[:, None]
+            a = w * slopes[np.ix_(live, used)] / measured[live, None]
+            step = np.linalg.lstsq(a, w[:, 0] * (measured[live] - est[live]) / measured[live], rcond=None)[0]
+            k = {**k, **{free[j]: max(0.0, k[free[j]] + d) for j, d in zip(used, step)}}
+            est = peaks(k)
+            if loss(est) < best[0] - 1e-12:
+                best = (loss(est), dict(k))
+            elif np.abs(step).max() < 1e-4:
+                break
     finally:
         register(fam)
-    measured = np.array([m.peak_gib for m in rows])
-    a = (np.array(shares).T - base[:, None]) / measured[:, None]
-    used = np.abs(a).sum(axis=0) > 0  # a constant no run exercises keeps its value
-    k = np.array([getattr(fam.memory, c) for c in CONSTANTS], dtype=float)
-    k[used] = np.linalg.lstsq(a[:, used], (measured - base) / measured, rcond=None)[0]
-    return MemoryCalibration(**{c: round(float(v), 4) for c, v in zip(CONSTANTS, k)}, measured=rows)
+    return MemoryCalibration(**{c: round(v, 4) for c, v in best[1].items()}, measured=rows)
 
 
 def table() -> tuple[str, float]:
-    """The Markdown table of every family's measured runs, and the largest relative error."""
-    lines = ["| family | config | --set | GPUs | measured peak (GiB) | estimate (GiB) | error | source |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """The Markdown table of every family's measured runs, and the largest relative error (an
+    out-of-memory run's: how far under the GPU's memory its estimate is, 0 when over)."""
+    lines = ["| family | config | --set | GPUs | measured peak (GiB) | estimate (GiB) | error | at | source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     worst = 0.0
     for name, fam in sorted(FAMILIES.items()):
         for m in fam.memory.measured:
-            est = estimate(m)["peak_gib"]
-            err = est / m.peak_gib - 1
+            mem = estimate(m)
+            est = mem["peak_gib"]
+            err = _error(m, est)
             worst = max(worst, abs(err))
             sets = "<br>".join(f"`{s}`" for s in m.sets) or "-"
-            lines.append(f"| {name} | `{m.config}` | {sets} | {m.world_size} | {m.peak_gib:.2f} | {est:.2f} | "
-                         f"{100 * err:+.1f}% | {m.source} |")
+            peak = f"out of memory (> {m.peak_gib:.1f})" if m.out_of_memory else f"{m.peak_gib:.2f}"
+            shown = (f"{'over' if est > m.peak_gib else 'UNDER'} ({100 * (est / m.peak_gib - 1):+.1f}%)"
+                     if m.out_of_memory else f"{100 * err:+.1f}%")
+            lines.append(f"| {name} | `{m.config}` | {sets} | {m.world_size} | {peak} | {est:.2f} | {shown} | "
+                         f"{mem['moment'].replace('_', ' ')} | {m.source} |")
     return "\n".join(lines), worst
 
 
 HEADER = """# Memory: `trainkit inspect`'s estimate beside every measured GPU peak
 
 Measured = torch.cuda.max_memory_allocated per GPU, the trainer's "peak memory (allocated)", as
-recorded for each run (sources in the table; commands in bench/results/trainkit.md). Estimate =
-`trainkit inspect CONFIG --set ... --world-size N` today (meta device, no GPU), the model of
-trainkit/estimate/memory.py with the family's constants (`Family.memory`, e.g.
-trainkit/models/pi05/memory.py, where the runs are listed). Written by
-`python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%.
+recorded for each run (sources in the table: the raw JSON beside this file and the variant in it;
+commands in bench/results/trainkit.md). Estimate = `trainkit inspect CONFIG --set ...
+--world-size N` today (meta device, no GPU), the model of trainkit/estimate/memory.py with the
+family's constants (`Family.memory`: trainkit/models/pi05/memory.py, trainkit/models/gr00t/memory.py,
+trainkit/models/dreamzero/memory.py, where the runs are listed). Written by
+`python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%,
+gr00t's and dreamzero's within 3%, and a run that ran out of memory over the GPU's memory.
 
 ## The model, and what the runs taught it
 
-The peak is at the turn from forward to backward: all saved activations alive, no gradients yet
-(`zero_grad(set_to_none=True)` frees them every step; in backward they appear as activations go).
+The estimate is the largest of three moments of a step (column "at"):
+- **the turn** from forward to backward: all saved activations alive, no gradients yet
+  (`zero_grad(set_to_none=True)` frees them every step). pi05 peaks here at every measured setting.
+- **a reduce-scatter**: FSDP2 reduces each unit's gradients right after its backward (reverse
+  forward order, the root last). Alive: the fp32 gradients of the units reduced so far, the
+  activations the blocks before the unit still keep, the root and the prefetched unit, and the
+  unit's reduce buffers (FSDP2's fp32 reduce-scatter input beside the bf16 gradients or its
+  output: 8 B per trained parameter of the unit at world size 1). With one root unit and every
+  block recomputed this is the peak: gr00t's baseline 29.30 GiB estimated for 29.45 measured,
+  dreamzero's 93.59 for 93.74, where the turn says 25.6 and 67.8 (-13%, -28%).
+- **the optimiser step**: every fp32 gradient alive with the weights and AdamW states (16 B per
+  trained parameter). CUDA graphs make it gr00t's peak at micro-batch 16: a replay allocates
+  nothing, so a graphed run peaks at its capture (step 0, before AdamW has states) or here
+  (21.94 GiB for 22.19, at horizon 16 and 50 alike).
+
+The two later moments are counted byte for byte; only the turn takes the family's three ratios.
+
+pi05 (all at the turn):
 - **fp32 weights + AdamW m, v: 12 bytes/param, sharded; gradients not at the peak.** The old
   estimate counted 16 bytes (gradients too). The one-GPU run settles it: pi05_optimised at
   micro-batch 32 peaked at 102.3 GiB on one H200 and 84.36 GiB per GPU on two, +17.9 GiB;
@@ -116,24 +175,42 @@ The peak is at the turn from forward to backward: all saved activations alive, n
   83% of the card) ran at full speed, micro-batch 56 (132.7 GiB, 95%) thrashed the allocator
   (2.2 s steps, half the throughput), so keep a cap at or below ~85% of the card.
 
-Remaining misses, all under 4%: one root FSDP unit measured 4.2 GiB more than the model says
+Remaining pi05 misses, all under 4%: one root FSDP unit measured 4.2 GiB more than the model says
 (109.27 vs 105.1), the baseline (root unit, recompute everything, eager, 3 slots) 0.6 GiB more
-(38.73 vs 38.13), recompute-everything 0.9 GiB less (30.81 vs 31.69). Before this model, inspect
-estimated 127.5 GiB for the one-GPU run that peaked at 102.3 (+25%). Two runs of the calls have no
-peak (stopped at their time limit while compiling: `coord_descent`, `autotune_gemm`).
+(38.73 vs 38.13), recompute-everything 0.9 GiB less (30.81 vs 31.69). The later moments stay
+under the turn at every measured pi05 run; they hold pi05's peak only at small micro-batches
+(the root's reduce-scatter of full, 50.3 GiB on one GPU up to micro-batch 6 compiled, 26.2 on
+two at micro-batch 1-3), not measured.
+
+gr00t (8 runs, one H200, within 1.8%): compiled blocks keep 0.77 x the eager count (the two
+micro-batch 128 runs), eager blocks 1.16 x (one run, no FSDP: the activations are 3 of its 23
+GiB, so this ratio is loose); `backward_block` is pi05's 1.302 (no run recomputes, so it cannot
+be told from the saved ratio). Without graphs at micro-batch 16 the peak is the first DiT unit's
+reduce-scatter, 1.6 GiB over the graphed run (23.80 estimated, 23.82 measured).
+
+dreamzero (5 runs, one H200, within 0.8%): the "blocks" attention keeps 2.41 GiB per sample more
+than "flex" (measured; its concatenated key/value spans and per-part outputs count 2.51, now in
+the family's activation count), compiled blocks keep 0.97 x the count. The optimised config as
+written (micro-batch 4, blocks) ran out of memory: a lower bound the estimate clears by 0.1 GiB
+(139.92 for the card's 139.8). Fitted without that bound the ratio is 0.967 and the estimate
+139.3 GiB: under the card, but the CUDA context (outside the allocator) and fragmentation leave
+less than 139.8 GiB to allocate, so a 139.3 GiB demand can still fail; the bound sets the ratio
+within 0.8% of the unbounded fit. `saved_eager` stays 1.0 (no eager run peaks at the turn).
 
 Not measured yet, so only the model speaks for them: recompute of some blocks (strides 2, 4: the
-runs have none or every block), `fsdp = "none"` and CUDA graphs, world sizes above 2, the tiny
-presets on a GPU. `trainkit tune` measures such settings: each row of its tune.json has the
-estimate beside the measured peak, ready to join the family's list.
+runs have none or every block), world sizes above 2, gr00t or dreamzero on more than one GPU,
+the tiny presets on a GPU. `trainkit tune` measures such settings: each row of its tune.json has
+the estimate beside the measured peak, ready to join the family's list.
 
-## Adding a family's rows (dreamzero, gr00t)
+## Adding a family's rows
 
 List the family's measured runs in its record (`MemoryCalibration(measured=(MemoryMeasurement(
-config=..., sets=..., world_size=..., peak_gib=..., source=...), ...))`), run
-`python bench/memory_table.py --fit <family>`, put the printed constants beside the list, and
-`python bench/memory_table.py --write`: its rows join the table below, and the test checks them.
-Until then a family uses the eager count (constants 1.0) and `inspect` reports `calibrated: false`.
+config=..., sets=..., world_size=..., peak_gib=..., source="bench/results/<raw>.json: <variant>"),
+...))`; a run out of memory with `out_of_memory=True` and the GPU's memory as `peak_gib`), run
+`python bench/memory_table.py --fit <family>` (`--fix` a constant no run can separate), put the
+printed constants beside the list, and `python bench/memory_table.py --write`: its rows join the
+table below, and the test checks them. Until then a family uses the eager count (constants 1.0)
+and `inspect` reports `calibrated: false`.
 
 ## Every measured run
 """
@@ -143,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
     p.add_argument("--fit", metavar="FAMILY", help="print least-squares constants for FAMILY's measurements")
+    p.add_argument("--fix", action="append", default=[], choices=CONSTANTS,
+                   help="with --fit: keep this constant at the family's value (repeatable)")
     args = p.parse_args(argv)
     if args.fit:
-        calib = fit(args.fit)
+        calib = fit(args.fit, tuple(args.fix))
         print(", ".join(f"{c}={getattr(calib, c)}" for c in CONSTANTS))
         _with(FAMILIES[args.fit], calib)
     text, worst = table()

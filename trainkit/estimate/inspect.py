@@ -32,9 +32,15 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   (the family's eager count x its measured ratio, compiled or eager; a recomputed block keeps only
   its input) and the block in backward (its recomputed forward, its gradient temporaries). The
   ratios are the family record's (`Family.memory`), fitted to the GPU runs listed there; against
-  those runs the estimate is within 3.8% (bench/results/memory.md).
+  those runs the estimate is within 3.8% (bench/results/memory.md). That is the peak at the turn
+  from forward to backward; where a later moment holds more (a unit's reduce-scatter buffers
+  beside the gradients already reduced, or every gradient at the optimiser step: GR00T, any run
+  recomputing everything or at a small micro-batch), the peak is that moment's (`moment`).
   Keys: params_gib, optimizer_gib, grads_gib, gathered_params_gib, activations_gib,
-  backward_transient_gib, peak_gib (their sum), activations_no_recompute_gib and
+  backward_transient_gib (the turn's parts; their sum turn_gib), later (the reduce-scatter's and
+  the optimiser step's parts, each with its peak_gib), peak_gib (the largest), moment ("turn",
+  "reduce", "optimizer_step"), dynamic_gib (its part that scales with the micro-batch),
+  activations_no_recompute_gib and
   activations_full_recompute_gib (the same micro-batch under no / every-block recompute), slots
   (the slot count estimated: slots_max), calibrated (the family's constants come from measured
   runs), estimate (always true); and the GPU it is compared with:
@@ -50,7 +56,7 @@ from typing import Any
 
 import torch
 
-from trainkit.estimate.memory import block_params, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.estimate.memory import block_params, estimate, fsdp_units, gathered_params, recompute_map, unit_sizes
 from trainkit.models import Family, build_config, build_model, family
 from trainkit.errors import ModelConfigError
 from trainkit.parallel.fsdp import all_gathers_per_step
@@ -144,12 +150,17 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     recompute = recompute_map(block_params(model), stride)
     act_bytes = DTYPE_BYTES[par.param_dtype]
     gathered = gathered_params(total - replicated, units, root, mode, reshard, act_bytes)
+    skip = [n for n in model.BLOCK_LISTS if replicated and not any(p.requires_grad for p in getattr(model, n).parameters())]
+    reduced, root_unit = fsdp_units(table, block_params(model), block_params(model, trained=True), total - replicated,
+                                    trainable, mode, dict(par.group), skip)
+    graphs = bool(getattr(par, "cuda_graphs", False))
 
     def memory_at(world: int) -> dict[str, Any]:
         return estimate(total=total, trainable=trainable, gathered=gathered, table=table, recompute=recompute,
                         micro=micro, world=world, sharded=mode != "none", act_bytes=act_bytes,
-                        compiled=bool(getattr(par, "compile", False) or getattr(par, "cuda_graphs", False)),
-                        accum=accum, calib=fam.memory, replicated=replicated)
+                        compiled=bool(getattr(par, "compile", False)), accum=accum, calib=fam.memory,
+                        replicated=replicated, units=reduced, root=root_unit, reshard=reshard, graphs=graphs,
+                        reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")])
 
     memory = memory_at(world_size)
     memory.update(slots=slots_max, calibrated=bool(fam.memory.measured), estimate=True)
@@ -184,6 +195,10 @@ def _mem(gib: float) -> str:
     return f"{gib * 1024 ** 2:.1f} KiB" if gib else "0 GiB"
 
 
+MOMENTS = {"reduce": "a reduce-scatter (its buffers beside the gradients reduced so far)",
+           "optimizer_step": "the optimiser step (every gradient alive)"}
+
+
 def format_report(report: dict[str, Any]) -> str:
     """Human-readable lines of an `inspect_model` report."""
     p, f, m = report["params"], report["fsdp"], report["memory"]
@@ -203,9 +218,16 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
     lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
     summed = ("params", "optimizer", "grads", "gathered_params", "activations", "backward_transient")
-    lines.append(f"memory estimate per GPU (world {world}, micro-batch {report['micro_batch']}, "
-                 f"{m['slots']} slots): peak {_mem(m['peak_gib'])} = "
-                 + " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed))
+    turn = " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed)
+    head = f"memory estimate per GPU (world {world}, micro-batch {report['micro_batch']}, {m['slots']} slots): peak "
+    if m["moment"] == "turn":
+        lines.append(f"{head}{_mem(m['peak_gib'])} = {turn}")
+    else:  # a later moment holds more than the forward/backward turn (trainkit/estimate/memory.py)
+        at = m["later"][m["moment"]]
+        lines.append(f"{head}{_mem(m['peak_gib'])} at {MOMENTS[m['moment']]} = params {_mem(m['params_gib'])} + optimizer "
+                     f"{_mem(m['optimizer_gib'])} + " + " + ".join(f"{k[:-4]} {_mem(v)}" for k, v in at.items()
+                                                                    if k != "peak_gib"))
+        lines.append(f"  at the forward/backward turn {_mem(m['turn_gib'])} = {turn}")
     lines.append(f"  activations without recompute {_mem(m['activations_no_recompute_gib'])}, "
                  f"with recompute of every block {_mem(m['activations_full_recompute_gib'])}")
     lines.append("  the allocated peak, calibrated on this family's measured GPU runs (bench/results/memory.md)"

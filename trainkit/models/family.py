@@ -36,13 +36,16 @@ class MemoryMeasurement:
     world_size: int  # GPUs (ranks) of the run
     peak_gib: float  # torch.cuda.max_memory_allocated per GPU: the trainer's "peak memory (allocated)"
     source: str  # where the number is recorded: results file and run name(s)
+    # the run ran out of memory: peak_gib is then the GPU's memory, a lower bound the estimate must exceed
+    out_of_memory: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryCalibration:
     """The family's constants of the memory estimate (trainkit/estimate/memory.py), with the measurements
     they were fitted to (`python bench/memory_table.py --fit FAMILY`, least squares on the relative
-    error). The defaults are the eager count itself: a family with no measurement yet."""
+    error, an out-of-memory run only when estimated under the GPU). The defaults are the eager count
+    itself: a family with no measurement yet, or a constant none of its runs exercises."""
 
     saved_compiled: float = 1.0  # saved activations measured / the eager count, blocks under torch.compile
     saved_eager: float = 1.0  # the same, eager blocks

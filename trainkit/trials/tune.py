@@ -42,7 +42,8 @@ import torch
 from trainkit.config import RunConfig
 from trainkit.errors import ConfigError, LaunchError
 from trainkit.estimate.inspect import DTYPE_BYTES, gpu_memory, image_slots
-from trainkit.estimate.memory import block_params, dynamic_gib, estimate, gathered_params, recompute_map, unit_sizes
+from trainkit.estimate.memory import (block_params, dynamic_gib, estimate, fsdp_units, gathered_params, recompute_map,
+                                     unit_sizes)
 from trainkit.models import build_config, build_model, family
 from trainkit.trials.run import Trial, TrialResult, run_trial
 
@@ -149,6 +150,13 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
     blocks = block_params(model)
     table = fam.activations(model_cfg, image_slots(cfg, fam, model_cfg))
     act_bytes = DTYPE_BYTES[par.param_dtype]
+    # what FSDP holds, as inspect and parallelize: no FSDP on one rank without fsdp_one_rank, and
+    # frozen parameters replicated out of it (their block lists get no unit)
+    mode = "none" if world_size == 1 and not par.fsdp_one_rank else par.fsdp
+    replicated = total - trainable if par.frozen == "replicate" else 0
+    skip = [n for n in model.BLOCK_LISTS if replicated and not any(p.requires_grad for p in getattr(model, n).parameters())]
+    held = {n: sizes for n, sizes in blocks.items() if n not in skip}
+    trained_blocks = block_params(model, trained=True)
     lists = list(model.BLOCK_LISTS)
     # a block list's share of the step, by its share of the block parameters (pi05: vision 15%, LM
     # 85%; by FLOPs 11% / 89%): close enough to order settings, and the same for any family
@@ -169,18 +177,22 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
         if cg and not c:  # graphs compile the blocks anyway: the same run as compile + graphs
             continue
         setting = Setting(micro_batch=b, ac_stride=s, group=g, compile=c, cuda_graphs=cg)
-        units, root = unit_sizes(blocks, total, par.fsdp, dict(g))
+        units, root = unit_sizes(held, total - replicated, mode, dict(g))
+        reduced, root_unit = fsdp_units(table, blocks, trained_blocks, total - replicated, trainable, mode, dict(g), skip)
         recompute = recompute_map(blocks, dict(s))
         accum = max(1, (cfg.train.global_batch or b * world_size) // (b * world_size))
         parts = estimate(total=total, trainable=trainable,
-                         gathered=gathered_params(total, units, root, par.fsdp, par.reshard_after_forward, act_bytes),
-                         table=table, recompute=recompute, micro=b, world=world_size, sharded=par.fsdp != "none",
-                         act_bytes=act_bytes, compiled=c or cg, accum=accum, calib=fam.memory)
+                         gathered=gathered_params(total - replicated, units, root, mode, par.reshard_after_forward,
+                                                  act_bytes),
+                         table=table, recompute=recompute, micro=b, world=world_size, sharded=mode != "none",
+                         act_bytes=act_bytes, compiled=c, accum=accum, calib=fam.memory, replicated=replicated,
+                         units=reduced, root=root_unit, reshard=par.reshard_after_forward, graphs=cg,
+                         reduce_bytes=DTYPE_BYTES[par.reduce_dtype])
         rerun = RECOMPUTE_COST * sum(share[n] * len(recompute[n]) / max(1, len(blocks[n])) for n in lists)
         speed = b / (b + STEP_OVERHEAD_SAMPLES) / (1 + rerun) * (COMPILE_GAIN if c else 1.0)
         dyn = dynamic_gib(parts)
         out.append(Candidate(setting=setting, static_gib=parts["peak_gib"] - dyn, dynamic_gib=dyn, speed=speed,
-                             units=len(units) + (par.fsdp != "none")))
+                             units=len(units) + (mode != "none")))
     return out
 
 

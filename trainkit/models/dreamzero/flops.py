@@ -59,16 +59,30 @@ def flops_per_sample(cfg: DreamZeroConfig, n_slots: int = 3) -> float:
     return 3.0 * trained_forward(cfg) + frozen_forward(cfg)
 
 
+def blocks_attention_extra(cfg: DreamZeroConfig) -> int:
+    """Elements of one sample's block that `attention = "blocks"` (attention.py) keeps beyond one
+    attention: the key and value spans it concatenates for each noisy part (SDPA saves its own
+    inputs) and each part's output before they are concatenated into the block's. 2.51 GiB per
+    sample over the 5b's 30 blocks; measured 2.41 (blocks minus flex at micro-batch 3, one H200:
+    118.25 vs 111.03 GiB, /work/shared/gpu-runs/dreamzero_gpu.json and dz_flex.json)."""
+    seq = TokenSequence.of(cfg)
+    concatenated = sum(k1 - k0 for _, keys in seq.calls if len(keys) > 1 for k0, k1 in keys)
+    return (2 * concatenated + seq.total) * cfg.dim
+
+
 def activations(cfg: DreamZeroConfig, n_slots: int = 3) -> Activations:
     """Saved-for-backward elements of ONE sample, eager: per block the set kept without recompute,
     and its input (all a recomputed block keeps). Per token of a block: norm1 input/output and the
     modulated input (3), q, k, v and their normed q, k (5),
     attention output, o output (2), cross-attention's norm, q and normed q, output (4), norm2
     output, modulated input (2), the MLP's up output and GELU output (2 x ffn), down output (1):
-    17 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token).
+    17 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token);
+    plus, under the "blocks" attention, its concatenated key/value spans and per-part outputs
+    (`blocks_attention_extra`; "flex" and "dense" keep none: one kernel each, q, k, v and output).
     Outside the blocks: the video (the frozen stand-ins' input) and the clean/noisy latent tokens."""
     d, t, c = cfg.dim, TokenSequence.of(cfg).total, cfg.context_tokens
-    block = (t * (17 * d + 2 * cfg.ffn) + 3 * c * d, t * d)
+    extra = blocks_attention_extra(cfg) if cfg.attention == "blocks" else 0
+    block = (t * (17 * d + 2 * cfg.ffn) + 3 * c * d + extra, t * d)
     h, w = cfg.canvas
     video = cfg.frames * 3 * h * w
     root = video + (2 * cfg.latent_frames - 1) * cfg.tokens_per_frame * (cfg.patch_channels + d)
