@@ -345,7 +345,7 @@ def test_server_errors_over_http_are_retried_then_fail_clearly(converted, upload
 def test_plan_reads_a_remote_index_like_a_local_one(converted, uploaded, capsys):
     import argparse
 
-    from datakit.planner.command import add_parser, run
+    from datakit.commands.plan.command import add_parser, run
 
     ap = argparse.ArgumentParser()
     add_parser(ap.add_subparsers(dest="command"))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
-from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
+from datakit.shards.open_files import DEFAULT_MAX_OPEN, VERIFY_MODES
 
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
 BOUNDARY_MODES = ("pad", "skip")
@@ -84,7 +84,7 @@ class LoaderConfig:
     # sample is dropped from its batch and counted in `batch["num_skipped"]`. A remote shard
     # that cannot be downloaded after the retries raises StorageError in both modes.
     on_error: str = "raise"
-    # How a shard is checked when a process opens it (`shards/open_shards.py`): "size" (stat,
+    # How a shard is checked when a process opens it (`shards/open_files.py`): "size" (stat,
     # free; blind to bytes changed in place) or "sha256" (hashes each shard once per process
     # before its first read; catches flipped bytes).
     verify: str = "size"

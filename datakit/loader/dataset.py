@@ -39,7 +39,7 @@ from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
-from datakit.shards.open_shards import OpenShards
+from datakit.shards.open_files import OpenShards
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 

@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-from datakit.doctor.frames import CameraTracker, FrameAuditOptions
+from datakit.commands.doctor.frames import CameraTracker, FrameAuditOptions
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 MAX_IMAGE_FINDINGS = 5  # per camera and episode; the rest are counted in one more finding

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from datakit.decoder_bench.patterns import Read, get_pattern
-from datakit.decoder_bench.videos import BenchVideo
+from datakit.commands.bench_decoders.patterns import Read, get_pattern
+from datakit.commands.bench_decoders.videos import BenchVideo
 
 Opener = Callable[[Path], Any]  # path -> decoder with read_range / get_frames / close
 CHUNK = 16  # frames per read_range chunk, as conversion uses

@@ -35,7 +35,7 @@ JSON (`--json FILE`, or `-` for stdout; strict JSON, schema "datakit.doctor/1"):
 `episode` is the dataset's episode_index; `frame` counts from 0 at the episode's first frame;
 null where a finding is about a whole file, episode or dataset.
 """
-from datakit.doctor.audit import DoctorReport, audit_dataset
-from datakit.doctor.command import add_parser, main, run
+from datakit.commands.doctor.audit import DoctorReport, audit_dataset
+from datakit.commands.doctor.command import add_parser, main, run
 
 __all__ = ["DoctorReport", "add_parser", "audit_dataset", "main", "run"]

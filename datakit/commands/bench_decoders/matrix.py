@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from datakit.machine import available_cpus
-from datakit.decoder_bench.measure import Job, Setting
-from datakit.decoder_bench.videos import BenchVideo
+from datakit.commands.bench_decoders.measure import Job, Setting
+from datakit.commands.bench_decoders.videos import BenchVideo
 
 
 def default_workers() -> tuple[int, ...]:

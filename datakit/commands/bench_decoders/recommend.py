@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from datakit.decoder_bench.runner import is_wrong
+from datakit.commands.bench_decoders.runner import is_wrong
 from datakit.durable import write_atomic
 from datakit.decoders import BACKENDS
 

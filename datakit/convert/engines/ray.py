@@ -2,15 +2,15 @@
 per planned shard, so a conversion runs on the cores of a cluster instead of one machine.
 
 It reuses everything the local engine does and changes only who runs a shard:
-- the plan (plan.py): the same shard boundaries, so the same bytes as `--engine local`;
-- the shard commit (shard.py): a task writes its shard under a temporary name in a folder of
+- the plan (convert/plan.py): the same shard boundaries, so the same bytes as `--engine local`;
+- the shard commit (convert/shard.py): a task writes its shard under a temporary name in a folder of
   its own attempt (OUT/.datakit-staging/tasks/<attempt>/), fsyncs it, renames it straight to
   OUT/shard-N.tar, then writes its journal. A retried attempt, or an orphan of a killed driver
   still running on the cluster, never writes into another attempt's file; the bytes are the
   same whoever renames last;
 - resume: the driver learns which shards are committed from OUT's journals (before it starts
   any task), never from its own memory, so a driver killed mid-run and started again resumes;
-- below the shard (split.py): when the cluster has more task slots than there are shards, one
+- below the shard (convert/split.py): when the cluster has more task slots than there are shards, one
   task per episode writes a part file and one join task per shard (which Ray starts once its
   episodes are done) appends them in plan order;
 - the index: convert() assembles it from the journals and writes it last, on the driver.
@@ -42,10 +42,10 @@ import torch
 from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
-from datakit.convert.engine import Job
+from datakit.convert.engines.engine import Job
 from datakit.convert.fault_hooks import kill_markers, kill_once
 from datakit.convert.journal import Journal
-from datakit.convert.ray_address import check_ray_address
+from datakit.convert.engines.ray_address import check_ray_address
 from datakit.convert.shard import OutputShard, commit_shard, write_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, scratch_root, split_below_shard, write_part
 from datakit.errors import DatakitError

@@ -1,5 +1,5 @@
 """How a doctor report is shown: a table for people (rich; plain text when not a terminal) and a
-strict-JSON document for programs (schema in `datakit.doctor`'s docstring)."""
+strict-JSON document for programs (schema in `datakit.commands.doctor`'s docstring)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from datakit.doctor.audit import SEVERITY_ORDER, DoctorReport
+from datakit.commands.doctor.audit import SEVERITY_ORDER, DoctorReport
 from datakit.durable import write_atomic
 from datakit.sources.checks import Finding
 

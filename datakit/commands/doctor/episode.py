@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from datakit import source_paths
-from datakit.doctor.frames import FrameAuditOptions
-from datakit.doctor.images import audit_images
-from datakit.doctor.video import audit_video
+from datakit.commands.doctor.frames import FrameAuditOptions
+from datakit.commands.doctor.images import audit_images
+from datakit.commands.doctor.video import audit_video
 from datakit.errors import SourceError
 from datakit.sources import load_episode
 from datakit.sources.checks import ERROR, Finding, check_episode_table

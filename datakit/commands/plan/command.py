@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from datakit.errors import IndexFileError
-from datakit.flag_types import non_negative_int, positive
+from datakit.commands.flag_types import non_negative_int, positive
 from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
 from datakit.machine import available_cpus
-from datakit.planner.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
-from datakit.planner.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
-from datakit.planner.model import ThroughputPlan, plan_throughput
+from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.commands.plan.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
 
 PRESETS = {"default": LoaderConfig, "pi05": pi05_config, "dreamzero": dreamzero_config}

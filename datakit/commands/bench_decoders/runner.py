@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from datakit.decoder_bench.measure import Job, summarize
+from datakit.commands.bench_decoders.measure import Job, summarize
 
 # run as a script, not `-m`, so the worker can skip datakit/__init__ (see worker._light_package)
 WORKER = [sys.executable, str(Path(__file__).with_name("worker.py"))]

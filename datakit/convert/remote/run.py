@@ -2,12 +2,12 @@
 Hugging Face Hub repo id): a local conversion between two local scratch folders.
 
 - Remote SRC: every file is fetched into `<cache>/src-<hash of the URL>/<name>/`
-  (`remote_source.fetch_source`), converted from there, and the scratch copy is deleted once
+  (`source.fetch_source`), converted from there, and the scratch copy is deleted once
   the conversion is complete (Hub files stay in huggingface_hub's own cache).
 - Remote OUT: the conversion runs into `<cache>/out-<hash of the URL>/out/`, a stable path, so
   a rerun of the same command resumes it like any local OUT (journaled shards kept). Each shard
-  is uploaded as soon as it is committed (`remote_publish.ShardStreamer`); at the end the rest is
-  published in commit order (`remote_publish.publish`: shards, frames.arrow, index.json,
+  is uploaded as soon as it is committed (`publish.ShardStreamer`); at the end the rest is
+  published in commit order (`publish.publish`: shards, frames.arrow, index.json,
   checksums.json last) and the local copy is deleted. A remote OUT that holds checksums.json is
   finished: its index files are downloaded and checked as a local OUT's are (against
   checksums.json, this source's fingerprint, these options, and each shard's size from one
@@ -33,10 +33,10 @@ from pathlib import Path
 
 from datakit.convert.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
-from datakit.convert.remote_publish import (
+from datakit.convert.remote.publish import (
     INDEX_ORDER, ShardStreamer, publish, remote_names, remote_sizes, remove_remote,
 )
-from datakit.convert.remote_source import fetch_source
+from datakit.convert.remote.source import fetch_source
 from datakit.convert.run import ConvertSummary, convert_local
 from datakit.errors import IndexFileError, OutputError, SourceError
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index

@@ -19,7 +19,7 @@ What is reported (all with the episode's frame number, 0 = the episode's first f
 - `video_frame_count`: decoded frames differ from the table's length (or from the container's count)
 - `video_timestamps`: packet presentation times that skip frames or repeat, decode times that
   go backwards
-- `blank_camera`, `frozen_camera`: see `datakit.doctor.frames`
+- `blank_camera`, `frozen_camera`: see `datakit.commands.doctor.frames`
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from datakit.decoders import probe_video
-from datakit.doctor.frames import CameraTracker, FrameAuditOptions
+from datakit.commands.doctor.frames import CameraTracker, FrameAuditOptions
 from datakit.errors import SourceError
 from datakit.sources.checks import ERROR, WARNING, Finding
 from datakit.sources.episode import DatasetSpec, EpisodeRef, VideoSlice

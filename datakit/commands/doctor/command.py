@@ -1,6 +1,6 @@
-"""`datakit doctor SRC`: the command-line face of the audit (see `datakit.doctor` for what it checks
+"""`datakit doctor SRC`: the command-line face of the audit (see `datakit.commands.doctor` for what it checks
 and the JSON it writes). `add_parser(sub)` / `run(args)` plug into `datakit.cli`; `main(argv)` runs
-it on its own (`python -m datakit.doctor SRC`).
+it on its own (`python -m datakit.commands.doctor SRC`).
 
 Exit codes: 0 no findings, 1 findings (errors or warnings not `--ignore`d), 2 unusable input
 (or a --json file that cannot be written), 130 interrupted.
@@ -12,10 +12,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from datakit.doctor.audit import audit_dataset
-from datakit.doctor.report import print_report, write_json
+from datakit.commands.doctor.audit import audit_dataset
+from datakit.commands.doctor.report import print_report, write_json
 from datakit.errors import DatakitError
-from datakit.flag_types import names_of, positive
+from datakit.commands.flag_types import names_of, positive
 from datakit.machine import available_cpus
 from datakit.sources.checks import FINDING_KINDS
 
@@ -40,7 +40,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--ignore", action="append", default=[], metavar="KIND",
                    type=names_of(FINDING_KINDS, "finding kind"),
                    help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
-                        "are listed in `python -m pydoc datakit.doctor`)")
+                        "are listed in `python -m pydoc datakit.commands.doctor`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`datakit doctor` without the rest of the CLI (tests, `python -m datakit.doctor`)."""
+    """`datakit doctor` without the rest of the CLI (tests, `python -m datakit.commands.doctor`)."""
     parser = argparse.ArgumentParser(prog="datakit")
     add_parser(parser.add_subparsers(dest="command", required=True))
     return run(parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)]))

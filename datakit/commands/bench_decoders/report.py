@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from datakit.decoder_bench.recommend import Ranking
-from datakit.decoder_bench.runner import is_wrong
+from datakit.commands.bench_decoders.recommend import Ranking
+from datakit.commands.bench_decoders.runner import is_wrong
 
 LIVE_ROWS = 14
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datakit.decoder_bench.runner import is_wrong
+from datakit.commands.bench_decoders.runner import is_wrong
 
 
 def _ok(r: dict) -> bool:

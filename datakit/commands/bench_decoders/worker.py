@@ -1,4 +1,4 @@
-"""The measured process: `python datakit/decoder_bench/worker.py`, one job per process.
+"""The measured process: `python datakit/commands/bench_decoders/worker.py`, one job per process.
 
 Why a process per measurement: CPU time and peak RSS are per process, so only a fresh process
 gives them for one backend alone; a decoder that crashes (decord2 and torchcodec bundle
@@ -25,7 +25,7 @@ def _light_package() -> None:
     shard reader and with it torch (~1 s and ~250 MB): that would be charged to every backend.
     Same for `datakit/synth/__init__.py` (pyarrow, for its dataset writers): only the barcode
     reader of `datakit.synth.video` is needed here."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # datakit/ (this file: datakit/commands/bench_decoders/)
     for name, folder in (("datakit", root), ("datakit.synth", root / "synth")):  # synth's pulls pyarrow
         if name not in sys.modules:
             pkg = types.ModuleType(name)
@@ -92,7 +92,7 @@ def main() -> int:
         except Exception as e:
             _say("RESULT " + json.dumps(_error(e)))
         return 0
-    from datakit.decoder_bench.measure import Job, measure
+    from datakit.commands.bench_decoders.measure import Job, measure
 
     job = Job.from_json(request)
     _block(_KEEP_OUT.get(job.backend, ()) + job.block_modules)

@@ -26,9 +26,9 @@ from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
 from datakit.machine import start_method
-from datakit.convert.engine import Job, die_with_parent, stop_workers
+from datakit.convert.engines.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
-from datakit.convert.local_split import run_split
+from datakit.convert.engines.local_split import run_split
 from datakit.convert.shard import commit_shard, write_shard
 from datakit.convert.split import split_below_shard
 from datakit.durable import discard

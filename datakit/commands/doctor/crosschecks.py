@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from datakit import source_paths
-from datakit.doctor.episode import ColumnRange, EpisodeAudit
+from datakit.commands.doctor.episode import ColumnRange, EpisodeAudit
 from datakit.sources.checks import WARNING, Finding
 from datakit.sources.episode import DatasetSpec
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from datakit.durable import write_atomic
 from datakit.machine import available_cpus
-from datakit.decoder_bench import crosscheck, matrix, recommend, report, runner, videos
-from datakit.decoder_bench.patterns import PATTERNS
+from datakit.commands.bench_decoders import crosscheck, matrix, recommend, report, runner, videos
+from datakit.commands.bench_decoders.patterns import PATTERNS
 
 SCHEMA = "datakit.bench-decoders/1"
 
@@ -264,7 +264,7 @@ def run(args) -> int:
         args.markdown.write_text(report.markdown(records, rankings, res.machine, res.command, res.crosscheck,
                                                  partial=res.partial, backends=res.backends))
     if args.plot:
-        from datakit.decoder_bench.plot import plot
+        from datakit.commands.bench_decoders.plot import plot
 
         plot(records, args.plot, title=f"bench-decoders, {res.machine.get('cores')} cores, {res.machine.get('date')}")
     wrong = [r for r in records if runner.is_wrong(r)]

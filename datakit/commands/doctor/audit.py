@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from datakit.doctor.crosschecks import dataset_findings
-from datakit.doctor.episode import EpisodeAudit, audit_episode
-from datakit.doctor.frames import FrameAuditOptions
+from datakit.commands.doctor.crosschecks import dataset_findings
+from datakit.commands.doctor.episode import EpisodeAudit, audit_episode
+from datakit.commands.doctor.frames import FrameAuditOptions
 from datakit.machine import start_method
 from datakit.errors import SourceError
 from datakit.sources import detect_format, scan

@@ -1,5 +1,5 @@
 """The local engine below the shard: when the plan has fewer shards than --workers, a process
-pool converts episodes into part files (split.py) while this process joins them into their
+pool converts episodes into part files (convert/split.py) while this process joins them into their
 shards in plan order, hashing as it copies, and commits each shard on a background thread.
 Part files go to tmpfs (/dev/shm) when it has room: they are read once and deleted, and need
 never reach a disk (in OUT, writeback may write them to disk besides the shard).
@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
-from datakit.convert.engine import Job, die_with_parent, stop_workers
+from datakit.convert.engines.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
 from datakit.machine import start_method
 from datakit.convert.plan import predicted_bytes
