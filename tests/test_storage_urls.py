@@ -85,7 +85,7 @@ def test_a_url_mangled_by_pathlib_is_refused():
 
 
 def test_shard_sequence_collapses_runs_only():
-    from datakit.storage.cache import shard_sequence
+    from datakit.storage.download_ahead import shard_sequence
 
     assert shard_sequence([3, 3, 3, 1, 1, 3, 0, 0]) == [3, 1, 3, 0]
     assert shard_sequence([]) == []

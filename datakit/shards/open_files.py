@@ -1,4 +1,4 @@
-"""The open shards of one output folder, per process: a bounded LRU of descriptors (and, for
+"""The open shard files of one output folder, per process: a bounded LRU of descriptors (and, for
 byte-array access, read-only memory maps), each checked against the index when opened.
 
 Used by both readers, `datakit.reader.ShardReader` (memory maps) and the loader's
@@ -25,9 +25,10 @@ Checks on open ("verify"):
   afterwards the open fails with IndexFileError naming checksums.json (gone, or another
   conversion's). Shards opened before the rewrite keep their old inodes and stay consistent.
 
-Remote shard roots: with `cache` (a `storage.cache.ShardCache`), descriptors come from the
-node-local download cache instead of `os.open` on a local path; the LRU, the size check and
-the error handling stay the same. The cache downloads a shard when it is not there (whole,
+Remote shard roots: with `cache` (a `storage.cache.ShardCache`; `ShardSource` below names only
+what is called here, so the shards room does not import storage), descriptors come from the
+node-local download cache instead of `os.open` on a local path; the LRU, the size check and the
+error handling stay the same. The cache downloads a shard when it is not there (whole,
 size-checked, hashed at download with its verify="sha256", and checked against the remote
 checksums.json after the download). With verify="sha256" a cached shard is hashed here on
 its first use in this process unless this process hashed that very file at download; a
@@ -51,7 +52,7 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -60,11 +61,21 @@ from datakit.errors import IndexFileError, ResourceLimitError, ShardError
 from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, ShardEntry, conversion_id
 
-if TYPE_CHECKING:
-    from datakit.storage.cache import ShardCache
-
 VERIFY_MODES = ("size", "sha256")
 DEFAULT_MAX_OPEN = 64  # shards open at once per process (each costs 1-2 descriptors)
+
+
+class ShardSource(Protocol):
+    """Where the descriptors of a remote root's shards come from (`storage.cache.ShardCache`)."""
+
+    root_url: str
+    max_bytes: int
+
+    def open(self, entry: ShardEntry) -> int: ...  # a checked, whole local copy (downloaded if needed)
+    def is_evicted(self, entry: ShardEntry, fd: int) -> bool: ...
+    def hashed_here(self, fd: int) -> bool: ...
+    def discard(self, entry: ShardEntry, fd: int) -> Path: ...
+    def on_evicted(self, release: Callable[[], None]) -> None: ...
 
 
 @dataclass
@@ -77,7 +88,7 @@ class OpenShards:
     """Lazily opened, checked, read-only shards; at most `max_open` open at a time."""
 
     def __init__(self, root: Path, shards: list[ShardEntry], *, verify: str = "size",
-                 max_open: int = DEFAULT_MAX_OPEN, cache: ShardCache | None = None):
+                 max_open: int = DEFAULT_MAX_OPEN, cache: ShardSource | None = None):
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r} is not one of {', '.join(VERIFY_MODES)}")
         if max_open < 1:
