@@ -176,7 +176,7 @@ class LoaderConfig:
             _choice("tile", self.tile, TILE_MODES)
             if len(self.slots) != TILE_SLOTS[self.tile] or self.prune_slots or self.crop is not None:
                 raise ValueError(f"tile={self.tile!r} needs slots naming its {TILE_SLOTS[self.tile]} views in "
-                                 f"layout order (got {self.slots}), prune_slots=False (got {self.prune_slots}) "
+                                 f"canvas order (got {self.slots}), prune_slots=False (got {self.prune_slots}) "
                                  f"and no crop (got {self.crop})")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise ValueError("image_mean / image_std need 3 values, std > 0")

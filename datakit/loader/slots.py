@@ -24,10 +24,6 @@ class SlotMap:
     cameras: tuple[str | None, ...]  # dataset camera per slot
     real: np.ndarray  # (E, S) bool: episode e has a real video for slot s
 
-    @property
-    def num_slots(self) -> int:
-        return len(self.cameras)
-
 
 def slot_map(index: ShardIndex, slots: tuple[str | None, ...]) -> SlotMap:
     """Resolve a config's `slots` against the index (empty: every camera, index order)."""
