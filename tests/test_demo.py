@@ -50,7 +50,7 @@ def test_demo_training_loss_falls_and_the_summary_is_written(shards_rgb, tmp_pat
     assert check[:2] == ["VENV/bin/python", "tools/demo_check.py"]
     shutil.rmtree(Path(rm[2]))
     monkeypatch.chdir(ROOT)  # the Makefile's paths are relative to the repository
-    assert trainkit(run[2:]) == 0
+    assert trainkit(run[1:]) == 0
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in lines if x["kind"] == "step"]
     assert len(losses) == TRAIN_STEPS and all(math.isfinite(x) for x in losses)  # a fresh run, not appended
