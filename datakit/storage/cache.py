@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
-from datakit.errors import IndexFileError, ResourceLimitError, ShardError, StorageError
+from datakit.errors import ResourceLimitError, ShardError, StorageError
 from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
 from datakit.storage import cache_disk
