@@ -1,6 +1,6 @@
 """`datakit plan OUT --samples-per-s N [--ranks R]`: what a target throughput needs.
 
-    datakit plan out/ --samples-per-s 3200 --ranks 16 --preset pi05 --batch-size 32
+    datakit plan out/ --samples-per-s 3200 --ranks 16 --loader-config pi05.toml --batch-size 32
     datakit plan s3://bucket/droid --samples-per-s 3200 --ranks 64 --shuffle shard_block --cache-bytes 200GiB
     datakit plan out/ --samples-per-s 800 --measure --json
 
@@ -10,6 +10,11 @@ that downloads each shard once per epoch), host-to-device bytes per step (uint8 
 sends it, and float32 for comparison). With --measure: this machine's disk and page-cache
 bandwidth on the shards, the real loader's samples/s, the most samples/s these sustain for the
 given ranks (`ceiling`), and where the GPUs would wait.
+
+The sample shape comes from the shape flags, or from a LoaderConfig TOML (`--loader-config`,
+what `trainkit inspect CONFIG --loader-toml FILE` writes for a training run: its frame offsets,
+action horizon, slots, batch size per rank, ...), the flags given on top of the file; neither:
+LoaderConfig's defaults (one frame per camera, one action).
 """
 from __future__ import annotations
 
@@ -23,15 +28,12 @@ from rich.table import Table
 
 from datakit.errors import IndexFileError
 from datakit.commands.flag_types import non_negative_int, positive
-from datakit.loader.config import LoaderConfig, dreamzero_config, pi05_config
+from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
 from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
 from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
 from datakit.commands.plan.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
-
-PRESETS = {"default": LoaderConfig, "pi05": pi05_config, "dreamzero": dreamzero_config}
-
 
 def _size(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -54,15 +56,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=positive(int), default=1, help="training ranks (GPUs) in all (default 1)")
     p.add_argument("--ranks-per-node", type=positive(int), default=8,
                    help="ranks per node sharing one cache (default 8)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="loader config preset")
-    p.add_argument("--batch-size", type=int, help="samples per rank per step (default: the preset's)")
+    p.add_argument("--loader-config", type=Path, metavar="FILE.toml",
+                   help="a TOML of LoaderConfig fields (what `trainkit inspect --loader-toml` writes); "
+                        "the flags below override it")
+    p.add_argument("--batch-size", type=int, help="samples per rank per step (default: the file's, else 32)")
     p.add_argument("--frame-offsets", type=_offsets, help="frame offsets per camera, e.g. -8,-4,0")
     p.add_argument("--action-horizon", type=int, help="future actions per sample")
     p.add_argument("--slots", help="model image slots: comma list of cameras, 'none' for an empty slot")
     p.add_argument("--shuffle", choices=["random", "shard_block", "sequential"], help="sample order")
     p.add_argument("--block-size", type=int, help="anchors per block in shard_block order")
     p.add_argument("--boundary", choices=["pad", "skip"], help="episode ends: pad or skip")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="the sampler's seed (default: the file's, else 0)")
     p.add_argument("--cache-bytes", type=positive(_size),
                    help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
     p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth and "
@@ -73,7 +77,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--measure-seconds", type=positive(float), default=3.0,
                    help="seconds the loader is timed (default 3)")
     p.add_argument("--workers", type=non_negative_int, help="loader worker processes per rank for --measure "
-                                                       "(0: in this process; default: the cores this process may use)")
+                                                       "(0: in this process; default: the file's num_workers, else "
+                                                       "the cores this process may use)")
     p.add_argument("--h2d-gbps", type=positive(float),
                    help="host-to-device GB/s of one GPU, to say whether the bus waits")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -81,13 +86,18 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def loader_config(args) -> LoaderConfig:
-    """The preset with the flags that were given on top."""
+    """The --loader-config file (else LoaderConfig's defaults) with the flags that were given on top;
+    the loader's workers for --measure: --workers, else the file's num_workers, else every core."""
     over = {"batch_size": args.batch_size, "frame_offsets": args.frame_offsets, "action_horizon": args.action_horizon,
             "shuffle": args.shuffle, "block_size": args.block_size, "boundary": args.boundary, "seed": args.seed,
-            "num_workers": available_cpus() if args.workers is None else args.workers}
+            "num_workers": args.workers}
     if args.slots:
         over["slots"] = tuple(None if s.strip().lower() == "none" else s.strip() for s in args.slots.split(","))
-    return PRESETS[args.preset](**{k: v for k, v in over.items() if v is not None})
+    over = {k: v for k, v in over.items() if v is not None}
+    defaults = {"num_workers": available_cpus()}
+    if args.loader_config is None:
+        return LoaderConfig(**{**defaults, **over})
+    return loader_config_from_toml(args.loader_config, defaults=defaults, **over)
 
 
 def _local_index(out: str, scratch: Path) -> Path:

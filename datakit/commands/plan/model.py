@@ -109,7 +109,7 @@ def image_reads(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, anchors:
                 batches: np.ndarray, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """Per batch of anchor positions `batches` (N, B): the image bytes the loader reads from shards,
     and the (N, S) slots it keeps, by the loader's slot rule (`slot_map`, `kept_slots`)."""
-    smap = slot_map(index, cfg.slots)
+    smap = slot_map(index, cfg.slots, cfg.tile)
     n, b = batches.shape
     rows = anchors[batches]  # (N, B) anchor rows
     ep = episodes.of_rows(frames.num_rows)[rows]
@@ -156,7 +156,7 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
         raise ValueError("samples_per_s > 0, ranks >= 1 and ranks_per_node >= 1 are required")
     cfg = dataclasses.replace(cfg, world_size=ranks, rank=0)
     episodes = _episode_rows(index)
-    smap = slot_map(index, cfg.slots)
+    smap = slot_map(index, cfg.slots, cfg.tile)
     used = [c for c in smap.cameras if c is not None]
     window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
     anchors = anchor_rows(episodes, window, cfg.boundary)
