@@ -61,7 +61,7 @@ def test_doctor_refuses_absurd_flags(tmp_path, capsys, flag, value):
 
 
 def test_every_kind_the_doctor_documents_can_be_ignored():
-    """Oracle: the kinds listed in datakit/doctor/__init__.py's docstring (what users read)."""
+    """Oracle: the kinds listed in datakit/commands/doctor/__init__.py's docstring (what users read)."""
     import re
 
     import datakit.commands.doctor
