@@ -1,9 +1,10 @@
-# make demo: install, then generate a small LeRobot dataset (real AV1), convert, verify, summarise.
+# make demo: install, then generate a small LeRobot dataset (real AV1), convert, verify, read back
+# (`datakit demo`), then train pi05_tiny on the shards it wrote (`trainkit run`); fails unless the loss falls.
 # make test: install, then run the whole test suite (slow/GPU tests skip cleanly).
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean lerobot-oracle
+.PHONY: demo demo-train test install bench clean lerobot-oracle
 
 install: $(STAMP)
 
@@ -11,8 +12,22 @@ $(STAMP): pyproject.toml tools/install.sh tools/constraints.txt
 	VENV=$(VENV) bash tools/install.sh
 	touch $(STAMP)
 
+DEMO_DIR ?= demo-out
+DEMO_STEPS ?= 30
+# trainkit's half of the demo: one CPU process, a fresh run each time (metrics.jsonl appends)
+DEMO_TRAIN = trainkit/configs/pi05_tiny.toml --set data.shards=$(DEMO_DIR)/shards \
+	--set output.dir=$(DEMO_DIR)/train --set train.steps=$(DEMO_STEPS) --set output.log_every=5 \
+	--set output.progress=false --set output.resume=false --set data.num_workers=0
+
 demo: $(STAMP)
-	$(VENV)/bin/datakit demo --dir demo-out
+	$(VENV)/bin/datakit demo --dir $(DEMO_DIR)
+	$(MAKE) --no-print-directory demo-train
+
+# trainkit's half alone (tests/test_demo.py runs these lines): train on $(DEMO_DIR)/shards, check the loss fell
+demo-train:
+	rm -rf $(DEMO_DIR)/train
+	$(VENV)/bin/trainkit run $(DEMO_TRAIN)
+	$(VENV)/bin/python tools/demo_check.py $(DEMO_DIR)/train --steps $(DEMO_STEPS)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests

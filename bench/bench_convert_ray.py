@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import datakit.convert.local as local_engine  # noqa: E402
+import datakit.convert.engines.local as local_engine  # noqa: E402
 from datakit.convert.config import ConvertConfig  # noqa: E402
 from datakit.convert import convert  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402

@@ -34,10 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from datakit.machine import available_cpus  # noqa: E402
-from datakit.loader import ShardLoader, h2d_bytes, pi05_config  # noqa: E402
+from datakit.loader import LoaderConfig, ShardLoader, h2d_bytes  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+# Pi0.5-shaped samples: the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
+PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
 LEROBOT_PY = Path("/tmp/lerobot-venv/bin/python")
 ORACLE = ROOT / "tools" / "lerobot_oracle" / "lerobot_oracle.py"
 # (name, episodes, frames per episode, height, width)
@@ -87,7 +89,7 @@ def page_cache_read(out: Path, seconds: float) -> float:
 
 def loader_rate(out: Path, workers: int, lend: bool, seconds: float) -> dict:
     """`for batch in loader` for `seconds` (after 3 warm-up batches), across epochs."""
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, seed=0, lend_batches=lend)
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, seed=0, lend_batches=lend)
     loader = ShardLoader(out, cfg)
     items = img_bytes = n = 0
     t0 = end = None
@@ -149,7 +151,7 @@ def h2d_table(out: Path) -> dict:
     """Bytes per Pi0.5-shaped batch (32 samples, 3 slots of 224x224, 2 real) moved host-to-device."""
     rows = {}
     for name, prune in (("pruned", True), ("all_slots", False)):
-        batch = next(iter(ShardLoader(out, pi05_config(batch_size=32, slots=CAMS, prune_slots=prune))))
+        batch = next(iter(ShardLoader(out, LoaderConfig(**PI05_SHAPE, batch_size=32, slots=CAMS, prune_slots=prune))))
         img = batch["images"]
         rest = h2d_bytes(batch) - img.nbytes
         rows[f"uint8_{name}"] = {"images": img.nbytes, "total": h2d_bytes(batch), "slots": int(img.shape[1])}
@@ -228,7 +230,8 @@ def table(res: dict) -> str:
 
 def _ours_normalised(out: Path, workers: int, batches: int) -> dict:
     """Ours with normalisation to float32 CHW on the CPU: the like-for-like output of LeRobotDataset."""
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, image_dtype="float32", pin_memory=False)
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, image_dtype="float32",
+                       pin_memory=False)
     loader = ShardLoader(out, cfg)
     it = loader.device_batches("cpu")
     for _ in range(3):

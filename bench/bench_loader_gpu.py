@@ -35,10 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 from datakit import open_shards  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402
-from datakit.loader import Normaliser, ShardLoader, pi05_config  # noqa: E402
+from datakit.loader import LoaderConfig, Normaliser, ShardLoader  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+# Pi0.5-shaped samples: the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
+PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
 # LoaderConfig overrides; `ring_off`: stage every batch into the pinned ring (the copy before)
 VARIANTS = {"default": {}, "ring_off": {"register_ring": False}}
 
@@ -77,13 +79,13 @@ def normalise_timing(index) -> dict:
     out = {}
     for layout, shape in (("rgb", (32, 3, 1, 224, 224, 3)), ("nv12", (32, 3, 1, 336, 224))):
         index.layout = layout
-        norm = Normaliser.from_index(index, pi05_config(image_dtype="bfloat16")).to("cuda")
+        norm = Normaliser.from_index(index, LoaderConfig(**PI05_SHAPE, image_dtype="bfloat16")).to("cuda")
         x = torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda")
         y = norm.images(x)
         assert y.shape == (32, 3, 1, 3, 224, 224) and y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
         out[layout] = {"ms": cuda_ms(lambda: norm.images(x)), "out_bytes": y.numel() * 2}
         if layout == "nv12":
-            general = Normaliser.from_index(index, pi05_config(image_dtype="bfloat16")).to("cuda")
+            general = Normaliser.from_index(index, LoaderConfig(**PI05_SHAPE, image_dtype="bfloat16")).to("cuda")
             general.fused_nv12 = None
             g = general.images(x)
             out["nv12_general"] = {"ms": cuda_ms(lambda: general.images(x)), "out_bytes": g.numel() * 2,
@@ -110,7 +112,8 @@ def make_step(target_ms: float):
 
 def data_wait(fixture: Path, workers: int, target_ms: float, steps: int, variant: str) -> dict:
     step = make_step(target_ms)
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4,
+                       **VARIANTS[variant])
     loader = ShardLoader(fixture, cfg)
     it = loader.device_batches("cuda")
     for _ in range(5):  # workers start, allocator warms
@@ -206,7 +209,8 @@ def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
     gc.callbacks.append(on_gc)
     try:
         step = make_step(30.0)
-        cfg = pi05_config(batch_size=32, num_workers=2, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
+        cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=2, slots=CAMS, prefetch_factor=4,
+                           **VARIANTS[variant])
         it = ShardLoader(fixture, cfg).device_batches("cuda")
         for _ in range(5):
             step(next(it))
@@ -248,7 +252,8 @@ def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
 
 def throughput(fixture: Path, workers: int, batches: int, variant: str) -> dict:
     """Device batches per second with no consumer: the loader's own ceiling on this machine."""
-    cfg = pi05_config(batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4, **VARIANTS[variant])
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4,
+                       **VARIANTS[variant])
     it = ShardLoader(fixture, cfg).device_batches("cuda")
     for _ in range(5):
         next(it)

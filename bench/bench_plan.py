@@ -26,11 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from datakit.loader import ShardLoader, pi05_config  # noqa: E402
+from datakit.loader import LoaderConfig, ShardLoader  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+# Pi0.5-shaped samples: the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
+PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
 
 
 def build(work: Path, episodes: int, length: int, height: int, width: int) -> Path:
@@ -56,8 +58,10 @@ def every_camera_bytes(out: Path) -> float:
 
 
 def plan(out: Path, workers: int, seconds: float) -> dict:
+    shape = out.parent / "pi05-loader.toml"  # --loader-config: PI05_SHAPE
+    shape.write_text('[loader]\nframe_offsets = [0]\naction_horizon = 50\nnorm = "quantile"\n')
     cmd = [sys.executable, "-c", "import sys; from datakit.cli import main; sys.exit(main())", "plan", str(out),
-           "--samples-per-s", "1000", "--preset", "pi05", "--batch-size", "32", "--workers", str(workers),
+           "--samples-per-s", "1000", "--loader-config", str(shape), "--batch-size", "32", "--workers", str(workers),
            "--measure", "--measure-seconds", str(seconds), "--json"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
@@ -66,7 +70,7 @@ def plan(out: Path, workers: int, seconds: float) -> dict:
 
 def loader(out: Path, workers: int, seconds: float, warmup: int = 3) -> dict:
     """`for batch in ShardLoader(...)`, timed for `seconds` after `warmup` batches, across epochs."""
-    ld = ShardLoader(out, pi05_config(batch_size=32, num_workers=workers))
+    ld = ShardLoader(out, LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers))
     n = items = img = 0
     t0 = time.perf_counter()
     done = False

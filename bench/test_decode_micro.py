@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from datakit.decoder_bench.videos import VideoSpec, generate
+from datakit.commands.bench_decoders.videos import VideoSpec, generate
 from datakit.decoders import BackendUnavailable, backend_module
 
 # torchcodec before decord: decord2's FFmpeg loaded first makes torchcodec crash (see decord_backend)

@@ -60,7 +60,7 @@ def add_convert(sub) -> None:
 def run_convert(args) -> int:
     from datakit.convert.config import ConvertConfig
     from datakit.convert import convert
-    from datakit.summary import print_summary
+    from datakit.commands.summary import print_summary
 
     over = dict(format=args.format, decoder=args.decoder, decoder_threads=args.decoder_threads,
                 resize=args.resize, layout=args.layout, workers=args.workers, shard_size=args.shard_size,
@@ -109,52 +109,24 @@ def run_verify(args) -> int:
     return 1
 
 
-def add_info(sub) -> None:
-    p = sub.add_parser("info", help="describe a converted output folder")
-    p.add_argument("out", type=Path)
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-
-
-def run_info(args) -> int:
-    from datakit.shards.index import load_index
-    from datakit.summary import print_summary
-
-    index = load_index(args.out)
-    if args.json:
-        print(json.dumps(index.info(), indent=1))
-    else:
-        print_summary(index)
-    return 0
-
-
-def add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="generate a small LeRobot dataset with real AV1 video, convert, verify")
-    p.add_argument("--dir", type=Path, default=Path("demo-out"), help="working folder (default demo-out/)")
-
-
-def run_demo(args) -> int:
-    from datakit.demo import run_demo as demo
-
-    return demo(args.dir)
-
-
 COMMANDS = {
     "convert": (add_convert, run_convert),
     "verify": (add_verify, run_verify),
-    "info": (add_info, run_info),
-    "demo": (add_demo, run_demo),
 }
 
 
 def _register_optional() -> None:
-    """Commands that live in their own packages (imported here so `datakit --help` lists them)."""
-    from datakit.doctor.command import add_parser as add_doctor, run as run_doctor
-    from datakit.planner.command import add_parser as add_plan, run as run_plan
+    """The side commands, in datakit/commands/ (imported here so `datakit --help` lists them)."""
+    from datakit.commands import demo, info
+    from datakit.commands.doctor.command import add_parser as add_doctor, run as run_doctor
+    from datakit.commands.plan.command import add_parser as add_plan, run as run_plan
 
+    COMMANDS["info"] = (info.add_parser, info.run)
+    COMMANDS["demo"] = (demo.add_parser, demo.run)
     COMMANDS["doctor"] = (add_doctor, run_doctor)
     COMMANDS["plan"] = (add_plan, run_plan)
     try:  # bench-decoders needs matplotlib for its plot
-        from datakit.decoder_bench.command import add_parser, run
+        from datakit.commands.bench_decoders.command import add_parser, run
     except ImportError:
         return
     COMMANDS["bench-decoders"] = (add_parser, run)

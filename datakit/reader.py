@@ -8,7 +8,7 @@ malformed index.json or frames.arrow raises IndexFileError naming the file, a sh
 would leave the folder is refused. Shards are checked when first opened (`verify`):
 "size" (default, free) cannot see bytes changed in place without changing the size; "sha256"
 hashes each shard once per process before its first read. At most `max_open` shards are
-open at a time (`shards/open_shards.py`).
+open at a time (`shards/open_files.py`).
 
 A remote root (`open_shards("s3://bucket/out", cache_dir=..., cache_bytes=...)`) is read
 through the node-local download cache (`storage/roots.py`): index files once, each shard
@@ -25,7 +25,7 @@ import torch
 
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
-from datakit.shards.open_shards import DEFAULT_MAX_OPEN, OpenShards
+from datakit.shards.open_files import DEFAULT_MAX_OPEN, OpenShards
 from datakit.stages.colour import nv12_to_rgb
 from datakit.storage.roots import open_root
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit import source_paths
-from datakit.doctor import main
+from datakit.commands.doctor import main
 from datakit.synth import make_droid_dataset, make_lerobot_dataset, synth_frame
 from datakit.synth.lerobot import camera_seed
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from datakit.cli import main
-from datakit.doctor import main as doctor_main
+from datakit.commands.doctor import main as doctor_main
 
 DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse without a RecursionError
 
@@ -61,13 +61,13 @@ def test_doctor_refuses_absurd_flags(tmp_path, capsys, flag, value):
 
 
 def test_every_kind_the_doctor_documents_can_be_ignored():
-    """Oracle: the kinds listed in datakit/doctor/__init__.py's docstring (what users read)."""
+    """Oracle: the kinds listed in datakit/commands/doctor/__init__.py's docstring (what users read)."""
     import re
 
-    import datakit.doctor
+    import datakit.commands.doctor
     from datakit.sources.checks import FINDING_KINDS
 
-    section = datakit.doctor.__doc__.split("Kinds of finding", 1)[1].split("\nJSON", 1)[0]
+    section = datakit.commands.doctor.__doc__.split("Kinds of finding", 1)[1].split("\nJSON", 1)[0]
     documented = set(re.findall(r"`([a-z0-9_]+)`", section))
     assert documented <= set(FINDING_KINDS), documented - set(FINDING_KINDS)
     assert set(FINDING_KINDS) <= documented, set(FINDING_KINDS) - documented

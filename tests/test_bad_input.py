@@ -191,7 +191,7 @@ def test_summary_prints_paths_with_brackets_verbatim(base, tmp_path, capsys):
 
     from rich.console import Console
 
-    from datakit.summary import print_summary
+    from datakit.commands.summary import print_summary
 
     ds = tmp_path / "x[red]y"
     shutil.copytree(base, ds)

@@ -174,7 +174,7 @@ DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that json.loads cannot parse 
 
 
 def test_deeply_nested_info_json_is_one_line(ds, tmp_path, capsys):
-    from datakit.doctor import main as doctor
+    from datakit.commands.doctor import main as doctor
 
     info = ds / "meta/info.json"
     info.write_text(info.read_text().rstrip()[:-1] + ', "deep": ' + DEEP + "}")

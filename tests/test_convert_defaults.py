@@ -13,7 +13,7 @@ from tqdm import tqdm
 from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.convert.plan import plan_workers
-from datakit.decoder_bench import recommend
+from datakit.commands.bench_decoders import recommend
 from datakit.decoders import CONVERT_ORDER, backend_order
 from datakit.machine import available_cpus
 from datakit.shards.writer import FrameWriter

@@ -195,8 +195,8 @@ class FakeRay:
 
 
 def test_connect_starts_local_ray_or_joins_a_cluster(monkeypatch):
-    from datakit.convert import ray_engine
-    from datakit.convert.ray_engine import connect
+    from datakit.convert.engines import ray as ray_engine
+    from datakit.convert.engines.ray import connect
 
     probed = []
     monkeypatch.setattr(ray_engine, "check_ray_address", probed.append)  # no cluster at these addresses
@@ -242,7 +242,7 @@ def _listening():
 def test_a_stalled_or_foreign_server_is_refused_within_the_timeout():
     import threading
 
-    from datakit.convert.ray_address import check_ray_address
+    from datakit.convert.engines.ray_address import check_ray_address
 
     stalled, address = _listening()  # accepts connections (the kernel's backlog), never answers
     with stalled, pytest.raises(DatakitError, match=f"--ray-address {address}: .*does not answer within 0.5 s"):
@@ -264,7 +264,7 @@ def test_a_stalled_or_foreign_server_is_refused_within_the_timeout():
 
 
 def test_a_live_gcs_passes_the_check(ray_session):
-    from datakit.convert.ray_address import check_ray_address
+    from datakit.convert.engines.ray_address import check_ray_address
 
     check_ray_address(ray_session.get_runtime_context().gcs_address, timeout=10)
 

@@ -13,7 +13,7 @@ import tarfile
 import numpy as np
 import pytest
 
-import datakit.convert.local_split as local_split
+import datakit.convert.engines.local_split as local_split
 from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.convert.split import join_parts, write_part

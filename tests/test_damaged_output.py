@@ -151,7 +151,7 @@ def test_damaged_finished_remote_output_is_not_complete(base, bucket, remote_cac
 # process converts it (pool workers are forked with this patch in place).
 IMMUTABLE_MID_RUN = """
 import subprocess, sys
-import datakit.convert.local as local
+import datakit.convert.engines.local as local
 from datakit.cli import main
 src, out, workers = sys.argv[1:4]
 real = local.write_shard

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from datakit.cli import main
-from datakit.decoder_bench import crosscheck, recommend, runner
-from datakit.decoder_bench.measure import Job, Setting, measure
-from datakit.decoder_bench.patterns import PATTERNS, get_pattern
-from datakit.decoder_bench.videos import VideoSpec, from_dataset, generate
+from datakit.commands.bench_decoders import crosscheck, recommend, runner
+from datakit.commands.bench_decoders.measure import Job, Setting, measure
+from datakit.commands.bench_decoders.patterns import PATTERNS, get_pattern
+from datakit.commands.bench_decoders.videos import VideoSpec, from_dataset, generate
 from datakit.decoders import CONVERT_ORDER, backend_module, backend_order
 
 REQUIRED = ("decoder", "version", "codec", "height", "width", "pattern", "threads", "frames", "wall_s_median",

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit import source_paths
-from datakit.doctor import main
+from datakit.commands.doctor import main
 from datakit.synth import encode_video, make_lerobot_dataset
 from tests.helpers import pyav_decode_all
 from doctor_fixtures import FPS, H, LENGTHS, TOP, W, doctor, frames_of, of_kind, set_column, v2_table, v2_video

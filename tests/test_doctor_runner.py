@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit import source_paths
-from datakit.doctor import add_parser, run
+from datakit.commands.doctor import add_parser, run
 from datakit.synth import encode_video, make_lerobot_dataset
 from doctor_fixtures import CAMS, FPS, H, LENGTHS, TOP, W, doctor, frames_of, of_kind, set_column, v2_table, v2_video
 
@@ -72,7 +72,7 @@ def _die_on_episode_1(position: int):
     import os
     import signal
 
-    from datakit.doctor import audit
+    from datakit.commands.doctor import audit
 
     if position == 1:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -84,7 +84,7 @@ def _die_on_episode_1(position: int):
 def test_killed_worker_is_a_finding_not_a_hang(dataset, monkeypatch):
     if os.environ.get("DATAKIT_MP_START", "fork") != "fork":
         pytest.skip("the planted task reaches workers only through fork")
-    from datakit.doctor import audit
+    from datakit.commands.doctor import audit
 
     src = dataset("v2.1")
     monkeypatch.setattr(audit, "_audit_at", _die_on_episode_1)
@@ -117,13 +117,13 @@ def test_duplicated_episode_content(dataset):
 
 @pytest.mark.timeout(60)
 def test_module_entry_point(dataset):
-    """`python -m datakit.doctor`, progress bar on: JSON alone on stdout, exit code from the findings."""
+    """`python -m datakit.commands.doctor`, progress bar on: JSON alone on stdout, exit code from the findings."""
     import subprocess
     import sys
 
     src = dataset("v2.1")
     repo = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "datakit.doctor", str(src), "--workers", "2", "--json", "-"]
+    cmd = [sys.executable, "-m", "datakit.commands.doctor", str(src), "--workers", "2", "--json", "-"]
     clean = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=50)
     v2_video(src, 2).unlink()
     broken = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=50)

@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from datakit.loader import ShardLoader, dreamzero_config
+from datakit.loader import LoaderConfig, ShardLoader
 from dreamzero_fixtures import CAMS3, VIEW_HW, shards_3cam, source_frame  # noqa: F401 - session fixture
 
 OFFSETS = tuple(range(-4, 1))
+# DreamZero-shaped samples, as trainkit's dreamzero loader preset sets them (a 33-frame clip, 32
+# actions; tiling keeps every slot)
+DREAMZERO_SHAPE = {"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, "prune_slots": False}
 
 
 def expected_canvas(episode: int, frame: int) -> np.ndarray:
@@ -18,12 +21,12 @@ def expected_canvas(episode: int, frame: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("h2d", ["device", "host", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_tiled_canvas_holds_each_view_where_the_layout_says(shards_3cam, h2d):  # noqa: F811
+def test_tiled_canvas_holds_each_view_where_the_tiling_says(shards_3cam, h2d):  # noqa: F811
     if h2d == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    cfg = dreamzero_config(slots=CAMS3, tile="wrist_top", frame_offsets=OFFSETS, action_horizon=4, batch_size=4,
-                           shuffle="random", image_mean=(0.0, 0.0, 0.0), image_std=(1.0, 1.0, 1.0),
-                           image_dtype="float32", pin_memory=h2d == "cuda")
+    cfg = LoaderConfig(**{**DREAMZERO_SHAPE, "slots": CAMS3, "tile": "wrist_top", "frame_offsets": OFFSETS,
+                          "action_horizon": 4, "batch_size": 4, "shuffle": "random", "image_mean": (0.0, 0.0, 0.0),
+                          "image_std": (1.0, 1.0, 1.0), "image_dtype": "float32", "pin_memory": h2d == "cuda"})
     loader = ShardLoader(shards_3cam, cfg)
     if h2d in ("device", "cuda"):  # the trainer's path: uint8 batch -> normaliser on the device (or the CPU)
         batches = [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
@@ -62,6 +65,6 @@ def test_wrist_top_canvas_of_176x320_views_is_352x640():
     ({"slots": CAMS3, "crop": (4, 4)}, "no crop"),
     ({"slots": CAMS3, "tile": "grid"}, "tile='grid' is not one of wrist_top"),
 ])
-def test_tiling_refuses_layouts_it_cannot_build(kw, said):
+def test_tiling_refuses_canvases_it_cannot_build(kw, said):
     with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(")", r"\)")):
-        dreamzero_config(**{"tile": "wrist_top", **kw})
+        LoaderConfig(**{**DREAMZERO_SHAPE, "tile": "wrist_top", **kw})

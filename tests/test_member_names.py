@@ -123,7 +123,7 @@ def test_camera_name_rule_is_the_ustar_name_limit(name):
 
 
 def test_long_camera_name_is_refused_at_scan_and_by_doctor(base, tmp_path, capsys):
-    from datakit.doctor import main as doctor
+    from datakit.commands.doctor import main as doctor
 
     name = "observation.images." + "x" * 71  # 90 bytes: one too many
     ds = _rename_camera(base, tmp_path / "ds", name)

@@ -12,12 +12,24 @@ import pytest
 
 from test_loader_fixtures import CAMS, shards_mixed, shards_rgb  # noqa: F401 - fixtures
 
-from datakit.loader import ShardLoader, h2d_bytes, pi05_config
+from datakit.loader import ShardLoader, h2d_bytes
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import StepSampler, block_ids
-from datakit.planner.command import add_parser, run
-from datakit.planner.model import plan_throughput
+from datakit.commands.plan.command import add_parser, run
+from datakit.commands.plan.model import plan_throughput
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
+
+
+# Pi0.5-shaped samples, the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
+PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
+PI05_TOML = '[loader]\nframe_offsets = [0]\naction_horizon = 50\nnorm = "quantile"\n'
+
+
+def pi05_toml(tmp_path) -> str:
+    """A --loader-config file of PI05_SHAPE (what `trainkit inspect --loader-toml` would write, cut to it)."""
+    path = tmp_path / "pi05-loader.toml"
+    path.write_text(PI05_TOML)
+    return str(path)
 
 
 def loader_epoch(folder, cfg, ranks):
@@ -138,7 +150,7 @@ def test_a_blank_camera_costs_no_bytes(shards_rgb):
     and reads 2 frames per sample; the plan counted 3 (1.5x the bandwidth)."""
     index, frames = load_index(shards_rgb), load_frames(shards_rgb)
     assert {e.camera_status[CAMS[2]] for e in index.episodes} == {"blank"}
-    cfg = pi05_config(batch_size=4)
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=4)
     plan = plan_throughput(index, frames, cfg, samples_per_s=100.0)
     read, samples, images, _, kept = loader_epoch(shards_rgb, cfg, 1)
     assert plan.image_bytes_per_sample == read / samples == 2 * index.cameras[CAMS[0]].frame_bytes
@@ -146,10 +158,11 @@ def test_a_blank_camera_costs_no_bytes(shards_rgb):
 
 
 @pytest.mark.timeout(120)
-def test_plan_command_json_and_measure(shards_rgb, capsys):
+def test_plan_command_json_and_measure(shards_rgb, capsys, tmp_path):
     ap = argparse.ArgumentParser()
     add_parser(ap.add_subparsers(dest="command"))
-    args = ap.parse_args(["plan", str(shards_rgb), "--samples-per-s", "640", "--ranks", "2", "--preset", "pi05",
+    args = ap.parse_args(["plan", str(shards_rgb), "--samples-per-s", "640", "--ranks", "2",
+                          "--loader-config", pi05_toml(tmp_path),
                           "--batch-size", "4", "--shuffle", "shard_block", "--measure", "--measure-seconds", "0.3",
                           "--workers", "0", "--json"])
     assert run(args) == 0
@@ -190,7 +203,7 @@ def timed_loader(folder, cfg, seconds):
 
 
 @pytest.mark.timeout(180)
-def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys):
+def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys, tmp_path):
     """On cached shards the loader binds: the planner's ceiling for 2 ranks is twice what one rank's
     `ShardLoader` gives when timed here, apart from the planner. Rounds alternate and each side
     keeps its best, so a busy machine slows both alike; 25% (the goal is 15%, proven at native
@@ -199,11 +212,12 @@ def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys):
     page-cache-only ceiling would give."""
     ap = argparse.ArgumentParser()
     add_parser(ap.add_subparsers(dest="command"))
-    cfg = pi05_config(batch_size=8, num_workers=0)
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=8, num_workers=0)
     planned, timed = [], []
     for _ in range(3):
-        assert run(ap.parse_args(["plan", str(shards_rgb), "--samples-per-s", "100", "--ranks", "2", "--preset", "pi05",
-                                  "--batch-size", "8", "--workers", "0", "--measure", "--measure-seconds", "1",
+        assert run(ap.parse_args(["plan", str(shards_rgb), "--samples-per-s", "100", "--ranks", "2",
+                                  "--loader-config", pi05_toml(tmp_path), "--batch-size", "8", "--workers", "0",
+                                  "--measure", "--measure-seconds", "1",
                                   "--json"])) == 0
         top = json.loads(capsys.readouterr().out)["ceiling"]
         assert top["bound"] == "loader"
@@ -215,11 +229,12 @@ def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys):
 def test_the_disk_binds_when_the_working_set_outgrows_memory(shards_rgb):
     """Hand arithmetic on given rates: 4 ranks on 2 nodes (2 a node); the node's page cache or disk
     feeds its 2 ranks, each rank's loader feeds itself."""
-    from datakit.planner.ceiling import ceiling
-    from datakit.planner.measure import Bandwidth, LoaderRate
+    from datakit.commands.plan.ceiling import ceiling
+    from datakit.commands.plan.measure import Bandwidth, LoaderRate
 
     index, frames = load_index(shards_rgb), load_frames(shards_rgb)
-    plan = plan_throughput(index, frames, pi05_config(batch_size=4), samples_per_s=100.0, ranks=4, ranks_per_node=2)
+    plan = plan_throughput(index, frames, LoaderConfig(**PI05_SHAPE, batch_size=4), samples_per_s=100.0, ranks=4,
+                           ranks_per_node=2)
     per_sample = plan.bytes_per_sample
     rate = LoaderRate(samples_per_s=1e6, samples=1, seconds=1.0, workers=2, cores=2)
     roomy = Bandwidth(bytes_read=1, disk_bytes_per_s=1e6, page_cache_bytes_per_s=1e9, memory_bytes=1 << 40)

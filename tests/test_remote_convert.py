@@ -109,7 +109,7 @@ def test_remote_out_with_other_files_is_refused(src, bucket, capsys):
 
 @pytest.mark.timeout(180)
 def test_killed_conversion_to_s3_resumes(src, reference, bucket, cache):
-    from datakit.convert.remote import _key
+    from datakit.convert.remote.run import _key
 
     url = f"{bucket}/out"
     journal = cache / "convert" / f"out-{_key(url)}" / "out" / ".datakit-staging" / "shard-000000.journal"
@@ -192,7 +192,7 @@ def test_convert_to_s3_with_two_workers_equals_local(src, reference, bucket):
 def test_streamer_uploads_shards_journaled_by_this_run(bucket, tmp_path):
     """Each shard goes up once its journal is written; an earlier run's journal and a shard of
     skipped episodes only are left to publish."""
-    from datakit.convert.remote_publish import ShardStreamer
+    from datakit.convert.remote.publish import ShardStreamer
 
     out, url, record = tmp_path / "out", f"{bucket}/out", tmp_path / "uploaded.json"
     staging = out / ".datakit-staging"
@@ -239,7 +239,7 @@ def test_bad_remote_source_names_the_object(src, bucket, tmp_path, capsys):
 
 def test_publish_again_uploads_only_the_index(reference, bucket, tmp_path):
     """After an interrupted publish the shards this machine uploaded (per its record) are skipped."""
-    from datakit.convert.remote_publish import publish
+    from datakit.convert.remote.publish import publish
 
     url, record = f"{bucket}/out", tmp_path / "uploaded.json"
     shards = sorted(p.name for p in reference.glob("shard-*.tar"))
@@ -252,7 +252,7 @@ def test_fetch_source_keeps_complete_files(src, bucket, tmp_path):
     """A rerun after a kill fetches only what is missing or changed (same size and mtime: kept)."""
     import s3fs
 
-    from datakit.convert.remote_source import fetch_source
+    from datakit.convert.remote.source import fetch_source
 
     fs = s3fs.S3FileSystem()
     fs.put(str(src), f"{bucket[5:]}/sources/ds", recursive=True)

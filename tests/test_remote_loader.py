@@ -271,9 +271,9 @@ def test_remote_dataset_pickles_for_spawned_workers_without_the_prefetch_thread(
     loader = ShardLoader(uploaded, cfg)
     try:
         next(iter(loader))  # the main process's download thread is running now
-        assert loader.dataset.cache._thread is not None
+        assert loader.dataset.cache._ahead._thread is not None
         copy = pickle.loads(pickle.dumps(loader.dataset))
-        assert copy.cache is not loader.dataset.cache and copy.cache._thread is None
+        assert copy.cache is not loader.dataset.cache and copy.cache._ahead._thread is None
         assert copy.cache.folder == loader.dataset.cache.folder and copy.root == uploaded
         want = ShardLoader(converted, _cfg()).dataset.read_batch(list(range(0, len(copy), 7)))
         got = copy.read_batch(list(range(0, len(copy), 7)))

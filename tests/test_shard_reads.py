@@ -26,7 +26,7 @@ from datakit.loader import LoaderConfig, ShardDataset
 from datakit.loader.reads import ReadPlan, preadv_full, read_frames
 from datakit.reader import open_shards
 from datakit.shards.index import ShardEntry
-from datakit.shards.open_shards import OpenShards
+from datakit.shards.open_files import OpenShards
 from datakit.synth import make_lerobot_dataset
 from damage import MANIFEST, copy_out, read_table
 from test_loader_fixtures import CAMS, shards_rgb  # noqa: F401
@@ -93,7 +93,7 @@ def test_flipped_byte_is_caught_with_sha256_and_not_without(shards_rgb, tmp_path
 
 
 def test_sha256_is_checked_once_per_shard_per_process(many_shards, monkeypatch):
-    import datakit.shards.open_shards as sc
+    import datakit.shards.open_files as sc
 
     hashed = []
     real = sc.fd_sha256

@@ -85,15 +85,7 @@ def test_a_url_mangled_by_pathlib_is_refused():
 
 
 def test_shard_sequence_collapses_runs_only():
-    from datakit.storage.cache import shard_sequence
+    from datakit.storage.download_ahead import shard_sequence
 
     assert shard_sequence([3, 3, 3, 1, 1, 3, 0, 0]) == [3, 1, 3, 0]
     assert shard_sequence([]) == []
-
-
-def test_list_files_on_a_local_root(tmp_path):
-    for name in ("meta/episodes/chunk-000/file-000.parquet", "meta/episodes/chunk-001/file-000.parquet", "meta/info.json"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
-    assert transfer.list_files(f"file://{tmp_path}", "meta/episodes/*/*.parquet") == [
-        "meta/episodes/chunk-000/file-000.parquet", "meta/episodes/chunk-001/file-000.parquet"]

@@ -13,6 +13,7 @@ import pytest
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
 from trainkit.estimate.inspect import inspect_model
+from trainkit.estimate.loader import loader_needs
 from trainkit.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,5 +97,7 @@ def test_inspect_command_prints_the_report_of_inspect_model(capsys):
                  "--set", "train.micro_batch=8"])
     printed = json.loads(capsys.readouterr().out)
     cfg = load_config(ROOT / "trainkit" / "configs" / "pi05_optimised.toml", ["train.micro_batch=8"])
+    loader = printed.pop("loader")  # the loader section: trainkit/estimate/loader.py (tests/test_trainkit_inspect_loader.py)
+    assert loader == json.loads(json.dumps(loader_needs(cfg, world_size=2)[0]))
     assert code == 0 and printed == json.loads(json.dumps(inspect_model(cfg, world_size=2)))
     assert printed["micro_batch"] == 8 and printed["world_size"] == 2

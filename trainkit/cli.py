@@ -3,6 +3,7 @@
     trainkit run CONFIG.toml [--overlay best.toml] [--set key=value ...]   # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--overlay best.toml] [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
+                     [--loader-toml FILE] [--samples-per-s N]   # + the run's LoaderConfig and its `datakit plan` line
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema]
@@ -39,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=int, default=None, help="GPUs to estimate for (default: WORLD_SIZE or 1)")
     i.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="memory of one GPU to compare the estimate with (default: this machine's GPU, else an H200)")
+    i.add_argument("--loader-toml", metavar="FILE", default=None,
+                   help="write the run's LoaderConfig (rank 0) as TOML, for `datakit plan SHARDS --loader-config FILE`")
+    i.add_argument("--samples-per-s", type=float, default=None, metavar="N",
+                   help="the target samples/s (all ranks) to put in the printed `datakit plan` line")
     t = sub.add_parser("tune", help="the fastest settings under a memory cap, by short measured runs (trainkit/trials/tune.py)")
     t.add_argument("config")
     t.add_argument("--memory-cap", type=float, required=True, metavar="GIB", help="peak memory per GPU allowed")
@@ -114,7 +119,19 @@ def _inspect(cfg, args) -> int:
     if args.gpu_memory_gib is not None and args.gpu_memory_gib <= 0:
         raise LaunchError(f"--gpu-memory-gib: must be > 0, got {args.gpu_memory_gib:g}")
     gpu = None if args.gpu_memory_gib is None else ("GPU (--gpu-memory-gib)", args.gpu_memory_gib)
+    if args.samples_per_s is not None and not args.samples_per_s > 0:
+        raise LaunchError(f"--samples-per-s: must be > 0, got {args.samples_per_s:g}")
+    from trainkit.estimate.loader import loader_needs, loader_toml
     report = inspect_model(cfg, world_size=world, gpu=gpu)
+    report["loader"], loader = loader_needs(cfg, world, args.samples_per_s, args.loader_toml)
+    if args.loader_toml:
+        if loader is None:
+            raise LaunchError(f"--loader-toml {args.loader_toml}: {report['loader']['error']}")
+        try:
+            with open(args.loader_toml, "w") as f:
+                f.write(loader_toml(cfg, report["loader"], loader))
+        except OSError as e:
+            raise LaunchError(f"--loader-toml {args.loader_toml}: cannot write ({e.strerror or e})") from None
     print(json.dumps(report, indent=1) if args.json else format_report(report))
     return 0
 

@@ -94,6 +94,20 @@ def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardI
     return index, slots
 
 
+def loader_settings(dcfg: DataConfig, slots: tuple[str | None, ...], *, seed: int, rank: int, world_size: int,
+                    micro_batch: int, global_batch: int = 0, episodes: tuple[int, ...] | None = None,
+                    image_dtype: torch.dtype, pin_memory: bool) -> dict[str, Any]:
+    """The trainer's loader settings (order, workers, batch, slots, normalisation, cache), which the
+    family's loader preset (`Family.loader_config`) completes with what its model asks of a sample.
+    `TrainData` and `trainkit inspect` (trainkit/estimate/loader.py) both build them here."""
+    h2d_f32 = dcfg.h2d_dtype == "float32"
+    return dict(slots=slots, prune_slots=dcfg.prune_slots, seed=seed, batch_size=micro_batch, shuffle=dcfg.shuffle,
+                rank=rank, world_size=world_size, epoch_batch=global_batch, num_workers=dcfg.num_workers,
+                prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm, episodes=episodes,
+                image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
+                pin_memory=pin_memory, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+
+
 def flow_generator(seed: int, epoch: int, block: int) -> torch.Generator:
     """The CPU generator of one batch's noise and time: a pure function of its position in the
     epoch's global order (`block` = loader step x world size + rank, the sampler's slice of
@@ -128,13 +142,9 @@ class TrainData:
         `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout)."""
         self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
         index = shards.index
-        h2d_f32 = dcfg.h2d_dtype == "float32"
-        self.cfg: LoaderConfig = fam.loader_config(
-            model_cfg, index, slots=shards.slots, prune_slots=dcfg.prune_slots, seed=seed,
-            batch_size=micro_batch, shuffle=dcfg.shuffle, rank=rank, world_size=world_size, epoch_batch=global_batch,
-            num_workers=dcfg.num_workers, prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm, episodes=episodes,
-            image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
-            pin_memory=device.type == "cuda", cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+        self.cfg: LoaderConfig = fam.loader_config(model_cfg, index, **loader_settings(
+            dcfg, shards.slots, seed=seed, rank=rank, world_size=world_size, micro_batch=micro_batch,
+            global_batch=global_batch, episodes=episodes, image_dtype=image_dtype, pin_memory=device.type == "cuda"))
         try:
             dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
             self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)

@@ -1,6 +1,6 @@
 """The orchestrator of a local conversion (SRC and OUT folders on this machine): scan, plan,
 run an engine, check the commits, write the index. `datakit.convert.convert` calls it, and
-so does `remote.py` between its staging folders.
+so does `remote/run.py` between its staging folders.
 
 Flow: scan the source -> plan shards (consecutive episodes, closed after the episode whose
 predicted bytes reach --shard-size; the plan depends only on the source metadata and the
@@ -25,10 +25,10 @@ from datakit.convert.config import ConvertConfig
 from datakit.convert.assemble import build_index, empty_shards
 from datakit.convert.fingerprint import source_fingerprint
 from datakit.convert.journal import STAGING, load_journals
-from datakit.convert.local import run_shards
+from datakit.convert.engines.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
 from datakit.convert.plan import plan_shards, plan_workers
-from datakit.convert.ray_engine import run_shards_ray  # imports ray only when used
+from datakit.convert.engines.ray import run_shards_ray  # imports ray only when used
 from datakit.convert.shard import check_committed
 from datakit.decoders import describe_choice
 from datakit.errors import output_error

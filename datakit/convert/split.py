@@ -12,7 +12,7 @@ episode's offsets stay relative to its `base`, which the joiner sets to where th
     journal, shard = join_parts(cfg, out, shard_index, refs, parts)  # one writer, plan order
     commit_shard(out, shard, journal)                                # fsync, rename, journal
 
-Engines: local_split.py (a process pool on this machine) and ray_engine.py (Ray tasks).
+Engines: engines/local_split.py (a process pool on this machine) and engines/ray.py (Ray tasks).
 """
 from __future__ import annotations
 

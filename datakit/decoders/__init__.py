@@ -4,7 +4,7 @@
 `backend_order(codec)` that reads the stream's codec, and falls back to the next one when a
 backend is missing or cannot read it. The order is the one that `datakit bench-decoders`
 measured on this machine *for conversion-shaped work* (every file opened inside the timing,
-every frame in order, 1 thread; see decoder_bench/recommend.py), when its file has one for the
+every frame in order, 1 thread; see commands/bench_decoders/recommend.py), when its file has one for the
 codec; else CONVERT_ORDER, from the project's own conversion measurements. A ranking of decode
 alone (decoder opened once and warm) is never used for conversion: it ranked Decord first on
 2 cores, where Decord converted 2.2x slower than PyAV (each Decord process pays ~1.4 s before

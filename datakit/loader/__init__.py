@@ -8,7 +8,7 @@ shard files) -> shm_pool (workers read into reused shared-memory ring buffers) -
 (DataLoader, resumable state) -> gpu_batch (pinned ring, side-stream copy) -> normalise (on the
 device; nv12: NV12 -> normalised RGB in two passes). interop: LeRobot-style items, WebDataset URLs.
 """
-from datakit.loader.config import LoaderConfig, dreamzero_config, gr00t_config, pi05_config
+from datakit.loader.config import LoaderConfig, loader_config_from_toml, loader_config_to_toml
 from datakit.loader.dataset import ShardDataset
 from datakit.loader.gpu_batch import DeviceBatcher, PinnedRing, h2d_bytes
 from datakit.loader.interop import LeRobotView, lerobot_config, webdataset_urls
@@ -18,6 +18,6 @@ from datakit.loader.sampler import StepSampler, epoch_order
 
 __all__ = [
     "DeviceBatcher", "LeRobotView", "LoaderConfig", "Normaliser", "PinnedRing", "ShardDataset", "ShardLoader",
-    "StepSampler", "dreamzero_config", "epoch_order", "gr00t_config", "h2d_bytes", "lerobot_config", "pi05_config",
+    "StepSampler", "epoch_order", "h2d_bytes", "lerobot_config", "loader_config_from_toml", "loader_config_to_toml",
     "webdataset_urls",
 ]

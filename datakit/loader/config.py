@@ -4,15 +4,29 @@ the model's image slots are filled and how a batch is normalised on the device.
 Every knob is a field with a comment; `__post_init__` rejects combinations that cannot work,
 so a bad config fails at construction with the reason instead of mid-epoch. Checks that need
 the index (cameras exist, the window fits an episode) happen in `ShardDataset`.
+
+A model's sample shape (frame offsets, action horizon, slots, tiling) is its trainer's business:
+trainkit's loader presets live with each model family (trainkit/models/<family>/batches.py).
+A LoaderConfig travels between programs as TOML (`datakit plan OUT --loader-config FILE`, what
+`trainkit inspect CONFIG --loader-toml FILE` writes):
+
+    text = loader_config_to_toml(cfg)                        # a [loader] table of every set field
+    cfg = loader_config_from_toml("loader.toml", batch_size=64)   # keyword arguments override the file
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from datakit.errors import ConfigError
 from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
-from datakit.shards.open_shards import DEFAULT_MAX_OPEN, VERIFY_MODES
+from datakit.shards.open_files import DEFAULT_MAX_OPEN, VERIFY_MODES
 
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
 BOUNDARY_MODES = ("pad", "skip")
@@ -84,7 +98,7 @@ class LoaderConfig:
     # sample is dropped from its batch and counted in `batch["num_skipped"]`. A remote shard
     # that cannot be downloaded after the retries raises StorageError in both modes.
     on_error: str = "raise"
-    # How a shard is checked when a process opens it (`shards/open_shards.py`): "size" (stat,
+    # How a shard is checked when a process opens it (`shards/open_files.py`): "size" (stat,
     # free; blind to bytes changed in place) or "sha256" (hashes each shard once per process
     # before its first read; catches flipped bytes).
     verify: str = "size"
@@ -119,7 +133,8 @@ class LoaderConfig:
     resize: tuple[int, int] | None = None  # (H, W) bilinear resize on the device (per view, before tiling)
     # Tile the slots' views into one canvas per frame on the device (`loader/tiling.py`):
     # "wrist_top" = 3 slots (wrist, exterior, exterior) -> (2H, 2W), the wrist widened across the
-    # top row; images then have one slot, (B, 1, T, 3, 2H, 2W). None: one image per slot.
+    # top row; images then have one slot, (B, 1, T, 3, 2H, 2W). None: one image per slot. With
+    # `slots` empty the index's cameras are the views, in index order (checked against the index).
     tile: str | None = None
     crop: tuple[int, int] | None = None  # (H, W) crop after resize
     random_crop: bool = False  # random (seeded per step) instead of centre crop
@@ -174,9 +189,10 @@ class LoaderConfig:
                 raise ValueError(f"{name} must be (height, width) with positive sizes, got {v}")
         if self.tile is not None:
             _choice("tile", self.tile, TILE_MODES)
-            if len(self.slots) != TILE_SLOTS[self.tile] or self.prune_slots or self.crop is not None:
+            if len(self.slots) not in (0, TILE_SLOTS[self.tile]) or self.prune_slots or self.crop is not None:
                 raise ValueError(f"tile={self.tile!r} needs slots naming its {TILE_SLOTS[self.tile]} views in "
-                                 f"layout order (got {self.slots}), prune_slots=False (got {self.prune_slots}) "
+                                 f"canvas order (got {self.slots}; none: the index's cameras, which must then be "
+                                 f"{TILE_SLOTS[self.tile]}), prune_slots=False (got {self.prune_slots}) "
                                  f"and no crop (got {self.crop})")
         if len(self.image_mean) != 3 or len(self.image_std) != 3 or min(self.image_std) <= 0:
             raise ValueError("image_mean / image_std need 3 values, std > 0")
@@ -201,24 +217,112 @@ def _offsets(name: str, offsets: tuple[int, ...]) -> tuple[int, ...]:
     return out
 
 
-def pi05_config(**kw) -> LoaderConfig:
-    """Pi0.5-shaped samples: the current frame of 3 slots, 50 future actions, quantile norm."""
-    return LoaderConfig(**{"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile", **kw})
+
+# --- as a TOML file ------------------------------------------------------------------------------
+# TOML has no null: a field left at None is not written (reading it back gives the default, None),
+# and an empty camera slot (None in `slots`) is written "" (as trainkit's data.slots writes it).
+TOML_TABLE = "loader"
 
 
-def dreamzero_config(**kw) -> LoaderConfig:
-    """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it. Pass
-    `slots=(wrist, exterior_1, exterior_2)` with `tile="wrist_top"` for its one 352x640 canvas from
-    three 176x320 views (`loader/tiling.py`); tiling keeps every slot (`prune_slots=False`)."""
-    kw = {"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw}
-    if kw.get("tile") is not None:
-        kw.setdefault("prune_slots", False)
-    return LoaderConfig(**kw)
+def loader_config_to_toml(cfg: LoaderConfig, comment: str = "") -> str:
+    """`cfg` as TOML: one `[loader]` table holding every field that is not None, `comment` (lines)
+    above it; `loader_config_from_toml` reads it back equal to `cfg`."""
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
+    lines.append(f"[{TOML_TABLE}]")
+    for f in fields(LoaderConfig):
+        value = getattr(cfg, f.name)
+        if value is None:
+            continue
+        if f.name == "slots":
+            value = ["" if s is None else s for s in value]
+        lines.append(f"{f.name} = {_toml(value)}")
+    return "\n".join(lines) + "\n"
 
 
-def gr00t_config(**kw) -> LoaderConfig:
-    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
-    16 future actions with their pad mask (`action_is_pad`), quantile norm; the trainer adds the
-    device resize to N1.6's image size (trainkit/models/gr00t/batches.py)."""
-    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
-                           **kw})
+def loader_config_from_toml(path: str | Path, *, defaults: dict[str, Any] | None = None,
+                            **overrides: Any) -> LoaderConfig:
+    """The LoaderConfig of a TOML file (its `[loader]` table, or top-level keys), `overrides`
+    (field=value, None ignored) on top, `defaults` for fields the file does not set. An unknown
+    key, a value of the wrong type or a bad combination raises ConfigError naming the file and the key."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(path, "loader config file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(path, f"cannot read the loader config ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"not valid TOML ({e})") from None
+    data = data.get(TOML_TABLE, data)
+    hints = typing.get_type_hints(LoaderConfig)
+    kw: dict[str, Any] = dict(defaults or {})
+    for key, value in data.items():
+        if key not in hints:
+            raise ConfigError(path, f"{key}: not a LoaderConfig field (known: {', '.join(hints)})")
+        try:
+            kw[key] = _from_toml(value, hints[key], slot=key == "slots")
+        except (TypeError, ValueError) as e:
+            raise ConfigError(path, f"{key}: {e}") from None
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return LoaderConfig(**kw)
+    except ValueError as e:  # __post_init__'s message names the field(s)
+        raise ConfigError(path, str(e)) from None
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return ("inf" if v > 0 else "-inf") if math.isinf(v) else "nan" if math.isnan(v) else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a TOML basic string
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"no TOML form for {type(v).__name__} value {v!r}")
+
+
+def _from_toml(value: Any, hint: Any, slot: bool = False) -> Any:
+    """A TOML value as the field type `hint` says (arrays -> tuples, ints -> floats where a float
+    is wanted, "" -> None in `slots`); TypeError naming what was expected."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # X | None: TOML never holds the None
+        (hint,) = [a for a in args if a is not type(None)]
+        if slot and value == "":
+            return None
+        return _from_toml(value, hint, slot)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_toml(x, args[0], slot) for x in value)
+        if len(value) != len(args):
+            raise TypeError(f"expected an array of {len(args)} values, got {value!r}")
+        return tuple(_from_toml(x, a) for x, a in zip(value, args))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table, got {value!r}")
+        return {str(k): _from_toml(x, args[1]) for k, x in value.items()}
+    raise TypeError(f"no TOML form for {hint}")

@@ -39,7 +39,7 @@ from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import kept_slots, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
-from datakit.shards.open_shards import OpenShards
+from datakit.shards.open_files import OpenShards
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 
@@ -65,7 +65,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def _open(self, index: ShardIndex | None = None) -> None:
         cfg, self.index = self.cfg, index if index is not None else load_index(self.folder)
         frames = load_frames(self.folder, self.index)
-        self.slots = slot_map(self.index, cfg.slots)
+        self.slots = slot_map(self.index, cfg.slots, cfg.tile)
         used = [c for c in self.slots.cameras if c is not None]
         shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
         lengths = {len(cfg.offsets_for(c)) for c in used}

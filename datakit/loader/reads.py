@@ -5,7 +5,7 @@ together in one shard. `read_frames` sorts a batch's requests by (shard, offset)
 neighbours closer than `coalesce_gap` into one `preadv` whose iovecs scatter each frame
 straight into its destination and send the gaps (other fields, tar headers) to a scratch
 buffer: a 33-frame clip is one contiguous read, with no per-frame scan, no decode and no
-intermediate copy. File descriptors come from `shards.open_shards.OpenShards`: opened per
+intermediate copy. File descriptors come from `shards.open_files.OpenShards`: opened per
 process (DataLoader workers fork), at most `max_open_shards` at once, checked against the index
 on open (size, or sha256 once per process), so a truncated or replaced shard fails with its
 name instead of returning a wrong frame.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datakit.errors import ShardError
-from datakit.shards.open_shards import OpenShards
+from datakit.shards.open_files import OpenShards
 
 _IOV_MAX = 1000  # Linux allows 1024 iovecs per call; keep a margin
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datakit.loader.tiling import TILE_SLOTS
 from datakit.shards.index import STATUS_REAL, ShardIndex
 
 
@@ -24,19 +25,19 @@ class SlotMap:
     cameras: tuple[str | None, ...]  # dataset camera per slot
     real: np.ndarray  # (E, S) bool: episode e has a real video for slot s
 
-    @property
-    def num_slots(self) -> int:
-        return len(self.cameras)
 
-
-def slot_map(index: ShardIndex, slots: tuple[str | None, ...]) -> SlotMap:
-    """Resolve a config's `slots` against the index (empty: every camera, index order)."""
+def slot_map(index: ShardIndex, slots: tuple[str | None, ...], tile: str | None = None) -> SlotMap:
+    """Resolve a config's `slots` against the index (empty: every camera, index order); with `tile`,
+    the slots must be as many as the canvas takes."""
     cams = tuple(slots) if slots else tuple(index.cameras)
     unknown = [c for c in cams if c is not None and c not in index.cameras]
     if unknown:
         raise ValueError(f"slots name unknown cameras {unknown}; the index has {list(index.cameras)}")
     if not cams:
         raise ValueError("no camera slots: the index has no cameras and `slots` is empty")
+    if tile is not None and len(cams) != TILE_SLOTS[tile]:
+        raise ValueError(f"tile={tile!r} takes {TILE_SLOTS[tile]} views; slots is empty and the index has "
+                         f"{len(cams)} cameras {list(cams)}: name the views in slots")
     real = np.zeros((len(index.episodes), len(cams)), bool)
     for e, ep in enumerate(index.episodes):
         for s, cam in enumerate(cams):

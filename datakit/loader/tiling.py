@@ -8,7 +8,7 @@
     |   slot 1    |   slot 2    |   rows H .. 2H-1
     +-------------+-------------+
 
-so 3 views at 176x320 become one 352x640 canvas (DreamZero's DROID layout). Tiling runs inside the
+so 3 views at 176x320 become one 352x640 canvas (DreamZero's DROID canvas). Tiling runs inside the
 normaliser, on the device, after the uint8 copy: the host sends the 3 views (3/4 of the canvas's
 bytes) and the canvas is built there, one pass, before scaling. A slot without a camera is black
 (its `image_mask` entry False) and keeps its place, so tiling needs `prune_slots=False`.

@@ -36,8 +36,3 @@ def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
     q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
     return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0), "max": x.max(0), "q01": q01, "q99": q99}
 
-
-def vector_stats(x: np.ndarray) -> dict[str, list[float]]:
-    """mean, std, min, max, 1st and 99th percentile of (N, D) values over finite values only
-    (see `finite_vector_stats` for the counts of values left out)."""
-    return finite_vector_stats(x)[0]

@@ -5,7 +5,11 @@ safely by every rank (process) on the node.
     cache.download_ahead(shard_ids_in_read_order)      # background downloads ahead of the sampler
     fd = cache.open(cache.index.shards[k])       # or cache.local_path(entry) -> Path
 
-Layout: `cache_dir/<root key>/<index sha256[:16]>/` mirrors the remote root (index.json,
+The downloads ahead (one thread, a bytes window ahead of the reader, protected from eviction)
+are `download_ahead.DownloadAhead`; this module is the cache: what is on disk, and how a shard
+gets there.
+
+On disk: `cache_dir/<root key>/<index sha256[:16]>/` mirrors the remote root (index.json,
 frames.arrow, checksums.json, shard-*.tar), so `load_index` / `load_frames` read it as they
 read any converted folder. A new conversion at the same URL gets a new folder; the old one is
 removed. Index files are pinned and not counted in `max_bytes`; shards are.
@@ -37,35 +41,25 @@ import fcntl
 import hashlib
 import os
 import shutil
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
-from datakit.errors import IndexFileError, ResourceLimitError, ShardError, StorageError
+from datakit.errors import ResourceLimitError, ShardError, StorageError
 from datakit.shards import checksums
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
 from datakit.storage import cache_disk
 from datakit.storage.cache_disk import FOLDER_LOCK, LOCKS, flock
+from datakit.storage.download_ahead import DownloadAhead
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import download, temp_name
 from datakit.storage.urls import deadline, filesystem, join, resolve
 
 ROOM_WAIT_S = 120.0  # how long a reader waits for room before saying cache_bytes is too small
 ROOM_POLL_S = 0.02
-
-
-def shard_sequence(shard_of_each_read: Sequence[int]) -> list[int]:
-    """The order in which shards are needed, from the shard of every sample read in order (e.g.
-    `shard[anchors[order]]` of one rank's epoch): consecutive repeats collapsed, later returns to
-    a shard kept, which is what `ShardCache.download_ahead` takes."""
-    a = np.asarray(shard_of_each_read, np.int64)
-    return a[np.r_[True, a[1:] != a[:-1]]].tolist() if a.size else []
 
 
 def root_key(url: str) -> str:
@@ -267,104 +261,50 @@ class ShardCache:
         except FileNotFoundError:
             return False
 
-    # --- downloads ahead of the reader ----------------------------------------------------
+    # --- downloads ahead of the reader (download_ahead.py) ------------------------------------
     def _init_thread_state(self) -> None:
         self._pid = os.getpid()
-        self._cv = threading.Condition()
-        self._order: list[int] = []
-        self._pos = 0  # position in the order of the shard the reader uses now
-        self._next = 0  # next position the download thread fetches
-        self._protected: set[str] = set()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._driven = False  # reader_at() reports progress; opens do not
+        self._ahead = DownloadAhead([s.bytes for s in self.index.shards], self._prefetch, self.ahead_bytes)
         self._hashed_inodes: set[tuple[int, int]] = set()  # (st_dev, st_ino) of shards hashed at download
         self._release_hooks: list[weakref.WeakMethod] = []  # readers' "close your evicted shards"
-        self.download_errors: list[BaseException] = []
+
+    def _prefetch(self, sid: int) -> Path | None:
+        return self._ensure(self.index.shards[sid], wanted=False)
+
+    @property
+    def _protected(self) -> set[str]:
+        """Names of the shards in the download window: evicted last."""
+        return {self.index.shards[s].name for s in self._ahead.protected}
+
+    @property
+    def download_errors(self) -> list[BaseException]:
+        """Errors of downloads ahead (each raised again by the reader's own open of that shard)."""
+        return self._ahead.errors
 
     def download_ahead(self, shard_ids_in_order: Sequence[int]) -> None:
         """Download shards on a background thread in the order the sampler will read them
-        (repeats allowed), staying at most `ahead_bytes` ahead of the reader. Reader progress
-        is learnt from `local_path`/`open` calls. A new call replaces the previous order."""
-        if self._pid != os.getpid():
+        (repeats allowed; `download_ahead.shard_sequence`), staying at most `ahead_bytes` ahead of
+        the reader. Reader progress is learnt from `local_path`/`open` calls, or from `reader_at`.
+        A new call replaces the previous order."""
+        if self._pid != os.getpid():  # forked: the parent's thread is not ours
             self._init_thread_state()
-        order = [int(s) for s in shard_ids_in_order]
-        with self._cv:
-            self._order, self._pos, self._next, self._closed = order, 0, 0, False
-            self._update_protected()
-            self._cv.notify_all()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._download_loop, name="shard-download", daemon=True)
-            self._thread.start()
+        self._ahead.start(shard_ids_in_order)
 
     def reader_at(self, position: int) -> None:
         """The reader has reached `position` of the current download order. The loader says so per
         batch, because reads in DataLoader workers are not seen by this process; once called,
         opens no longer move the position (a batch opens its shards in file order, not download order)."""
-        with self._cv:
-            self._driven = True
-            self._pos = min(max(int(position), 0), len(self._order))
-            self._next = max(self._next, self._pos)
-            self._update_protected()
-            self._cv.notify_all()
+        self._ahead.reader_at(position)
 
     def close(self) -> None:
         """Stop the download thread (downloads in flight finish or are cleaned by the next user)."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        self._ahead.close()
 
     def _consumed(self, entry: ShardEntry) -> None:
         """The reader is at `entry`: move the order position to its next occurrence."""
         sid = self._id.get(entry.name)
-        if self._pid != os.getpid() or sid is None or not self._order or self._driven:
-            return
-        with self._cv:
-            try:
-                pos = self._order.index(sid, self._pos)
-            except ValueError:
-                return
-            self._pos = pos
-            self._next = max(self._next, pos)
-            self._update_protected()
-            self._cv.notify_all()
-
-    def _window_end(self) -> int:
-        """First order position past the bytes budget counted from the reader's position."""
-        total, seen, j = 0, set(), self._pos
-        while j < len(self._order):
-            sid = self._order[j]
-            if sid not in seen:
-                total += self.index.shards[sid].bytes
-                if total > self.ahead_bytes and j > self._pos:
-                    break
-                seen.add(sid)
-            j += 1
-        return j
-
-    def _update_protected(self) -> None:
-        self._protected = {self.index.shards[s].name for s in self._order[self._pos:self._window_end()]}
-
-    def _download_loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closed and self._next >= self._window_end():
-                    self._cv.wait()
-                if self._closed:
-                    return
-                sid = self._order[self._next]
-            try:
-                fetched = self._ensure(self.index.shards[sid], wanted=False)
-            except Exception as e:  # noqa: BLE001 - the reader's own call retries and raises it
-                self.download_errors.append(e)
-                fetched = True  # move on: the reader's own call will raise it
-            with self._cv:
-                if fetched is None:  # no room yet: try again once the reader has moved on (or soon)
-                    self._cv.wait(ROOM_POLL_S * 5)
-                elif self._next < len(self._order) and self._order[self._next] == sid:
-                    self._next += 1
+        if self._pid == os.getpid() and sid is not None:
+            self._ahead.consumed(sid)
 
     # --- pickling (DataLoader workers): no thread, no locks -------------------------------
     def __getstate__(self) -> dict[str, Any]:

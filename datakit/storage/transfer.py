@@ -143,21 +143,6 @@ def fetch(root: str, names: Iterable[str], scratch: Path, *, storage_options: di
     return out
 
 
-def list_files(root: str, pattern: str, *, storage_options: dict[str, Any] | None = None,
-               policy: RetryPolicy = DEFAULT_RETRY) -> list[str]:
-    """Names (relative to `root`, sorted) of the files matching the glob `pattern` under `root`,
-    e.g. "meta/episodes/*/*.parquet" of a LeRobot v3.0 source; a fresh listing, not a cached one."""
-    fs, base = filesystem(root, storage_options, policy)
-    base = base.rstrip("/")
-
-    def ls() -> list[str]:
-        fs.invalidate_cache()
-        return sorted(p[len(base) + 1:] for p in fs.glob(f"{base}/{pattern}", **deadline(fs, policy))
-                      if fs.isfile(p, **deadline(fs, policy)))
-
-    return with_retries(ls, str(root), f"listing {pattern}", policy)
-
-
 def _hub_file(root: str, repo: str, name: str, policy: RetryPolicy) -> Path:
     """One file of a Hub dataset via hf_hub_download: cached once per machine, served offline."""
     from huggingface_hub import constants, hf_hub_download

@@ -200,7 +200,8 @@ MOMENTS = {"reduce": "a reduce-scatter (its buffers beside the gradients reduced
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """Human-readable lines of an `inspect_model` report."""
+    """Human-readable lines of an `inspect_model` report (with `trainkit inspect`'s "loader" section,
+    trainkit/estimate/loader.py, when the report has one)."""
     p, f, m = report["params"], report["fsdp"], report["memory"]
     world = report["world_size"]
     lines = [f"model {report['family']}/{report['preset']}: {_si(p['total'], '')} params "
@@ -241,4 +242,7 @@ def format_report(report: dict[str, Any]) -> str:
                      f"one {m['gpu']} at world size {world}: {more}. Lower train.micro_batch or recompute blocks "
                      f"(parallel.ac_stride; every block recomputed: activations "
                      f"{_mem(m['activations_full_recompute_gib'])}).")
+    if "loader" in report:
+        from trainkit.estimate.loader import format_loader
+        lines += format_loader(report["loader"])
     return "\n".join(lines)

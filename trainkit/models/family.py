@@ -96,7 +96,9 @@ class Family:
     activations: Callable[[Any, int], Activations]  # (config, image slots) -> inspect's saved elements
     max_slots: Callable[[Any], int]  # config -> the model's image slots
     # the loader preset: (config, index, **trainer's loader settings) -> datakit LoaderConfig with
-    # what the model needs from a sample (frames per sample, action horizon, image size, tiling)
+    # what the model needs from a sample (frames per sample, action horizon, image size, tiling);
+    # index None (`trainkit inspect` without shards): what does not depend on the data
+    # (trainkit/data.py `loader_settings` are the trainer's settings, built once for both)
     loader_config: Callable[..., Any]
     # (config, index, loader config) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]

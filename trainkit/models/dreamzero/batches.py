@@ -1,4 +1,5 @@
-"""What `dreamzero` needs from datakit.loader: its loader preset (a 33-frame clip of three views
+"""What `dreamzero` needs from datakit.loader: its loader preset (`dreamzero_config`, and
+`loader_config` at a model config's shapes: a 33-frame clip of three views
 tiled into one canvas on the device, the last states, the actions of the blocks), and the batch
 adapter that adds the host-side extras and builds `DreamZeroBatch` on the device.
 
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from datakit.loader import LoaderConfig, dreamzero_config
+from datakit.loader import LoaderConfig
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
@@ -23,18 +24,34 @@ from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
 
 
-def loader_config(cfg: DreamZeroConfig, index: ShardIndex, **kw: Any) -> LoaderConfig:
-    """datakit's `dreamzero_config` at this model's shapes: `cfg.frames` frames ending at t, the
-    last `state_tokens` states, `cfg.horizon` actions, the three slots tiled "wrist_top" (slot 0 the
+def dreamzero_config(**kw: Any) -> LoaderConfig:
+    """DreamZero-shaped samples: a 33-frame clip ending at t, and the actions ahead of it. Pass
+    `slots=(wrist, exterior_1, exterior_2)` with `tile="wrist_top"` for its one 352x640 canvas from
+    three 176x320 views (datakit/loader/tiling.py); tiling keeps every slot (`prune_slots=False`)."""
+    kw = {"frame_offsets": tuple(range(-32, 1)), "action_horizon": 32, **kw}
+    if kw.get("tile") is not None:
+        kw.setdefault("prune_slots", False)
+    return LoaderConfig(**kw)
+
+
+def loader_config(cfg: DreamZeroConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
+    """`dreamzero_config` at this model's shapes: `cfg.frames` frames ending at t, the last
+    `state_tokens` states, `cfg.horizon` actions, the three slots tiled "wrist_top" (slot 0 the
     wrist view) and every view resized to `cfg.view` on the device if stored at another size.
-    `kw`: the trainer's loader settings; slot pruning is off (each view keeps its canvas place)."""
-    slots = tuple(kw.pop("slots", None) or index.cameras)
-    if len(slots) != 3:
+    `kw`: the trainer's loader settings; slot pruning is off (each view keeps its canvas place).
+    Without the shard index (`trainkit inspect` with no shards) empty `data.slots` stay empty (the
+    loader takes the index's cameras, which must then be 3) and the views' stored size is unknown:
+    the resize is kept."""
+    slots = tuple(kw.pop("slots", None) or (index.cameras if index is not None else ()))
+    if len(slots) not in ((0, 3) if index is None else (3,)):
         raise ModelConfigError(f"data.slots: dreamzero tiles 3 views (wrist, exterior, exterior) into one canvas; "
                                f"got {len(slots)} slot(s) {list(slots)}")
-    cam = next((c for c in slots if c is not None), None)
-    frame_hw = tuple(index.cameras[cam].frame_shape[:2]) if cam is not None else cfg.view
-    resize = None if frame_hw == cfg.view or index.layout != "rgb" else cfg.view
+    if index is None:
+        resize = cfg.view
+    else:
+        cam = next((c for c in slots if c is not None), None)
+        frame_hw = tuple(index.cameras[cam].frame_shape[:2]) if cam is not None else cfg.view
+        resize = None if frame_hw == cfg.view or index.layout != "rgb" else cfg.view
     kw["prune_slots"] = False
     return dreamzero_config(slots=slots, tile="wrist_top", frame_offsets=tuple(range(1 - cfg.frames, 1)),
                             state_offsets=tuple(range(1 - cfg.state_tokens, 1)), action_horizon=cfg.horizon,

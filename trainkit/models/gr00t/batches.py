@@ -1,5 +1,6 @@
-"""What `gr00t` needs from datakit.loader: its loader preset at the model's shapes, and the batch
-adapter that adds the host-side extras and builds `Gr00tBatch` on the device.
+"""What `gr00t` needs from datakit.loader: its loader preset (`gr00t_config`, and `loader_config` at
+the model's shapes), and the batch adapter that adds the host-side extras and builds `Gr00tBatch`
+on the device.
 
 Host side, per batch: the prompt tokens (Gr00tTokenizer) and the flow noise and time, drawn from
 the batch's own CPU generator (seeded by (seed, loader epoch, loader step, rank), so they are the
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from datakit.loader import LoaderConfig, gr00t_config
+from datakit.loader import LoaderConfig
 from datakit.shards.index import ShardIndex
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
@@ -23,13 +24,25 @@ from trainkit.models.gr00t.model import Gr00tBatch, sample_flow
 from trainkit.models.gr00t.tokenizer import Gr00tTokenizer
 
 
-def loader_config(cfg: Gr00tConfig, index: ShardIndex, **kw: Any) -> LoaderConfig:
-    """datakit's `gr00t_config` at this model's shapes: `cfg.horizon` actions, rgb frames resized on the
+def gr00t_config(**kw: Any) -> LoaderConfig:
+    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
+    16 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
+    device resize to N1.6's image size."""
+    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
+                           **kw})
+
+
+def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
+    """`gr00t_config` at this model's shapes: `cfg.horizon` actions, rgb frames resized on the
     device to (image_height, image_width). That size must be N1.6's for the dataset's frames
-    (n16_resolution): a 4:3 dataset needs model.image_width = 336. `kw`: the trainer's loader settings."""
+    (n16_resolution): a 4:3 dataset needs model.image_width = 336. `kw`: the trainer's loader settings.
+    Without the shard index (`trainkit inspect` with no shards) the frames' size is unknown: the
+    resize is kept and N1.6's rule is not checked."""
+    size = (cfg.image_height, cfg.image_width)
+    if index is None:
+        return gr00t_config(action_horizon=cfg.horizon, resize=size, **kw)
     slots = kw.get("slots") or tuple(index.cameras)
     frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
-    size = (cfg.image_height, cfg.image_width)
     if cfg.patch == 14 and n16_resolution(*frame_hw) != size:  # the N1.6 patch size: hold it to N1.6's rule
         want = n16_resolution(*frame_hw)
         raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: frames of {frame_hw[0]}x"

@@ -1,5 +1,6 @@
-"""What `pi05` needs from datakit.loader: its loader preset, and the batch adapter that adds the
-host-side extras and builds `Pi05Batch` on the device.
+"""What `pi05` needs from datakit.loader: its loader preset (`pi05_config`, and `loader_config` at
+a model config's shapes), and the batch adapter that adds the host-side extras and builds
+`Pi05Batch` on the device.
 
 Host side, per batch: the prompt tokens (task string + the normalised state discretised into bins,
 pi05/tokenizer.py: PaliGemma's SentencePiece with `model.tokenizer`, else the built-in one) and the flow-matching noise and time, drawn from the batch's own CPU generator
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from datakit.loader import LoaderConfig, Normaliser, pi05_config
+from datakit.loader import LoaderConfig, Normaliser
 from datakit.shards.index import ShardIndex
 from trainkit.errors import BatchDataError
 from trainkit.errors import TokenizerError
@@ -24,13 +25,21 @@ from trainkit.models.pi05.model import Pi05Batch, sample_flow
 from trainkit.models.pi05.tokenizer import PaligemmaPromptTokenizer, PromptTokenizer
 
 
-def loader_config(cfg: Pi05Config, index: ShardIndex, **kw: Any) -> LoaderConfig:
-    """datakit's `pi05_config` at this model's shapes: `cfg.horizon` actions, and rgb frames of
-    another size resized to `cfg.image_size` on the device. `kw`: the trainer's loader settings
-    (slots, order, workers, norm, ...)."""
+def pi05_config(**kw: Any) -> LoaderConfig:
+    """Pi0.5-shaped samples: the current frame of 3 slots, 50 future actions, quantile norm."""
+    return LoaderConfig(**{"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile", **kw})
+
+
+def loader_config(cfg: Pi05Config, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
+    """`pi05_config` at this model's shapes: `cfg.horizon` actions, and rgb frames of another size
+    resized to `cfg.image_size` on the device. `kw`: the trainer's loader settings (slots, order,
+    workers, norm, ...). Without the shard index (`trainkit inspect` with no shards) the frames'
+    size is unknown: the resize is then kept (the run drops it for frames stored at that size)."""
+    size = (cfg.image_size, cfg.image_size)
+    if index is None:
+        return pi05_config(action_horizon=cfg.horizon, resize=size, **kw)
     slots = kw.get("slots") or tuple(index.cameras)
     frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
-    size = (cfg.image_size, cfg.image_size)
     return pi05_config(action_horizon=cfg.horizon, resize=None if frame_hw == size or index.layout != "rgb" else size,
                        **kw)
 

@@ -1,0 +1,79 @@
+"""`datakit doctor SRC`: the command-line face of the audit (see `datakit.commands.doctor` for what it checks
+and the JSON it writes). `add_parser(sub)` / `run(args)` plug into `datakit.cli`; `main(argv)` runs
+it on its own (`python -m datakit.commands.doctor SRC`).
+
+Exit codes: 0 no findings, 1 findings (errors or warnings not `--ignore`d), 2 unusable input
+(or a --json file that cannot be written), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from datakit.commands.doctor.audit import audit_dataset
+from datakit.commands.doctor.report import print_report, write_json
+from datakit.errors import DatakitError
+from datakit.commands.flag_types import names_of, positive
+from datakit.machine import available_cpus
+from datakit.sources.checks import FINDING_KINDS
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register `doctor` on the `datakit` subcommand parser."""
+    p = sub.add_parser(
+        "doctor", help="audit a source dataset (videos, tables, metadata) without converting it",
+        description="Decode every frame of every camera and read every table of a LeRobot (v2.0/v2.1/v3.0) or "
+                    "raw DROID dataset, and list every defect convert would reject or that would silently hurt "
+                    "training, each with its file, episode and frame.",
+        epilog="Exit code 0: no findings; 1: findings; 2: SRC is not a usable dataset folder.")
+    p.add_argument("src", type=Path, help="source dataset folder")
+    p.add_argument("--format", choices=["auto", "lerobot", "droid"], default="auto", help="source format (default auto)")
+    p.add_argument("--workers", type=positive(int), default=None, help="parallel episode workers (default: all cores)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE ('-': stdout, "
+                                                  "and the table goes to stderr)")
+    p.add_argument("--frozen-seconds", type=positive(float), default=2.0,
+                   help="report a camera showing identical frames for at least this long (default %(default)s)")
+    p.add_argument("--ignore", action="append", default=[], metavar="KIND",
+                   type=names_of(FINDING_KINDS, "finding kind"),
+                   help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
+                        "are listed in `python -m pydoc datakit.commands.doctor`)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the audit for parsed arguments; print the table (and JSON); return the exit code."""
+    workers = args.workers if args.workers is not None else available_cpus()
+    ignore = {k for kinds in args.ignore for k in kinds}
+    try:
+        report = audit_dataset(args.src, fmt=args.format, workers=workers,
+                               frozen_seconds=args.frozen_seconds, progress=not args.no_progress)
+    except DatakitError as e:
+        print(f"datakit doctor: error: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except KeyboardInterrupt:
+        print("datakit doctor: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    report = dataclasses.replace(report, findings=[f for f in report.findings if f.kind not in ignore])
+    print_report(report, sys.stderr if args.json == "-" else sys.stdout)
+    if args.json:
+        try:
+            write_json(report, args.json)
+        except OSError as e:
+            print(f"datakit doctor: error: cannot write {args.json}: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+    return EXIT_CLEAN if report.clean else EXIT_FINDINGS
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`datakit doctor` without the rest of the CLI (tests, `python -m datakit.commands.doctor`)."""
+    parser = argparse.ArgumentParser(prog="datakit")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)]))
+
+
+__all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "add_parser", "main", "run"]

@@ -1,0 +1,236 @@
+"""`datakit plan OUT --samples-per-s N [--ranks R]`: what a target throughput needs.
+
+    datakit plan out/ --samples-per-s 3200 --ranks 16 --loader-config pi05.toml --batch-size 32
+    datakit plan s3://bucket/droid --samples-per-s 3200 --ranks 64 --shuffle shard_block --cache-bytes 200GiB
+    datakit plan out/ --samples-per-s 800 --measure --json
+
+Prints bytes per sample (what the loader reads: the slots it keeps, so a blank camera costs
+nothing), read bandwidth per node, the epoch's working set per rank and node (the cache size
+that downloads each shard once per epoch), host-to-device bytes per step (uint8 as the loader
+sends it, and float32 for comparison). With --measure: this machine's disk and page-cache
+bandwidth on the shards, the real loader's samples/s, the most samples/s these sustain for the
+given ranks (`ceiling`), and where the GPUs would wait.
+
+The sample shape comes from the shape flags, or from a LoaderConfig TOML (`--loader-config`,
+what `trainkit inspect CONFIG --loader-toml FILE` writes for a training run: its frame offsets,
+action horizon, slots, batch size per rank, ...), the flags given on top of the file; neither:
+LoaderConfig's defaults (one frame per camera, one action).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from datakit.errors import IndexFileError
+from datakit.commands.flag_types import non_negative_int, positive
+from datakit.loader.config import LoaderConfig, loader_config_from_toml
+from datakit.machine import available_cpus
+from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.commands.plan.model import ThroughputPlan, plan_throughput
+from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = units.get(t[-1:], 1)
+    return int(float(t[:-1] if mult > 1 else t) * mult)
+
+
+def _offsets(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("plan", help="what a target samples/s needs: bandwidth, cache, host-to-device bytes",
+                       description="Read an index (local folder or fsspec URL) and a loader config, and print what "
+                                   "a target training throughput needs from storage, the shard cache and the bus.")
+    p.add_argument("out", help="converted folder or URL (s3://..., gs://...)")
+    p.add_argument("--samples-per-s", type=positive(float), required=True,
+                   help="target samples per second, all ranks together")
+    p.add_argument("--ranks", type=positive(int), default=1, help="training ranks (GPUs) in all (default 1)")
+    p.add_argument("--ranks-per-node", type=positive(int), default=8,
+                   help="ranks per node sharing one cache (default 8)")
+    p.add_argument("--loader-config", type=Path, metavar="FILE.toml",
+                   help="a TOML of LoaderConfig fields (what `trainkit inspect --loader-toml` writes); "
+                        "the flags below override it")
+    p.add_argument("--batch-size", type=int, help="samples per rank per step (default: the file's, else 32)")
+    p.add_argument("--frame-offsets", type=_offsets, help="frame offsets per camera, e.g. -8,-4,0")
+    p.add_argument("--action-horizon", type=int, help="future actions per sample")
+    p.add_argument("--slots", help="model image slots: comma list of cameras, 'none' for an empty slot")
+    p.add_argument("--shuffle", choices=["random", "shard_block", "sequential"], help="sample order")
+    p.add_argument("--block-size", type=int, help="anchors per block in shard_block order")
+    p.add_argument("--boundary", choices=["pad", "skip"], help="episode ends: pad or skip")
+    p.add_argument("--seed", type=int, help="the sampler's seed (default: the file's, else 0)")
+    p.add_argument("--cache-bytes", type=positive(_size),
+                   help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
+    p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth and "
+                                                          "the loader's samples/s on the shards, and print the ceiling "
+                                                          "(local folders only)")
+    p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30,
+                   help="bytes read by --measure (default 1GiB)")
+    p.add_argument("--measure-seconds", type=positive(float), default=3.0,
+                   help="seconds the loader is timed (default 3)")
+    p.add_argument("--workers", type=non_negative_int, help="loader worker processes per rank for --measure "
+                                                       "(0: in this process; default: the file's num_workers, else "
+                                                       "the cores this process may use)")
+    p.add_argument("--h2d-gbps", type=positive(float),
+                   help="host-to-device GB/s of one GPU, to say whether the bus waits")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return p
+
+
+def loader_config(args) -> LoaderConfig:
+    """The --loader-config file (else LoaderConfig's defaults) with the flags that were given on top;
+    the loader's workers for --measure: --workers, else the file's num_workers, else every core."""
+    over = {"batch_size": args.batch_size, "frame_offsets": args.frame_offsets, "action_horizon": args.action_horizon,
+            "shuffle": args.shuffle, "block_size": args.block_size, "boundary": args.boundary, "seed": args.seed,
+            "num_workers": args.workers}
+    if args.slots:
+        over["slots"] = tuple(None if s.strip().lower() == "none" else s.strip() for s in args.slots.split(","))
+    over = {k: v for k, v in over.items() if v is not None}
+    defaults = {"num_workers": available_cpus()}
+    if args.loader_config is None:
+        return LoaderConfig(**{**defaults, **over})
+    return loader_config_from_toml(args.loader_config, defaults=defaults, **over)
+
+
+def _local_index(out: str, scratch: Path) -> Path:
+    from datakit.storage.urls import is_remote
+
+    if not is_remote(out):
+        return Path(out)
+    from datakit.storage.transfer import download
+    from datakit.storage.urls import join, resolve
+
+    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):  # load_index checks index.json against checksums.json
+        download(join(resolve(out), name), scratch / name)
+    return scratch
+
+
+def verdicts(plan: ThroughputPlan, bw: Bandwidth | None, h2d_gbps: float | None,
+             top: Ceiling | None = None) -> list[str]:
+    """Where the GPUs would wait, one line each (empty: nothing measured to compare with)."""
+    lines = []
+    need = plan.read_bytes_per_s_per_node
+    if top is not None:
+        share = plan.samples_per_s / top.samples_per_s
+        lines.append(f"ceiling: {top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks, bound by the {top.bound}; "
+                     f"the target is {share:.0%} of it" + (": the GPUs wait on data" if share > 1 else ""))
+    if bw is not None:
+        fits = working_set_fits(plan, bw)
+        if need > bw.page_cache_bytes_per_s:
+            lines.append(f"page cache: need {_rate(need)} per node, it gives {_rate(bw.page_cache_bytes_per_s)}: "
+                         "the GPUs wait even on cached data; more nodes or fewer bytes per sample (resize, nv12)")
+        elif need > bw.disk_bytes_per_s and not fits:
+            lines.append(f"disk: need {_rate(need)} per node, the disk gives {_rate(bw.disk_bytes_per_s)} and the "
+                         f"working set ({_bytes(plan.working_set_bytes_per_node)}) exceeds the page cache: the GPUs "
+                         "wait on the disk")
+        elif need > bw.disk_bytes_per_s:
+            lines.append(f"disk: need {_rate(need)} per node, the disk gives {_rate(bw.disk_bytes_per_s)}; the "
+                         "working set fits in memory, so only the first epoch waits on the disk")
+        else:
+            lines.append(f"disk: need {_rate(need)} per node, the disk gives {_rate(bw.disk_bytes_per_s)}: enough")
+    if h2d_gbps is not None:
+        for name, rate in (("uint8", plan.h2d_bytes_per_s_uint8), ("float32", plan.h2d_bytes_per_s_float32)):
+            share = rate / (h2d_gbps * 1e9)
+            lines.append(f"host-to-device ({name}): {_rate(rate)} per GPU = {share:.1%} of {h2d_gbps:g} GB/s"
+                         + (": the GPUs wait on the copy" if share > 1 else ""))
+    if plan.download_bytes_per_s_per_node is not None:
+        lines.append(f"cache of {_bytes(plan.cache_bytes)}: downloads {_bytes(plan.downloaded_bytes_per_epoch_per_node)} "
+                     f"per epoch and node, {_rate(plan.download_bytes_per_s_per_node)} from object storage")
+    return lines
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _rate(n: float) -> str:
+    return f"{n / 1e9:.3f} GB/s" if n >= 1e8 else f"{n / 1e6:.2f} MB/s"
+
+
+def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = None,
+          top: Ceiling | None = None) -> Table:
+    t = Table(title=f"datakit plan: {plan.samples_per_s:g} samples/s on {plan.ranks} ranks ({plan.nodes} nodes)",
+              show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    rows = [
+        ("samples per epoch / steps", f"{plan.num_anchors} / {plan.steps_per_epoch} ({plan.epoch_seconds:.1f} s at target)"),
+        ("bytes per sample", f"{_bytes(plan.bytes_per_sample)} (images {_bytes(plan.image_bytes_per_sample)}, "
+                             f"state+action {_bytes(plan.numeric_bytes_per_sample)}; "
+                             f"{plan.kept_slots_per_step:.2f} slots kept per batch)"),
+        ("read bandwidth per rank", _rate(plan.read_bytes_per_s_per_rank)),
+        ("read bandwidth per node", f"{_rate(plan.read_bytes_per_s_per_node)} ({plan.ranks_per_node} ranks)"),
+        ("dataset", _bytes(plan.dataset_bytes)),
+        ("epoch working set per rank", _bytes(plan.working_set_bytes_per_rank)),
+        ("epoch working set per node", f"{_bytes(plan.working_set_bytes_per_node)} (cache for one download per epoch)"),
+        ("peak shards of one step per node", f"{_bytes(plan.peak_step_bytes_per_node)} ({plan.shuffle}; cache floor)"),
+        ("host-to-device per step (uint8)", f"{_bytes(plan.h2d_image_bytes_per_step_uint8 + plan.h2d_other_bytes_per_step)}"
+                                            f" = {_rate(plan.h2d_bytes_per_s_uint8)} per GPU"),
+        ("host-to-device per step (float32)", f"{_bytes(plan.h2d_image_bytes_per_step_float32 + plan.h2d_other_bytes_per_step)}"
+                                              f" = {_rate(plan.h2d_bytes_per_s_float32)} per GPU"),
+    ]
+    if bw is not None:
+        rows += [("measured disk read", f"{_rate(bw.disk_bytes_per_s)} ({_bytes(bw.bytes_read)} read)"),
+                 ("measured page-cache read", _rate(bw.page_cache_bytes_per_s)),
+                 ("memory", _bytes(bw.memory_bytes))]
+    if rate is not None:
+        rows.append(("measured loader (one rank)", f"{rate.samples_per_s:,.0f} samples/s ({rate.workers} workers, "
+                                                   f"{rate.cores} cores, {rate.seconds:.1f} s)"))
+    if top is not None:
+        disk_note = "first epoch only: the working set fits in memory" if top.working_set_fits else "binds"
+        rows += [("ceiling: page-cache read", f"{top.page_cache_samples_per_s:,.0f} samples/s"),
+                 ("ceiling: disk", f"{top.disk_samples_per_s:,.0f} samples/s ({disk_note})"),
+                 ("ceiling: loader", f"{top.loader_samples_per_s:,.0f} samples/s ({plan.ranks} x one rank)"),
+                 ("ceiling", f"{top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks ({top.bound})")]
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def run(args) -> int:
+    cfg = loader_config(args)
+    with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
+        folder = _local_index(args.out, Path(scratch))
+        try:  # both checked against checksums.json, as every reader loads them: never plan from an edited index
+            index = load_index(folder)
+            frames = load_frames(folder, index)
+        except IndexFileError as e:  # a remote index is named by its URL, not by the scratch copy
+            if folder == Path(args.out):
+                raise
+            url = args.out.rstrip("/")
+            raise IndexFileError(e.where.replace(str(folder), url, 1), e.problem.replace(str(folder), url)) from None
+        plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
+                               ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
+    bw = rate = top = None
+    if args.measure:
+        if folder != Path(args.out):
+            raise ValueError(f"{args.out}: --measure reads the shards and needs a local folder")
+        paths = [folder / s.name for s in index.shards]
+        bw = measure_bandwidth(paths, args.measure_bytes)
+        if working_set_fits(plan, bw):  # time the loader in the steady state: shards cached after epoch 1
+            warm_page_cache(paths, min(plan.dataset_bytes, int(CACHE_SHARE * bw.memory_bytes)))
+        rate = measure_loader(folder, cfg, args.measure_seconds)
+        top = ceiling(plan, bw, rate)
+    lines = verdicts(plan, bw, args.h2d_gbps, top)
+    if args.json:
+        doc = {"plan": plan.to_dict(), "measured": None if bw is None else bw.__dict__,
+               "loader": None if rate is None else rate.__dict__, "ceiling": None if top is None else top.__dict__,
+               "verdicts": lines}
+        print(json.dumps(doc, indent=1))
+        return 0
+    console = Console()
+    console.print(table(plan, bw, rate, top))
+    for line in lines:
+        console.print("  " + line, highlight=False, markup=False)
+    return 0
