@@ -1,15 +1,15 @@
-"""Run the probe (`pi05_fsdp_probe.py`, unmodified) under torch.profiler over its timed steps and
-reduce the trace like trainkit's own profiles, so the probe's kernel mix can be compared with the
-trainer's kernel by kernel.
+"""Run the probe (`bench/probes/pi05_fsdp_probe.py`, unmodified) under torch.profiler over its timed
+steps and reduce the trace like trainkit's own profiles, so the probe's kernel mix can be compared
+with the trainer's kernel by kernel.
 
-    torchrun --nproc-per-node 2 bench/probes/profile_probe.py opt_compile_noac_mbs32
-    PROBE_MBS=40 torchrun --nproc-per-node 2 bench/probes/profile_probe.py opt_compile_noac_mbs40
+    torchrun --nproc-per-node 2 bench/profile_probe.py opt_compile_noac_mbs32
+    PROBE_MBS=40 torchrun --nproc-per-node 2 bench/profile_probe.py opt_compile_noac_mbs40
 
 Options (environment): PROBE_MBS=n adds the best setting at micro-batch n; PROBE_NORM_INIT=ones
-sets the norm weights to 1 after the probe's init (the probe zeroes every 1-D parameter, so its
-LayerNorm/RMSNorm outputs are 0 and most of its GEMMs multiply zeros, which draws less power; on a
-power-capped GPU that buys higher clocks a real model does not get); PROBE_PROFILE=0 times without
-the profiler.
+sets the norm weights to 1 after the probe's init (an older copy of the probe zeroed every 1-D
+parameter, so its LayerNorm/RMSNorm outputs were 0 and most of its GEMMs multiplied zeros, which
+draws less power and buys higher clocks on a power-capped GPU; the current probe sets them to 1
+itself, so this changes nothing there); PROBE_PROFILE=0 times without the profiler.
 
 How: the probe times its steps between two `time.perf_counter()` calls after a synchronize; its
 module's `time` is replaced by a clock that opens the profiler at the first call and closes it at
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "bench" / "probes" / "pi05_fsdp_probe.py"
 sys.path.insert(0, str(ROOT))
 from trainkit.observe.profile import gemm_table, gpu_kernels, timeline_summary, top_kernels  # noqa: E402
 
@@ -85,7 +86,7 @@ def set_norms_to_one(probe) -> None:
 
 
 def main() -> None:
-    spec = importlib.util.spec_from_file_location("pi05_fsdp_probe", Path(__file__).with_name("pi05_fsdp_probe.py"))
+    spec = importlib.util.spec_from_file_location("pi05_fsdp_probe", PROBE)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     clock = ProfilingClock()
