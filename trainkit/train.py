@@ -41,7 +41,7 @@ from trainkit.errors import BatchDataError, ConfigError, LaunchError
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
-from trainkit.weights.norm_stats import with_checkpoint_stats
+from trainkit.weights.norm_stats import check_dataset_stats, with_checkpoint_stats
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.cudagraphs import micro_step
@@ -116,6 +116,8 @@ def run(cfg: RunConfig) -> RunResult:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
             shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
             say(f"normalisation statistics from {source}")
+        else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
+            check_dataset_stats(shards.index, cfg.data.norm, cfg.data.shards)
         check_memory(cfg, world_size)
         # --- devices and process group --------------------------------------------------------------
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")

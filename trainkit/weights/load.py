@@ -10,14 +10,20 @@ float32, cast to the parameter's dtype, and under FSDP2 each rank keeps only its
 splits locally, no communication: every rank reads the same file). Peak host memory is one
 parameter (the 2 GB float32 embedding at full size), never the model; on the device, one parameter
 more than the model.
-Before any tensor is read, the plan is checked on the file's header alone: an unknown format, a
-source key the file lacks, a parameter no rule fills, or a shape that differs is refused with one
-line naming the key. Checkpoint keys no rule reads (tensors the flow loss never uses) are counted
-in the log line. A resume never comes here: it reloads trainkit's own DCP checkpoint.
+Before any tensor is read, the plan is checked on the file's header alone: a damaged or foreign
+file (safetensors_file.py: truncated, overlapping offsets, a pickle named model.safetensors...), an
+unknown format, a source key the file lacks, a parameter no rule fills, a shape that differs, or a
+source that is not floating point (an integer or bool tensor would be cast silently) is refused
+with one line naming the file and the key. While loading, each tensor is checked finite in float32
+(NaN/inf weights, or float64 values beyond float32's range): one bad value would otherwise surface
+at step 0 as a non-finite loss blamed on the batch or the learning rate. Checkpoint keys no rule
+reads (tensors the flow loss never uses) are counted in the log line. A resume never comes here: it
+reloads trainkit's own DCP checkpoint.
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,17 +34,18 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from datakit.durable import write_atomic
-from trainkit.errors import CheckpointError
+from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import Family
-from trainkit.errors import WeightsError
 from trainkit.parallel.names import clean_name
+from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 
 
 
-def _open(folder: Path) -> Any:
-    from safetensors import safe_open
+def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
+    """(the checked header, safetensors' reader) of the folder's weights."""
+    from safetensors import SafetensorError, safe_open
 
     for name in (WEIGHTS_NAME, CONFIG_NAME):
         if not (folder / name).is_file():
@@ -46,21 +53,33 @@ def _open(folder: Path) -> Any:
                                   "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
     try:
         json.loads((folder / CONFIG_NAME).read_text())
-        return safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
-    except (OSError, ValueError, RuntimeError) as e:  # bad JSON, a truncated or foreign safetensors header
-        raise CheckpointError(str(folder), f"unreadable checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
+        raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+    header = read_header(folder / WEIGHTS_NAME)
+    try:
+        return header, safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
+        raise CheckpointError(str(folder / WEIGHTS_NAME), f"unreadable safetensors ({type(e).__name__}: "
+                              f"{str(e)[:200]})") from None
 
 
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
     """The checkpoint's format, after checking its plan against `model` (may be on the meta device)
     from the file's header alone: the launch check, before any GPU work."""
-    with _open(Path(folder)) as f:
-        return _plan(model, fam, Path(folder), f)[0]
+    header, f = _open(Path(folder))
+    with f:
+        return _plan(model, fam, Path(folder), header)[0]
 
 
-def _plan(model: nn.Module, fam: Family, folder: Path, f: Any) -> tuple[str, list[Any]]:
-    shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    return plan(model, fam, shapes, str(folder / WEIGHTS_NAME))
+def _plan(model: nn.Module, fam: Family, folder: Path, header: Mapping[str, Entry]) -> tuple[str, list[Any]]:
+    path = str(folder / WEIGHTS_NAME)
+    fmt, rules = plan(model, fam, {k: e.shape for k, e in header.items()}, path)
+    for rule in rules:
+        for key in rule.sources:
+            if header[key].dtype not in FLOAT_DTYPES:
+                raise CheckpointError(path, f"tensor {key!r} is {header[key].dtype}, not floating point "
+                                      f"(weights are {'/'.join(FLOAT_DTYPES)}; it would be cast silently)")
+    return fmt, rules
 
 
 def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], path: str) -> tuple[str, list[Any]]:
@@ -83,17 +102,21 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     t0 = time.perf_counter()
     folder = Path(folder)
     params = {clean_name(n): p for n, p in model.named_parameters()}
-    with _open(folder) as f:
-        keys = set(f.keys())
-        fmt, rules = _plan(model, fam, folder, f)
+    header, f = _open(folder)
+    with f:
+        keys = set(header)
+        fmt, rules = _plan(model, fam, folder, header)
         dtypes: set[str] = set()
         with torch.no_grad():
             for rule in rules:
                 param = params[rule.target]
-                sources = [f.get_tensor(k) for k in rule.sources]
+                sources = [_read(f, folder / WEIGHTS_NAME, k) for k in rule.sources]
                 dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
                 # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
-                _copy_into(param, rule.gather([t.to(param.device).float() for t in sources]))
+                combined = [t.to(param.device).float() for t in sources]
+                for key, t in zip(rule.sources, combined):
+                    _check_finite(folder / WEIGHTS_NAME, key, t)
+                _copy_into(param, rule.gather(combined))
     used = {k for r in rules for k in r.sources}
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
             "tensors": len(rules), "dtypes": sorted(dtypes),
@@ -101,6 +124,25 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     say(f"model.init_from {folder}: {fmt} format, {len(rules)} parameters from {len(used)} tensors "
         f"({'/'.join(info['dtypes'])}); {info['unused_keys']} keys not used by the flow loss; {info['seconds']:.1f} s")
     return info
+
+
+def _read(f: Any, path: Path, key: str) -> torch.Tensor:
+    from safetensors import SafetensorError
+
+    try:
+        return f.get_tensor(key)
+    except (SafetensorError, OSError, RuntimeError) as e:  # the file changed or went away under the run
+        raise CheckpointError(str(path), f"tensor {key!r} unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _check_finite(path: Path, key: str, t: torch.Tensor) -> None:
+    """Refuse a source tensor (as float32, on the parameter's device) holding NaN or inf. The test
+    is its float64 sum, finite exactly when every value is (float32 values cannot overflow it), so
+    no mask the size of the tensor is allocated unless one is bad."""
+    if not math.isfinite(t.sum(dtype=torch.float64).item()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise CheckpointError(str(path), f"tensor {key!r} holds {bad} of {t.numel()} values not finite in float32 "
+                              "(NaN, inf, or beyond float32's range); refused before step 0")
 
 
 def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],

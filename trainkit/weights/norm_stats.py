@@ -10,81 +10,208 @@ dataset's statistics (`data.norm_from = "dataset"`, the default: the shard index
 The statistics replace the index's in the run's `ShardIndex` (`with_checkpoint_stats`), so the
 loader, the host normaliser and the prompt's state bins all use them; the robot's state and action
 sizes must match the dataset's. A resumed run reads them again from `model.init_from`.
+
+What is refused, in one line naming the file and the key (`stats_problem`; the dataset's own
+statistics, `data.norm_from = "dataset"`, pass the same rule, `check_dataset_stats`):
+- a value that is not finite (any statistic the file holds, used or not: the file is damaged);
+- a negative std, q99 below q01, max below min;
+- a zero range (std 0, or q01 == q99) where the data the run normalises is not that one value:
+  the normaliser floors the range at 1e-8 (as LeRobot's does), so those values are multiplied by
+  1e8 and the loss reaches 1e15 (all-zero statistics did exactly that). A constant dimension is
+  accepted: real datasets have them (a gripper never used), and LeRobot and datakit map its one
+  value to 0 (or -1) through the same floor. A dimension whose q01 == q99 but whose values still
+  span [min, max] (it moves in under 1% of frames) is refused under quantile normalisation.
+The files a checkpoint names (LeRobot's `state_file`; openpi's `assets/*/norm_stats.json`) must
+resolve inside the checkpoint folder: no absolute path, no `..`, no symlink out, so a checkpoint
+cannot make the run read another file. The one exception is huggingface_hub's cache, whose
+`snapshots/<revision>/` files are symlinks into the repository's own `blobs/` folder.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
+import math
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from datakit.shards.index import ShardIndex
-from trainkit.errors import CheckpointError
+from trainkit.errors import CheckpointError, DataError
+from trainkit.weights.safetensors_file import load_checked
 
 Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
+KeyName = Callable[[str, str], str]  # (part, stat) -> how the file names it, for error lines
 PREPROCESSOR, POSTPROCESSOR = "policy_preprocessor.json", "policy_postprocessor.json"
 NEEDED = {"quantile": ("q01", "q99"), "mean_std": ("mean", "std"), "none": ()}
 _LEROBOT_KEYS = {"state": "observation.state", "action": "action"}
+_OPENPI_KEYS = {"state": "state", "action": "actions"}
 LEROBOT_MODE = {"quantile": "QUANTILES", "mean_std": "MEAN_STD", "none": "IDENTITY"}  # data.norm -> LeRobot's
+EPS = 1e-8  # the floor datakit's normaliser (and LeRobot's) puts under a zero range
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """A checkpoint's statistics and where they came from."""
+
+    stats: Stats
+    source: Path  # the file the log line names: policy_preprocessor.json, or norm_stats.json
+    values: Path  # the file that holds the numbers: the normalizer's state_file, or norm_stats.json
+    key: KeyName  # how `values` names each statistic
 
 
 def read_checkpoint_stats(folder: str | Path) -> tuple[Stats, Path]:
     """(statistics, the file they came from) of a checkpoint folder; CheckpointError if it has none."""
-    folder = Path(folder)
+    found = _find(Path(folder))
+    return found.stats, found.source
+
+
+def _find(folder: Path) -> _Found:
     pre = folder / PREPROCESSOR
     if pre.is_file():
-        return _read_lerobot(pre), pre
+        return _read_lerobot(folder, pre)
     found = sorted(folder.glob("assets/*/norm_stats.json"))
     if found:
-        try:
-            raw = json.loads(found[0].read_text())["norm_stats"]
-            return {"state": _lists(raw["state"]), "action": _lists(raw["actions"])}, found[0]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(str(found[0]), f"not openpi norm stats ({type(e).__name__}: {e})") from None
+        return _read_openpi(folder, found[0])
     raise CheckpointError(str(folder), f"data.norm_from = 'checkpoint': no {PREPROCESSOR} (LeRobot) or "
                           "assets/*/norm_stats.json (openpi) in model.init_from")
+
+
+def _inside(folder: Path, name: str, named_in: Path, what: str) -> Path:
+    """`folder / name`, refused (naming `named_in`, the file that names it) unless it stays in `folder`."""
+    rel = PurePosixPath(name)
+    if rel.is_absolute():
+        why = "an absolute path"
+    elif ".." in rel.parts:
+        why = "it climbs out with '..'"
+    elif not _resolves_inside(folder, folder / name):
+        why = f"it resolves to {(folder / name).resolve()}"
+    else:
+        return folder / name
+    raise CheckpointError(str(named_in), f"{what} {name!r} is outside the checkpoint folder ({why}); refused: "
+                          "a checkpoint may name only its own files")
+
+
+def _resolves_inside(folder: Path, path: Path) -> bool:
+    root = folder.resolve()
+    roots = [root, root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [root]  # huggingface_hub
+    real = path.resolve()
+    return any(real.is_relative_to(r) for r in roots)
 
 
 def _lists(d: dict[str, Any]) -> dict[str, list[float]]:
     return {k: [float(x) for x in v] for k, v in d.items() if isinstance(v, list)}
 
 
-def _read_lerobot(path: Path) -> Stats:
-    from safetensors.torch import load_file
+def _read_openpi(folder: Path, path: Path) -> _Found:
+    path = _inside(folder, path.relative_to(folder).as_posix(), folder, "statistics file")
+    try:
+        raw = json.loads(path.read_text())["norm_stats"]
+        stats = {"state": _lists(raw["state"]), "action": _lists(raw["actions"])}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(str(path), f"not openpi norm stats ({type(e).__name__}: {e})") from None
+    return _Found(stats, path, path, lambda part, name: f"norm_stats.{_OPENPI_KEYS[part]}.{name}")
 
+
+def _read_lerobot(folder: Path, path: Path) -> _Found:
     try:
         steps = json.loads(path.read_text())["steps"]
         step = next(s for s in steps if s.get("registry_name") == "normalizer_processor" and s.get("state_file"))
-        tensors = load_file(str(path.parent / step["state_file"]))
     except StopIteration:
         raise CheckpointError(str(path), "has no normalizer_processor step with a state_file") from None
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(str(path), f"unreadable LeRobot processor ({type(e).__name__}: {e})") from None
+    if not isinstance(step["state_file"], str):
+        raise CheckpointError(str(path), f"state_file {step['state_file']!r} is not a file name")
+    values = _inside(folder, step["state_file"], path, "state_file")
     out: Stats = {"state": {}, "action": {}}
-    for key, tensor in tensors.items():
+    for key, tensor in load_checked(values).items():
         feature, _, stat = key.rpartition(".")
         for ours, theirs in _LEROBOT_KEYS.items():
             if feature == theirs:
                 out[ours][stat] = tensor.flatten().double().tolist()
-    return out
+    return _Found(out, path, values, lambda part, name: f"{_LEROBOT_KEYS[part]}.{name}")
+
+
+def stats_problem(stats: Stats, data: Stats, norm: str, key: KeyName) -> str | None:
+    """The first thing wrong with `stats` for normalising data whose per-dimension range is
+    `data`'s min and max under `norm` (the rule in the module docstring), or None."""
+    for part in [p for p in ("state", "action") if p in stats]:
+        per = stats[part]
+        problem = _values_problem(part, per, key) or _range_problem(part, per, data[part], norm, key)
+        if problem:
+            return problem
+    return None
+
+
+def _values_problem(part: str, per: dict[str, list[float]], key: KeyName) -> str | None:
+    for name, values in per.items():
+        bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+        if bad is not None:
+            return f"{key(part, name)}[{bad}] is {values[bad]}: statistics must be finite"
+    bad = next((i for i, v in enumerate(per.get("std", ())) if v < 0), None)
+    if bad is not None:
+        return f"{key(part, 'std')}[{bad}] is {per['std'][bad]:g}: negative (a standard deviation is >= 0)"
+    for lo, hi in (("q01", "q99"), ("min", "max")):
+        pairs = list(zip(per.get(lo, ()), per.get(hi, ())))
+        bad = next((i for i, (a, b) in enumerate(pairs) if b < a), None)
+        if bad is not None:
+            return (f"{key(part, hi)}[{bad}] = {pairs[bad][1]:g} is below {key(part, lo)}[{bad}] = "
+                    f"{pairs[bad][0]:g}")
+    return None
+
+
+def _range_problem(part: str, per: dict[str, list[float]], data: dict[str, list[float]], norm: str,
+                   key: KeyName) -> str | None:
+    """A zero range (std 0, or q01 == q99) over data that is not its one value: scaled by 1/EPS."""
+    if any(name not in per for name in NEEDED[norm]):  # the callers refuse that first, naming what is missing
+        return None
+    if norm == "quantile":
+        width = [b - a for a, b in zip(per["q01"], per["q99"])]
+        value, name = per["q01"], lambda i: f"{key(part, 'q01')}[{i}] == {key(part, 'q99')}[{i}] = {value[i]:g}"
+    elif norm == "mean_std":
+        width, value, name = per["std"], per["mean"], lambda i: f"{key(part, 'std')}[{i}] is 0"
+    else:
+        return None
+    zero = [i for i, w in enumerate(width) if w == 0]
+    for i in zero:
+        lo, hi = data["min"][i], data["max"][i]
+        if not all(math.isclose(x, value[i], rel_tol=1e-9, abs_tol=1e-12) for x in (lo, hi)):
+            every = f" (in every {part} dimension)" if len(zero) == len(width) else ""
+            return (f"{name(i)}: a zero range{every}, while the {part} values there span [{lo:g}, {hi:g}]: "
+                    f"normalising would divide by {EPS:g} (a loss near 1e16)")
+    return None
+
+
+def check_dataset_stats(index: ShardIndex, norm: str, shards: str) -> None:
+    """Refuse the dataset's own statistics (`data.norm_from = "dataset"`) under the rule above,
+    naming `shards`' index.json and the key."""
+    problem = stats_problem(index.stats, index.stats, norm, lambda part, name: f"stats.{part}.{name}")
+    if problem:
+        raise DataError(f"{shards.rstrip('/')}/index.json", problem)
 
 
 def with_checkpoint_stats(index: ShardIndex, folder: str | Path, norm: str) -> tuple[ShardIndex, Path]:
     """`index` with its state/action statistics replaced by the checkpoint's (those `norm` needs
-    must be there, at the dataset's sizes); the file they came from."""
-    stats, source = read_checkpoint_stats(folder)
+    must be there, at the dataset's sizes, and pass `stats_problem` against the dataset's range);
+    the file they came from."""
+    found = _find(Path(folder))
     sizes = {"state": len(index.state_names), "action": len(index.action_names)}
-    merged = {}
+    used: Stats = {}
     for part, size in sizes.items():
-        have = stats.get(part, {})
+        have = found.stats.get(part, {})
         for name in NEEDED[norm]:
             if name not in have:
-                raise CheckpointError(str(source), f"no {part} {name} (data.norm = {norm!r} needs {NEEDED[norm]})")
+                raise CheckpointError(str(found.source), f"no {part} {name} (data.norm = {norm!r} needs "
+                                      f"{NEEDED[norm]})")
             if len(have[name]) != size:
-                raise CheckpointError(str(source), f"{part} {name} has {len(have[name])} values; the dataset's "
+                raise CheckpointError(str(found.source), f"{part} {name} has {len(have[name])} values; the dataset's "
                                       f"{part} has {size}")
-        merged[part] = {**index.stats[part], **{k: v for k, v in have.items() if len(v) == size}}
-    return dataclasses.replace(index, stats={**index.stats, **merged}), source
+        used[part] = {k: v for k, v in have.items() if len(v) == size}
+    problem = stats_problem(used, index.stats, norm, found.key)
+    if problem:
+        raise CheckpointError(str(found.values), problem)
+    merged = {part: {**index.stats[part], **used[part]} for part in sizes}
+    return dataclasses.replace(index, stats={**index.stats, **merged}), found.source
 
 
 def stats_files(stats: Stats, fmt: str, norm: str) -> dict[str, bytes]:
