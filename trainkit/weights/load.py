@@ -18,6 +18,7 @@ in the log line. A resume never comes here: it reloads trainkit's own DCP checkp
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,6 +33,7 @@ from trainkit.errors import CheckpointError
 from trainkit.models import Family
 from trainkit.errors import WeightsError
 from trainkit.parallel.names import clean_name
+from trainkit.weights.publish import check_export_folder
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 
@@ -40,6 +42,7 @@ WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 def _open(folder: Path) -> Any:
     from safetensors import safe_open
 
+    check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
     for name in (WEIGHTS_NAME, CONFIG_NAME):
         if not (folder / name).is_file():
             raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
@@ -138,15 +141,22 @@ def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
 
 def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any],
                   extra: Mapping[str, bytes] = {}) -> None:
-    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file atomically."""
+    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file
+    atomically and fsynced; model.safetensors gets config.json's mode (safetensors' writer makes it 0600)."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / (WEIGHTS_NAME + ".tmp")
     save_file(dict(tensors), str(tmp))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     tmp.rename(out / WEIGHTS_NAME)
     write_atomic(out / CONFIG_NAME, (json.dumps(config, indent=4) + "\n").encode())
+    os.chmod(out / WEIGHTS_NAME, (out / CONFIG_NAME).stat().st_mode & 0o777)
     for name, data in extra.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out / name, data)

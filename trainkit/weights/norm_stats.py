@@ -20,6 +20,7 @@ from typing import Any
 
 from datakit.shards.index import ShardIndex
 from trainkit.errors import CheckpointError
+from trainkit.weights.publish import check_export_folder
 
 Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
 PREPROCESSOR, POSTPROCESSOR = "policy_preprocessor.json", "policy_postprocessor.json"
@@ -31,6 +32,7 @@ LEROBOT_MODE = {"quantile": "QUANTILES", "mean_std": "MEAN_STD", "none": "IDENTI
 def read_checkpoint_stats(folder: str | Path) -> tuple[Stats, Path]:
     """(statistics, the file they came from) of a checkpoint folder; CheckpointError if it has none."""
     folder = Path(folder)
+    check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
     pre = folder / PREPROCESSOR
     if pre.is_file():
         return _read_lerobot(pre), pre
