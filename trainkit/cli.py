@@ -6,7 +6,7 @@
                      [--loader-toml FILE] [--samples-per-s N]   # + the run's LoaderConfig and its `datakit plan` line
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
-    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema]
+    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing non-empty OUT whole (removed only once the new export is complete)")
     return p
 
 
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             return _ladder(args, argv if argv is not None else sys.argv[1:])
         if args.command == "export":
             from trainkit.weights.export import export_run
-            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights)
+            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force)
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
         from trainkit.train import run

@@ -68,6 +68,16 @@ class OutputDirError(TrainkitError):
         self.problem = problem
         super().__init__(f"output.dir {self.path}: {problem}")
 
+
+class ExportError(TrainkitError):
+    """`trainkit export` cannot write OUT: inside the run or the dataset, a file, not empty (no
+    --force), or unwritable (permissions, a read-only or full disk)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"OUT {self.path}: {problem}")
+
 # --- raised by model code (trainkit/models/): ValueErrors, so a model is usable without the trainer
 class ModelConfigError(ValueError):
     """A model config or batch is inconsistent (a width not divisible by the heads, a bad preset name...)."""

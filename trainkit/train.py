@@ -48,7 +48,7 @@ from trainkit.parallel.cudagraphs import micro_step
 from trainkit.optim.optimizer import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.observe.profile import StepProfiler
-from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, resume_changes
+from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, recorded_config, resume_changes
 from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
 from trainkit.observe.summary import format_summary, run_summary
@@ -157,12 +157,12 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
                      image_dtype=compute_dtype(cfg.parallel)) if split.val else None
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    record = RunRecord(config=cfg.to_dict(), dataset=dataset_identity(shards.folder),
+    record = RunRecord(config=recorded_config(cfg.to_dict()), dataset=dataset_identity(shards.folder),
                        global_batch=global_batch)
     start = 0
     if found is not None:
-        for why in found.skipped:
-            say(f"skipping checkpoint {out / 'checkpoints'}/{why}; resuming from {found.path.name}")
+        for line in found.skip_lines("resuming from"):
+            say(line)
         changes = resume_changes(found.path, found.record, found.manifest.world_size, record, world_size)
         saved_ema = ema is not None and found.manifest.config["train"].get("ema_decay", 0.0) > 0
         start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,

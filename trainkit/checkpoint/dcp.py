@@ -12,7 +12,8 @@ schedule, each rank's RNG states and loader position, step, world size, global b
 config and dataset identity) is JSON in the manifest, with the size and SHA-256 of every file
 (checkpoint_manifest.py). The folder is written as `step-000100.tmp`, sealed with the manifest and
 renamed by rank 0 after every rank has finished, so a crash mid-save never leaves a folder that
-looks complete; then all but the newest `output.keep_checkpoints` are deleted.
+looks complete; then all but the newest `output.keep_checkpoints` are deleted (one that `trainkit
+export` is reading is held, checkpoint/hold.py, and deleted by a later save).
 
 Resume takes the newest intact checkpoint: a folder without a manifest, or whose files do not
 match it (truncated, zeroed, flipped, deleted), is skipped, and the caller says which and why; when
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,13 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from datakit.durable import fsync_dir
 from trainkit.checkpoint.manifest import (DamagedCheckpoint, Manifest, check_files, read_manifest, rng_state, seal,
                                           set_rng_state)
+from trainkit.checkpoint.hold import hold_checkpoint, remove_unless_held
 from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
@@ -68,6 +72,11 @@ class Found:
     def record(self) -> RunRecord:
         m = self.manifest
         return RunRecord(config=m.config, dataset=m.dataset, global_batch=m.global_batch)
+
+    def skip_lines(self, doing: str) -> list[str]:
+        """One line per newer checkpoint passed over, as a resume (`doing` = "resuming from") and an
+        export ("exporting") say it: never a silent fall-back to older weights."""
+        return [f"skipping checkpoint {self.path.parent}/{why}; {doing} {self.path.name}" for why in self.skipped]
 
 
 def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer,
@@ -119,10 +128,11 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
 def _rotate(root: Path, keep: int, step: int) -> None:
     """Delete all but the newest `keep` checkpoints up to `step` (one just written), and temporary
     folders of earlier crashed saves (the run lock means no other save is under way). Later steps
-    are left alone: a damaged one this run skipped, or another run's (output.resume=false)."""
+    are left alone: a damaged one this run skipped, or another run's (output.resume=false). So is
+    one an export is reading (checkpoint/hold.py): a later rotation deletes it."""
     done = [p for p in _step_folders(root) if int(_STEP.match(p.name).group(1)) <= step]
     for p in done[keep:] if keep else []:
-        shutil.rmtree(p, ignore_errors=True)
+        remove_unless_held(p)
     for p in root.iterdir():
         if _TMP.match(p.name):
             shutil.rmtree(p, ignore_errors=True)
@@ -143,22 +153,30 @@ def _manifest_or_why(path: Path) -> Manifest | str:
         return str(e)
 
 
-def find_checkpoint(run_dir: Path) -> Found | None:
+def find_checkpoint(run_dir: Path, hold: ExitStack | None = None) -> Found | None:
     """The newest checkpoint under `run_dir` whose files match its manifest (collective); None if
-    there is none at all, CheckpointError if there are some and none is intact."""
+    there is none at all, CheckpointError if there are some and none is intact. `hold` (a reader
+    outside the run, one process): each folder is held before it is checked and the one returned
+    stays held on that stack, so the run's rotation cannot delete it while it is read; a folder
+    the rotation deleted after the listing is passed over unnamed (gone, not damaged)."""
     root = Path(run_dir) / "checkpoints"
     rank, _ = rank_world()
     skipped: list[str] = []
     for path in broadcast(_step_folders(root) if rank == 0 else None):
-        manifest = broadcast(_manifest_or_why(path) if rank == 0 else None)
-        try:
-            if isinstance(manifest, str):
-                raise DamagedCheckpoint(manifest)
-            check_files(path, manifest)
-        except DamagedCheckpoint as e:
-            skipped.append(f"{path.name}: {e}")
-            continue
-        return Found(path, manifest, skipped)
+        with ExitStack() as this:
+            if hold is not None and this.enter_context(hold_checkpoint(path)) and not path.is_dir():
+                continue
+            manifest = broadcast(_manifest_or_why(path) if rank == 0 else None)
+            try:
+                if isinstance(manifest, str):
+                    raise DamagedCheckpoint(manifest)
+                check_files(path, manifest)
+            except DamagedCheckpoint as e:
+                skipped.append(f"{path.name}: {e}")
+                continue
+            if hold is not None:
+                hold.enter_context(this.pop_all())
+            return Found(path, manifest, skipped)
     if skipped:
         raise CheckpointError(str(root), f"no intact checkpoint ({'; '.join(skipped)}); {START_OVER}")
     return None
@@ -180,7 +198,7 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
     state, param_groups = _tensor_state(model, opt, extra)
     try:
         dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
-    except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure; one line is what the user needs
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps every rank's failure, in a BaseException
         raise CheckpointError(str(found.path),
                               f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
     set_state_dict(model, opt, model_state_dict=state["model"],
@@ -201,6 +219,8 @@ def _cause(e: BaseException) -> str:
     failures = getattr(e, "failures", None)
     if isinstance(failures, dict) and failures:
         inner = next(iter(failures.values()))
+        if isinstance(inner, tuple):  # torch >= 2.11: (exception, stack summary)
+            inner = inner[0]
         e = getattr(inner, "exception", inner)
     first = next((x for x in str(e).splitlines() if x.strip()), "")
     return f"{type(e).__name__}: {first[:300]}"

@@ -47,6 +47,16 @@ class RunRecord:
     global_batch: int
 
 
+def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` (RunConfig.to_dict()) as a checkpoint records it: data.shards resolved to an absolute
+    path (a URL as it is), so a reader in another directory (`trainkit export`) finds the dataset's
+    statistics. The path is free on resume, so a manifest with a relative one still resumes."""
+    shards = config["data"]["shards"]
+    if not shards or "://" in shards:
+        return config
+    return {**config, "data": {**config["data"], "shards": str(Path(shards).resolve())}}
+
+
 def dataset_identity(index_folder: Path) -> dict[str, Any]:
     """The dataset's identity: the sha256 entries of its checksums.json (written last by datakit)."""
     path = Path(index_folder) / CHECKSUMS_NAME

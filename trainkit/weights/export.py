@@ -12,45 +12,64 @@ weights are read from the DCP folder (through checkpoint_reader.py: nothing in i
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
 the run's dataset index when it is still there (else the model's slots and 32 channels, said so),
 and the normalisation statistics the run trained with go beside it (trainkit/weights/norm_stats.py).
+
+Failing safe (issue 25): OUT inside the run directory (its rotation would delete it) or the dataset
+is refused; OUT is written under a working name and renamed when complete, an existing non-empty
+OUT only replaced whole with --force (trainkit/weights/publish.py: the marker readers require).
+The checkpoint read is held against the run's rotation (trainkit/checkpoint/hold.py); a newer
+damaged one is named as a resume names it; a manifest whose config builds another model than its
+tensors (an edited preset), a planted tensor file, an unwritable or full OUT: one line each.
 """
 from __future__ import annotations
 
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata
 
-from trainkit.checkpoint.dcp import find_checkpoint
+from trainkit.checkpoint.dcp import Found, _cause, find_checkpoint
+from trainkit.checkpoint.manifest import MANIFEST_NAME
 from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import RunConfig, config_from_dict
-from trainkit.errors import CheckpointError
+from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
-from trainkit.errors import WeightsError
+from trainkit.weights.load import WEIGHTS_NAME, write_weights
 from trainkit.weights.norm_stats import LEROBOT_MODE, stats_files, with_checkpoint_stats
-from trainkit.weights.load import write_weights
+from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_run_model(run_dir: str | Path, weights: str = "model") -> tuple[nn.Module, RunConfig, Path]:
+def load_run_model(run_dir: str | Path, weights: str = "model",
+                   hold: ExitStack | None = None) -> tuple[nn.Module, RunConfig, Path]:
     """The model of the newest intact checkpoint of `run_dir` (on the CPU, float32), its run's
-    config and the checkpoint folder. `weights = "ema"`: the trainable parameters from the
-    checkpoint's weight EMA (`ema.<name>`, written when the run had train.ema_decay > 0)."""
-    found = find_checkpoint(Path(run_dir))
+    config and the checkpoint folder; newer damaged ones are named on stderr. `weights = "ema"`:
+    the trainable parameters from the checkpoint's weight EMA (`ema.<name>`, written when the run
+    had train.ema_decay > 0). `hold`: the checkpoint stays held against the run's rotation on it."""
+    found = find_checkpoint(Path(run_dir), hold=hold)
     if found is None:
         raise CheckpointError(str(Path(run_dir) / "checkpoints"), "no checkpoint to export (set output.checkpoint_every)")
-    cfg = config_from_dict(found.manifest.config)
-    with torch.device("meta"):
-        model = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides)
-    model.to_empty(device="cpu")
+    for line in found.skip_lines("exporting"):
+        print(f"trainkit: {line}", file=sys.stderr)
+    cfg, model = _meta_model(found)
     files = set(found.manifest.files)
     try:
-        read_metadata(found.path, files)
+        md = read_metadata(found.path, files)
     except UnsafeCheckpoint as e:
         raise CheckpointError(str(found.path / METADATA_NAME), f"refused: {e}; nothing from it was run") from None
+    except OSError as e:  # deleted since it was checked (no hold could be taken)
+        raise CheckpointError(str(found.path / METADATA_NAME), f"unreadable ({e.strerror})") from None
+    _check_shapes(found, model, md)
+    model.to_empty(device="cpu")
     state = {"model": model.state_dict()}
     if weights == "ema":
         if not found.manifest.config.get("train", {}).get("ema_decay"):
@@ -58,9 +77,77 @@ def load_run_model(run_dir: str | Path, weights: str = "model") -> tuple[nn.Modu
                                   "export --weights model")
         trained = {n for n, p in model.named_parameters() if p.requires_grad}
         state["ema"] = {n: torch.empty_like(t) for n, t in state["model"].items() if n in trained}  # own storage
-    dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
+    _read(found, state)
     model.load_state_dict({**state["model"], **state.get("ema", {})})
     return model, cfg, found.path
+
+
+def _meta_model(found: Found) -> tuple[RunConfig, nn.Module]:
+    """The run's config and its model on the meta device, from the checkpoint's manifest. The
+    manifest is as untrusted as the folder: a config that builds no model (an edited preset or
+    family, a bad override) is refused naming it."""
+    try:
+        cfg = config_from_dict(found.manifest.config)
+        with torch.device("meta"):
+            model = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides)
+    except Exception as e:  # noqa: BLE001 - whatever an edited config makes fail, the manifest is at fault
+        raise CheckpointError(str(found.path / MANIFEST_NAME), f"its config builds no model ({_cause(e)})") from None
+    return cfg, model
+
+
+def _check_shapes(found: Found, model: nn.Module, md: Metadata) -> None:
+    """The model the manifest describes has exactly the checkpoint's `model.*` tensors, at their
+    shapes: checked on the meta device, before the weights are allocated (an edited preset "full"
+    would otherwise allocate 3B parameters, or a smaller model load a subset and export it)."""
+    saved = {k.removeprefix("model."): tuple(getattr(v, "size", ())) for k, v in md.state_dict_metadata.items()
+             if k.startswith("model.")}
+    problem = _shape_problem(saved, {k: tuple(t.shape) for k, t in model.state_dict().items()})
+    if problem:
+        m = found.manifest.config.get("model", {})
+        raise CheckpointError(str(found.path / MANIFEST_NAME), f"its config's model ({m.get('family')} "
+                              f"{m.get('preset')}) is not the checkpoint's: {problem}")
+
+
+def _shape_problem(saved: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]]) -> str | None:
+    """The first difference between the checkpoint's tensors (`saved`) and the model's (`want`)."""
+    for k in sorted(saved.keys() | want.keys()):
+        if k not in saved:
+            return f"model.{k} is not among the checkpoint's tensors"
+        if k not in want:
+            return f"the checkpoint's model.{k} is not in it"
+        if saved[k] != want[k]:
+            return f"model.{k} is {list(saved[k])} in the checkpoint, {list(want[k])} in the model"
+    return None
+
+
+def _read(found: Found, state: dict[str, Any]) -> None:
+    """DCP's read of `state` from the checkpoint, any failure one line (a planted tensor file whose
+    checksum was resealed, a file deleted mid-read where no hold could be taken)."""
+    try:
+        with _quiet():
+            dcp.load(state, storage_reader=CheckedReader(found.path, set(found.manifest.files)),
+                     planner=TensorsOnlyPlanner())
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps every rank's failure in a BaseException
+        raise CheckpointError(str(found.path), f"cannot be read ({_cause(e)}); nothing was exported") from None
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """DCP's notes to stderr silenced: its "assuming a single process" warning, torch.load's, and
+    the tracebacks it logs on the root logger before raising (the raise is what the user gets)."""
+    root, drop = logging.getLogger(), _DropAll()
+    root.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
+    finally:
+        root.removeFilter(drop)
 
 
 def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
@@ -84,25 +171,46 @@ def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
     return features, {k: index.stats[k] for k in ("state", "action")}
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model") -> Path:
-    """Write the export of `run_dir`'s newest checkpoint into `out` (its trained weights, or with
-    `weights = "ema"` its weight EMA); returns the checkpoint exported."""
-    model, cfg, path = load_run_model(run_dir, weights)
-    fam = family(cfg.model.family)
-    if fam.weights is None:
-        raise CheckpointError(str(run_dir), f"family {fam.name!r} has no checkpoint mapping to export to")
-    if fmt not in fam.weights.formats:
-        raise CheckpointError(str(out), f"--format {fmt!r}: {fam.name} exports {', '.join(fam.weights.formats)}")
-    try:
-        tensors = fam.weights.export_tensors(model.cfg, model.state_dict(), fmt)
-    except WeightsError as e:
-        raise CheckpointError(str(path), str(e)) from None
-    # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory
-    tensors = {k: v.to(DTYPES[dtype], copy=True) for k, v in tensors.items()}
-    features, stats = _dataset(cfg, fam.max_slots(model.cfg))
-    config = fam.weights.config_json(model.cfg, features)
-    config["dtype"] = dtype
-    mode = LEROBOT_MODE[cfg.data.norm]
-    config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-    write_weights(Path(out), tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
+def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model",
+               force: bool = False) -> Path:
+    """Write the export of `run_dir`'s newest checkpoint to `out` (its trained weights, or with
+    `weights = "ema"` its weight EMA), replacing an existing non-empty `out` only with `force`;
+    returns the checkpoint exported. OUT appears complete or not at all (publish.py)."""
+    out = check_out(Path(out), Path(run_dir), force)
+    with ExitStack() as held, staged(out, force) as tmp:
+        model, cfg, path = load_run_model(run_dir, weights, hold=held)
+        refuse_overlap(out, cfg.data.shards, "data.shards", DATA_WHY)
+        fam = family(cfg.model.family)
+        if fam.weights is None:
+            raise CheckpointError(str(run_dir), f"family {fam.name!r} has no checkpoint mapping to export to")
+        if fmt not in fam.weights.formats:
+            raise CheckpointError(str(out), f"--format {fmt!r}: {fam.name} exports {', '.join(fam.weights.formats)}")
+        try:
+            tensors = fam.weights.export_tensors(model.cfg, model.state_dict(), fmt)
+        except WeightsError as e:
+            raise CheckpointError(str(path), str(e)) from None
+        # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory
+        tensors = {k: v.to(DTYPES[dtype], copy=True) for k, v in tensors.items()}
+        features, stats = _dataset(cfg, fam.max_slots(model.cfg))
+        config = fam.weights.config_json(model.cfg, features)
+        config["dtype"] = dtype
+        mode = LEROBOT_MODE[cfg.data.norm]
+        config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
+        _write(out, tmp, tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
+        seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
+                        "weights": weights, "export_format": fmt, "dtype": dtype})
     return path
+
+
+def _write(out: Path, tmp: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any],
+           extra: dict[str, bytes]) -> None:
+    """The export's files into the working folder `tmp`; a failure (a full disk, a size limit, a
+    disk gone read-only) is one line naming OUT."""
+    from safetensors import SafetensorError
+
+    try:
+        write_weights(tmp, tensors, config, extra)
+    except SafetensorError as e:  # safetensors' own writer: its I/O errors come as this, not OSError
+        raise ExportError(out, f"cannot write {WEIGHTS_NAME} ({' '.join(str(e).split())})") from None
+    except OSError as e:
+        raise ExportError(out, f"cannot be written ({e.strerror or e})") from None

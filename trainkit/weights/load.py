@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import Family
 from trainkit.parallel.names import clean_name
+from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
@@ -47,6 +49,7 @@ def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
     """(the checked header, safetensors' reader) of the folder's weights."""
     from safetensors import SafetensorError, safe_open
 
+    check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
     for name in (WEIGHTS_NAME, CONFIG_NAME):
         if not (folder / name).is_file():
             raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
@@ -180,15 +183,22 @@ def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
 
 def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any],
                   extra: Mapping[str, bytes] = {}) -> None:
-    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file atomically."""
+    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file
+    atomically and fsynced; model.safetensors gets config.json's mode (safetensors' writer makes it 0600)."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / (WEIGHTS_NAME + ".tmp")
     save_file(dict(tensors), str(tmp))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     tmp.rename(out / WEIGHTS_NAME)
     write_atomic(out / CONFIG_NAME, (json.dumps(config, indent=4) + "\n").encode())
+    os.chmod(out / WEIGHTS_NAME, (out / CONFIG_NAME).stat().st_mode & 0o777)
     for name, data in extra.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out / name, data)

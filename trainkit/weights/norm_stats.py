@@ -37,6 +37,7 @@ from typing import Any
 
 from datakit.shards.index import ShardIndex
 from trainkit.errors import CheckpointError, DataError
+from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import load_checked
 
 Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
@@ -66,6 +67,7 @@ def read_checkpoint_stats(folder: str | Path) -> tuple[Stats, Path]:
 
 
 def _find(folder: Path) -> _Found:
+    check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
     pre = folder / PREPROCESSOR
     if pre.is_file():
         return _read_lerobot(folder, pre)
