@@ -138,3 +138,38 @@ def test_loader_choices_are_datakit_s_own():
     assert typing.get_args(hints["norm"]) == NORM_MODES
     for mode in SHUFFLE_MODES:
         assert load_config(None, [*BASE, f"data.shuffle={mode}"]).data.shuffle == mode
+
+
+# A config path that is no TOML file (issue 25, defect 14): one line naming the file, never a traceback.
+def _not_a_config(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "cfg.toml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "latin-1":  # a TOML file saved in another encoding
+        path.write_bytes("# réglages\n[train]\nsteps = 3\n".encode("latin-1"))
+    else:  # binary
+        path.write_bytes(bytes(range(256)) * 4)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["directory", "latin-1", "binary"])
+def test_a_config_path_that_is_not_a_toml_file_is_named(tmp_path, kind):
+    path = _not_a_config(tmp_path, kind)
+    for call in (lambda: load_config(path, BASE), lambda: load_config(None, BASE, overlay=path)):
+        with pytest.raises(ConfigError) as err:
+            call()
+        assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["directory", "latin-1"])
+@pytest.mark.parametrize("command", ["run", "inspect", "tune", "ladder"])
+def test_every_command_names_a_config_path_that_is_not_a_toml_file(tmp_path, capsys, command, kind):
+    from trainkit.cli import main
+
+    path = _not_a_config(tmp_path, kind)
+    out = tmp_path / "out"
+    extra = {"tune": ["--memory-cap", "1", "--out", str(out)], "ladder": ["--out", str(out)]}.get(command, [])
+    assert main([command, str(path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainkit: {path}: ") and err.count("\n") == 1, err
+    assert not out.exists()

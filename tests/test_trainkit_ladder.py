@@ -132,3 +132,47 @@ def test_cli_refuses_a_foreign_out_folder_and_unknown_rungs(tmp_path, capsys):
     assert main(["ladder", str(TINY), "--out", str(tmp_path / "new"), "--rungs", "fp16"]) == 2
     assert "--rungs: unknown rung 'fp16'" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "new").exists()
+
+
+# Number flags and strict JSON (issue 25, defect 13).
+@pytest.mark.parametrize("field, flag, value", [
+    ("rung_timeout_s", "--rung-timeout", float("inf")), ("rung_timeout_s", "--rung-timeout", float("nan")),
+    ("rung_timeout_s", "--rung-timeout", 0.0), ("rung_timeout_s", "--rung-timeout", 1e300),
+    ("parity_abs", "--parity-abs", float("nan")), ("parity_abs", "--parity-abs", float("inf")),
+    ("parity_abs", "--parity-abs", -1e-3), ("parity_rel", "--parity-rel", float("nan")),
+    ("parity_rel", "--parity-rel", -0.5),
+])
+def test_number_flags_that_are_not_finite_are_refused(tmp_path, field, flag, value):
+    with pytest.raises(LaunchError, match=f"^{flag}: must be a finite number"):
+        LadderSpec(config=TINY, out=tmp_path, profile_steps=0, **{field: value})
+
+
+def test_the_cli_refuses_an_endless_rung_timeout_in_one_line(tmp_path, capsys):
+    from trainkit.cli import main
+
+    assert main(["ladder", str(TINY), "--rung-timeout", "inf", "--out", str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainkit: --rung-timeout: must be a finite number > 0") and err.count("\n") == 1, err
+    assert not (tmp_path / "new").exists()
+
+
+def test_ladder_json_is_strict_json(tmp_path):
+    """A diverged loss (NaN) and a non-finite figure are written as null: the file parses under a
+    reader that refuses NaN / Infinity, and ladder.md still shows the rung."""
+    from trainkit.trials.ladder import Measured, RungResult
+
+    spec = LadderSpec(config=TINY, out=tmp_path, warmup=0, steps=2, profile_steps=0)
+    m = Measured(step_time_s=0.5, samples_per_s_gpu=8.0, mfu=float("nan"), peak_mem_gib=float("inf"),
+                 data_wait_ms=0.0, exposed_comm_ms=None, idle_ms=None, micro_batch=4)
+    base = RungResult(name="baseline", title="baseline", status="ok", sets={}, measured=m, losses={0: 1.0, 1: 0.9})
+    rung = RungResult(name="compile", title="torch.compile", status="ok", sets={"parallel.compile": True}, measured=m,
+                      losses={0: 1.0, 1: float("nan")}, gain_prev=1.0, gain_base=1.0,
+                      parity={"rule": "mean |diff|", "value": float("nan"), "tolerance": 1e-3, "ok": False, "steps": 2})
+    write_report(spec, [base, rung], {"date": "test", "device": "CPU", "command": "pytest"})
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"ladder.json: {token} is not JSON")
+    rungs = json.loads((tmp_path / "ladder.json").read_text(), parse_constant=refuse)["rungs"]
+    assert rungs[1]["losses"] == {"0": 1.0, "1": None} and rungs[1]["parity"]["value"] is None
+    assert rungs[0]["measured"]["mfu"] is None and rungs[0]["measured"]["peak_mem_gib"] is None
+    assert "| compile | ok |" in (tmp_path / "ladder.md").read_text()

@@ -152,3 +152,52 @@ def test_the_search_estimates_what_trainkit_inspect_says(tmp_path):
         sets = [f"{k}={toml_value(v)}" for k, v in c.setting.overlay().items()]
         peak = inspect_model(load_config(TINY, sets, required=False), world_size=1)["memory"]["peak_gib"]
         assert c.peak(1.0) == pytest.approx(peak, abs=2e-6), c.setting.label()
+
+
+# Number flags (issue 25, defect 13): inf, nan, negatives and a budget that overflows are refused
+# naming the flag, before the output folder is made.
+@pytest.mark.parametrize("flag, value", [
+    ("--memory-cap", "inf"), ("--memory-cap", "nan"), ("--memory-cap", "-1"), ("--memory-cap", "0"),
+    ("--budget-min", "1e308"), ("--budget-min", "inf"), ("--budget-min", "nan"), ("--budget-min", "-5"),
+    ("--trial-timeout-s", "inf"), ("--trial-timeout-s", "nan"), ("--trial-timeout-s", "1e300"),
+    ("--gpu-memory-gib", "inf"), ("--gpu-memory-gib", "nan"), ("--gpu-memory-gib", "0"), ("--gpu-memory-gib", "-80"),
+])
+def test_number_flags_that_are_not_finite_and_positive_are_refused(tmp_path, capsys, flag, value):
+    out = tmp_path / "tune"
+    flags = {"--memory-cap": "1", "--budget-min": "0.01", flag: value}
+    code = main(["tune", str(TINY), *[x for kv in flags.items() for x in kv], "--out", str(out), "--micro-batches", "2",
+                 "--strides", "0", "--groups", "1", "--compile", "off", "--set", "data.shards=unused"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"trainkit: {flag}: must be a finite number > 0") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def _strict_json(path: Path) -> dict:
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{path}: {token} is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_tune_json_is_strict_and_a_nan_speed_is_never_best(tmp_path):
+    """A run whose samples/s is NaN (a summary of a run that measured nothing) is written as null
+    and never chosen as best; the file parses under a reader that refuses NaN / Infinity."""
+    cfg = _cfg()
+
+    class NanFirst(FakeGPU):
+        def __call__(self, trial):
+            result = super().__call__(trial)
+            if len(self.trials) == 1:
+                result.summary["steady"]["samples_per_s_gpu"] = float("nan")
+            return result
+
+    gpu = NanFirst(cfg)
+    cap = max(gpu.truth.values())
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, gpu_gib=cap)
+    assert len(result.runs) > 1 and result.best is not None and result.best is not result.runs[0]
+    result.runs[1].peak_gib = float("inf")
+    write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1, base=None)
+    doc = _strict_json(tmp_path / "tune.json")
+    by_dir = {r["out_dir"]: r for r in doc["runs"]}
+    assert by_dir[result.runs[0].out_dir]["samples_per_s"] is None
+    assert by_dir[result.runs[1].out_dir]["peak_gib"] is None
+    assert doc["best"]["out_dir"] == result.best.out_dir and doc["stopped"] is None

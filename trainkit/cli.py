@@ -12,6 +12,8 @@ Bad input (config, shard folder or its index, output.dir, camera mapping, world 
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
 So do a run that cannot resume (no intact checkpoint, a planted or another run's checkpoint), a
 second run into a live output.dir, and a non-finite step under train.on_nonfinite="stop".
+`tune` and `ladder` stopped by Ctrl-C or SIGTERM stop their running trial, report what finished
+in one line and exit 130 / 143 (trainkit/trials/signals.py).
 """
 from __future__ import annotations
 
@@ -151,18 +153,29 @@ def _ints(flag: str, text: str | None, default: tuple[int, ...], low: int) -> tu
 
 
 def _tune(args) -> int:
-    """`trainkit tune`: search, print the table, write the files."""
+    """`trainkit tune` under stop_on_signals: a SIGINT / SIGTERM stops the running trial, and the
+    runs that finished are reported (exit 128 + the signal)."""
+    from trainkit.trials.signals import stop_on_signals
+    with stop_on_signals():
+        return _tune_search(args)
+
+
+def _tune_search(args) -> int:
+    """Search, print the table, write the files."""
     from pathlib import Path
 
     from trainkit.config import load_config
     from trainkit.models import family
+    from trainkit.trials.run import WEEK_S, check_flag
+    from trainkit.trials.signals import stop_requested
     from trainkit.trials.tune import GROUPS, MICRO_BATCHES, STRIDES, Space, base_setting, prepare_out, search
     from trainkit.trials.tune_report import write_outputs
 
-    for flag, v in (("--memory-cap", args.memory_cap), ("--budget-min", args.budget_min),
-                    ("--trial-timeout-s", args.trial_timeout_s)):
-        if not v > 0:
-            raise LaunchError(f"{flag}: must be > 0, got {v:g}")
+    check_flag("--memory-cap", args.memory_cap)
+    check_flag("--budget-min", args.budget_min, high=WEEK_S / 60)
+    check_flag("--trial-timeout-s", args.trial_timeout_s, high=WEEK_S)
+    if args.gpu_memory_gib is not None:
+        check_flag("--gpu-memory-gib", args.gpu_memory_gib)
     if args.nproc < 1 or args.steps < 2:
         raise LaunchError(f"--nproc must be >= 1 and --steps >= 2, got {args.nproc} and {args.steps}")
     space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
@@ -180,6 +193,12 @@ def _tune(args) -> int:
                     gpu_gib=args.gpu_memory_gib, base=base)
     print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
                         budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
+    stop = stop_requested()
+    if stop is not None:
+        best = f" and {out / 'best.toml'}" if result.best is not None else ""
+        print(f"trainkit: tune stopped by {stop.name}: {len(result.runs)} run(s) finished, reported in "
+              f"{out / 'tune.json'}{best}", file=sys.stderr)
+        return stop.exit_code
     if result.best is None:
         print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
         return 1
@@ -189,6 +208,14 @@ def _tune(args) -> int:
 
 
 def _ladder(args, argv: list[str]) -> int:
+    """`trainkit ladder` under stop_on_signals: a SIGINT / SIGTERM stops the running rung, and the
+    rungs that finished are reported (exit 128 + the signal)."""
+    from trainkit.trials.signals import stop_on_signals
+    with stop_on_signals():
+        return _ladder_climb(args, argv)
+
+
+def _ladder_climb(args, argv: list[str]) -> int:
     import datetime
     import platform
     import shutil
@@ -198,6 +225,7 @@ def _ladder(args, argv: list[str]) -> int:
 
     from trainkit.trials.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
     from trainkit.trials.ladder_report import write_report
+    from trainkit.trials.signals import stop_requested
 
     config = Path(args.config)
     out = Path(args.out) if args.out else Path("runs") / f"ladder-{config.stem}"
@@ -215,6 +243,12 @@ def _ladder(args, argv: list[str]) -> int:
             "torch": torch.__version__, "target": str(spec.target) if spec.target else None}
     results = run_ladder(spec, rungs, echo=lambda line: print(line, file=sys.stderr, flush=True))
     print(write_report(spec, results, info))
+    stop = stop_requested()
+    if stop is not None:
+        done = sum(r.status != "stopped" for r in results)
+        print(f"trainkit: ladder stopped by {stop.name}: {done} rung(s) finished, reported in {out / 'ladder.json'} "
+              f"and {out / 'ladder.md'}", file=sys.stderr)
+        return stop.exit_code
     print(f"\nladder: {out / 'ladder.md'}, {out / 'ladder.json'}", file=sys.stderr)
     return 0
 

@@ -239,10 +239,20 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, required:
 
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML file at `path`; ConfigError naming it for anything that is not one (missing, a
+    folder, unreadable, not UTF-8, not TOML). Decoded as UTF-8 whatever the locale, as TOML is."""
     try:
-        return tomllib.loads(Path(path).read_text())
+        text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), "config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a folder, not a TOML config file") from None
+    except OSError as e:
+        raise ConfigError(str(path), f"cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), f"not UTF-8 text (byte {e.start}): a TOML file is UTF-8") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), f"not valid TOML ({e})") from None
 

@@ -1,5 +1,7 @@
 """The trial child, `python -m trainkit.trials CONFIG --set ...` (started by run.py's run_trial):
-`trainkit run` that writes `trial-error-rank{R}.json` into output.dir before it exits on an error."""
+`trainkit run` that writes `trial-error-rank{R}.json` into output.dir before it exits on an error.
+First thing, it asks to die with its parent (signals.die_with_parent): under torchrun each rank
+is this module, so every rank dies with torchrun, and torchrun with the caller."""
 from __future__ import annotations
 
 import json
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from trainkit.errors import USER_ERRORS
 from trainkit.trials.run import ERROR_FILE, error_kind
+from trainkit.trials.signals import TRIAL_OWNER_ENV, die_with_parent
 
 
 def _record(out_dir: str, e: BaseException) -> None:
@@ -52,4 +55,5 @@ def child(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent(int(os.environ[TRIAL_OWNER_ENV]) if TRIAL_OWNER_ENV in os.environ else None)
     sys.exit(child(sys.argv[1:]))

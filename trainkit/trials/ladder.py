@@ -22,8 +22,10 @@ A rung is skipped, with the reason, when trainkit or the family has no such swit
 that does not exist yet is simply not there: the rung runs once it is), when its switch is already
 on, or when the target has no value for it; it is refused when it needs CUDA and there is none; a
 rung that fails (out of memory, a compile error, a crash, the time limit) is recorded with its
-error, and the ladder goes on without its switch. Output (trainkit/trials/ladder_report.py): a table on
-the terminal, ladder.json, ladder.md, a step-time waterfall and a loss overlay (PNG), in `--out`.
+error, and the ladder goes on without its switch. A SIGINT / SIGTERM (trainkit/trials/signals.py)
+stops the rung in progress, which is recorded as "stopped", and ends the ladder there. Output
+(trainkit/trials/ladder_report.py): a table on the terminal, ladder.json, ladder.md, a step-time
+waterfall and a loss overlay (PNG), in `--out`.
 """
 from __future__ import annotations
 
@@ -36,11 +38,12 @@ from typing import Any, Literal
 from trainkit.config import ModelConfig, RunConfig, load_config
 from trainkit.errors import ConfigError, LaunchError
 from trainkit.errors import ModelConfigError
-from trainkit.trials.run import Trial, TrialError, TrialResult, run_trial
+from trainkit.trials.run import WEEK_S, Trial, TrialError, TrialResult, check_flag, run_trial
+from trainkit.trials.signals import Interrupted
 
 FROM_TARGET = "<target>"  # a rung value taken from the target config (family-specific)
 Parity = Literal["abs", "rel", "none"]
-RungStatus = Literal["ok", "skipped", "refused", "failed"]
+RungStatus = Literal["ok", "skipped", "refused", "failed", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,9 @@ class LadderSpec:
             raise LaunchError(f"ladder: --warmup {self.warmup} must hold the profile window (steps {WARMUP} .. "
                               f"{WARMUP + self.profile_steps - 1}): use --warmup >= {WARMUP + self.profile_steps} "
                               f"or --profile-steps 0")
+        check_flag("--rung-timeout", self.rung_timeout_s, high=WEEK_S)
+        check_flag("--parity-abs", self.parity_abs, zero=True)
+        check_flag("--parity-rel", self.parity_rel, zero=True)
 
     @property
     def log_every(self) -> int:
@@ -270,7 +276,8 @@ def parity(rung: Rung, losses: Mapping[int, float], base: Mapping[int, float], s
 
 def run_ladder(spec: LadderSpec, rungs: Sequence[Rung], *, cuda: bool | None = None,
                echo: Any = print) -> list[RungResult]:
-    """Baseline, then each rung over the ones that ran; one process per rung. `echo` gets a line per rung."""
+    """Baseline, then each rung over the ones that ran; one process per rung. `echo` gets a line per
+    rung. Stopped by a signal (Interrupted), the list ends with the rung it stopped, as "stopped"."""
     import torch
 
     cuda = torch.cuda.is_available() if cuda is None else cuda
@@ -283,7 +290,13 @@ def run_ladder(spec: LadderSpec, rungs: Sequence[Rung], *, cuda: bool | None = N
         status, reason, sets = (None, "", {}) if i == 0 else plan_rung(rung, spec, applied, target, cuda)
         res = RungResult(name=rung.name, title=rung.title, status=status or "ok", sets=sets, reason=reason)
         if status is None:
-            _climb(res, spec.out / "rungs" / f"{i:02d}-{rung.name}", {**applied, **sets}, spec)
+            try:
+                _climb(res, spec.out / "rungs" / f"{i:02d}-{rung.name}", {**applied, **sets}, spec)
+            except Interrupted as stop:  # the rung's trial is stopped: the ladder ends with what finished
+                res.status, res.reason = "stopped", f"stopped by {stop.name} before it finished; not measured"
+                results.append(res)
+                echo(_line(i, res))
+                break
         if res.measured is not None:
             applied.update(sets)
             base = base or (res if i == 0 else None)

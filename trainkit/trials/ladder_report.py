@@ -7,7 +7,8 @@ micro-batch and stays comparable when a rung changes the micro-batch; each bar f
 previous rung's value to its own (green faster, red slower), labelled with the step time. The loss
 overlay is baseline's losses and the last rung that ran, over the same steps. The PNGs need
 matplotlib (a dependency of the project's dev tools); without it they are left out and the
-Markdown says so.
+Markdown says so. ladder.json and ladder.md are written whole or not at all; ladder.json is strict
+JSON (a non-finite number, a diverged loss, is null).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from datakit.durable import write_atomic
 from trainkit.trials.ladder import LadderSpec, RungResult
+from trainkit.trials.run import json_text
 
 WATERFALL, LOSSES = "ladder_waterfall.png", "ladder_losses.png"
 HEAD = ("#", "rung", "status", "step ms", "samples/s/GPU", "MFU", "peak GiB", "exp. comm ms", "idle ms",
@@ -89,7 +91,11 @@ def markdown(spec: LadderSpec, results: list[RungResult], info: dict[str, Any], 
     broken = [r.name for r in results if r.parity and r.parity["ok"] is False]
     if broken:
         lines += ["", f"**Parity broken:** {', '.join(broken)}."]
-    lines += ["", *(f"![{p}]({p})" for p in plots)] if plots else ["", "(PNGs left out: matplotlib is not installed.)"]
+    if plots:
+        lines += ["", *(f"![{p}]({p})" for p in plots)]
+    else:
+        why = "no rung was measured" if all(r.measured is None for r in results) else "matplotlib is not installed"
+        lines += ["", f"(PNGs left out: {why}.)"]
     return "\n".join(lines) + "\n"
 
 
@@ -146,6 +152,6 @@ def write_report(spec: LadderSpec, results: list[RungResult], info: dict[str, An
             plots = [WATERFALL, LOSSES]
         except ImportError:
             plots = []
-    write_atomic(spec.out / "ladder.json", (json.dumps(to_json(spec, results, info), indent=1) + "\n").encode())
+    write_atomic(spec.out / "ladder.json", json_text(to_json(spec, results, info)).encode())
     write_atomic(spec.out / "ladder.md", markdown(spec, results, info, plots).encode())
     return table(results)

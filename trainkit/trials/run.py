@@ -15,7 +15,9 @@ time are its own. The child is `python -m trainkit.trials CONFIG --set ...` (und
 that raises writes `trial-error-rank{R}.json` into output.dir (kind, exception type, one-line
 message), so the parent reads a typed record and never parses a traceback. A run the limit stops
 is killed with its whole process group (SIGTERM, then SIGKILL); one killed by a signal with no
-record (the kernel's OOM killer, a segfault) is a "crash" naming the signal.
+record (the kernel's OOM killer, a segfault) is a "crash" naming the signal. A trial never outlives
+its caller: a SIGINT / SIGTERM under `stop_on_signals` stops it and raises `Interrupted`, and
+kill -9 of the caller takes it along (trainkit/trials/signals.py).
 
 What a finished trial gives back is what the run wrote into its output.dir: summary.json
 (trainkit/observe/summary.py), the step losses, metric intervals and validation records of metrics.jsonl,
@@ -37,12 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainkit.errors import USER_ERRORS
+from trainkit.errors import USER_ERRORS, LaunchError
+from trainkit.trials.signals import TRIAL_OWNER_ENV, parent_death_hook, raise_if_stopped
 
 Status = Literal["ok", "oom", "compile_error", "refused", "crash", "timeout"]
 ERROR_FILE = "trial-error-rank{rank}.json"
 LOG_FILE = "trial.log"
 KILL_GRACE_S = 10.0  # between SIGTERM and SIGKILL when the limit is reached
+POLL_S = 0.2  # how often the wait for a trial looks for a requested stop (signals.stop_on_signals)
+WEEK_S = 7 * 24 * 3600.0  # the longest time limit a flag takes: longer is a typo, and inf never ends
 
 
 class TrialSetupError(Exception):
@@ -61,6 +66,10 @@ class Trial:
     timeout_s: float = 900.0  # wall-clock limit of the whole process, start-up included
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the child
     name: str = ""  # the caller's label, carried into the result
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s <= WEEK_S:  # nan fails it too: a limit that never ends
+            raise ValueError(f"Trial.timeout_s must be in (0, {WEEK_S:g}] seconds, got {self.timeout_s}")
 
     def sets(self) -> list[str]:
         """Every `--set` of the child, in order: overrides, the overlay, then this trial's output."""
@@ -152,24 +161,28 @@ def run_trial(trial: Trial, *, replace: bool = False) -> TrialResult:
     """Run `trial` in its own process (group) and wait for it, at most `trial.timeout_s`.
 
     output.dir must not exist or be empty, so nothing resumes from or mixes with an older run;
-    `replace=True` deletes it first (for a caller that owns the folder)."""
+    `replace=True` deletes it first (for a caller that owns the folder). Under `stop_on_signals`, a
+    SIGINT / SIGTERM stops the trial's group and raises `Interrupted` (before it starts: at once)."""
+    raise_if_stopped()
     out = Path(trial.out_dir)
     if replace and out.exists():
         shutil.rmtree(out)
     if out.exists() and any(out.iterdir()):
         raise TrialSetupError(f"{out}: trial output folder exists and is not empty; remove it or use another")
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **trial.env, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **trial.env, "PYTHONUNBUFFERED": "1", TRIAL_OWNER_ENV: str(os.getpid())}
     t0 = time.perf_counter()
     with open(out / LOG_FILE, "wb") as log:
+        # its own group: the limit stops every rank; and it dies with this process (kill -9 included)
         proc = subprocess.Popen(command(trial), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # its own group: the limit stops every rank
+                                start_new_session=True,
+                                preexec_fn=parent_death_hook(os.getpid()))  # noqa: PLW1509 - no lock taken in it
         try:
-            rc: int | None = proc.wait(timeout=trial.timeout_s)
+            rc: int | None = _wait(proc, trial.timeout_s)
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             rc = None
-        except BaseException:  # the caller stopped (Ctrl-C): no rank of the trial is left running
+        except BaseException:  # a stop asked for (Interrupted), or any other: no rank is left running
             _stop_group(proc)
             raise
     wall = time.perf_counter() - t0
@@ -178,6 +191,21 @@ def run_trial(trial: Trial, *, replace: bool = False) -> TrialResult:
                          pid=proc.pid, wall_s=wall, out_dir=out)
     _read_outputs(result)
     return result
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
+    """proc's exit code, waiting at most `timeout_s` (TimeoutExpired after), in steps of POLL_S so
+    a stop asked for by a signal is acted on within one (Interrupted)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        raise_if_stopped()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            return proc.wait(timeout=min(POLL_S, left))
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -212,6 +240,32 @@ def _error(out: Path, rc: int | None, timeout_s: float) -> TrialError | None:
         return TrialError(kind="crash", type="Signal", message=f"killed by {name}{why}; see {out / LOG_FILE}")
     return TrialError(kind="crash", type="Exit", message=f"exited with code {rc} and no error record; "
                       f"last line: {_last_line(out / LOG_FILE)}")
+
+
+def check_flag(flag: str, value: float, *, high: float = math.inf, zero: bool = False) -> None:
+    """A number flag of tune / ladder: finite, > 0 (>= 0 with `zero`) and <= `high`; LaunchError
+    naming the flag otherwise (nan fails every comparison, so it is refused with the rest)."""
+    low_ok = value >= 0 if zero else value > 0
+    if not (math.isfinite(value) and low_ok and value <= high):
+        bound = f" and <= {high:g}" if math.isfinite(high) else ""
+        raise LaunchError(f"{flag}: must be a finite number {'>=' if zero else '>'} 0{bound}, got {value:g}")
+
+
+def json_text(doc: Any) -> str:
+    """`doc` as strict JSON (RFC 8259 has no NaN or Infinity; Python's json writes them as tokens
+    that most readers refuse): a non-finite float becomes null, "no finite value". Written, not
+    refused, because a report of runs that diverged must still be written and read."""
+    return json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n"
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _last_line(path: Path) -> str:

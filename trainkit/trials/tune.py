@@ -15,7 +15,8 @@ memory cap, by short measured runs, each in its own process (trainkit/trials/run
    Each run's peak can only raise the scale (the largest ratio seen wins, so a cap is not crossed
    by trusting a low one); an out-of-memory run raises it until that setting is estimated at the
    GPU's memory, which prunes it and everything needing more. Compile errors, crashes and
-   time-outs are recorded; the search goes on.
+   time-outs are recorded; the search goes on. A SIGINT / SIGTERM (trainkit/trials/signals.py)
+   stops the running trial and ends the search with the runs that finished.
 4. Output under --out (trainkit/trials/tune_report.py): tune.json (every run, the counts pruned, the
    scale), best.toml (an overlay for `trainkit run CONFIG.toml --overlay best.toml`, its measured
    samples/s and peak beside it), one folder per run; the ranked table on the terminal.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from trainkit.estimate.memory import (block_params, dynamic_gib, estimate, fsdp_
                                      unit_sizes)
 from trainkit.models import build_config, build_model, family
 from trainkit.trials.run import Trial, TrialResult, run_trial
+from trainkit.trials.signals import Interrupted
 
 MICRO_BATCHES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 128)
 STRIDES = (0, 1, 2, 4)  # recompute every n-th block (0: none)
@@ -137,6 +140,7 @@ class TuneResult:
     never_run_over_cap: int  # settings never run because their estimate was above the cap
     best: Run | None
     reference: Setting | None = None  # the config's own setting under the cap, run first
+    stopped: str | None = None  # the signal that stopped the search ("SIGINT"); runs holds what finished
 
 
 def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
@@ -228,10 +232,11 @@ def reference(pool: list[Candidate], base: Setting, cap_gib: float) -> Candidate
 def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s: float, out: Path,
            overrides: tuple[str, ...] = (), world_size: int = 1, steps: int = 12, log_every: int = 3,
            trial_timeout_s: float = 300.0, space: Space | None = None, gpu_gib: float | None = None,
-           base: Setting | None = None, runner: Callable[[Trial], TrialResult] = run_trial) -> TuneResult:
+           base: Setting | None = None, runner: Callable[[Trial], TrialResult] | None = None) -> TuneResult:
     """Run the search (module docstring); with `base` (the config's own setting) the first run is
     `reference(...)`, so the table compares the search with the hand-written config under the same
-    cap; `runner` runs one trial (tests pass their own)."""
+    cap; `runner` runs one trial (default run_trial; tests pass their own)."""
+    runner = runner or run_trial
     pool = candidates(cfg, space or Space(), world_size)
     first = None if base is None else reference(pool, base, cap_gib)
     gpu_gib = gpu_gib or gpu_memory()[1]
@@ -245,6 +250,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
 
     deadline = time.monotonic() + budget_s
     pending = list(pool)
+    stopped: str | None = None
     while pending and deadline - time.monotonic() > 1:
         fits = undominated([c for c in pending if c.peak(scale()) <= cap_gib])
         if not fits:
@@ -259,7 +265,11 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
                       timeout_s=max(1.0, min(trial_timeout_s, deadline - time.monotonic())))
         run = Run(setting=pick.setting, status="", estimate_gib=round(pick.peak(scale()), 6),
                   inspect_gib=round(pick.peak(1.0), 6), predicted=round(pick.speed, 4), out_dir=str(trial.out_dir))
-        result = runner(trial)
+        try:
+            result = runner(trial)
+        except Interrupted as stop:  # SIGINT / SIGTERM: the trial is stopped; report the runs that finished
+            stopped = stop.name
+            break
         run.wall_s, run.status = round(result.wall_s, 1), result.status
         run.error = None if result.error is None else f"{result.error.type}: {result.error.message}"
         # a ratio below 1/4 would mean a peak under the weights and states: not a measurement to trust
@@ -278,10 +288,11 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
                        or c.speed > pick.speed]
     ran = {r.setting for r in runs}
     never = sum(1 for c in pool if c.setting not in ran and c.peak(scale()) > cap_gib)
-    ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None]
+    ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None and math.isfinite(r.samples_per_s)]
     best = max(ok, key=lambda r: r.samples_per_s, default=None)
     return TuneResult(runs=runs, scale=scale(), calibrated=bool(ratios), settings=len(pool),
-                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting)
+                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting,
+                      stopped=stopped)
 
 
 def base_setting(cfg: RunConfig, lists: list[str]) -> Setting:

@@ -1,23 +1,28 @@
 """What `trainkit tune` (trainkit/trials/tune.py) shows and writes: the ranked table, tune.json and
 best.toml, the overlay `trainkit run CONFIG --overlay best.toml` reads, with the measured samples/s
-and peak memory beside it as comments."""
+and peak memory beside it as comments. Both are written whole or not at all (temporary name, rename);
+tune.json is strict JSON (a non-finite number is null); a search stopped by a signal writes the runs
+that finished and names the signal ("stopped")."""
 from __future__ import annotations
 
-import json
+import math
 import time
 from pathlib import Path
 
 import torch
 
+from datakit.durable import write_atomic
 from trainkit.estimate.inspect import gpu_memory
-from trainkit.trials.run import toml_value
+from trainkit.trials.run import json_text, toml_value
 from trainkit.trials.tune import Run, Setting, TuneResult
 
 
 def ranked(runs: list[Run]) -> list[Run]:
     """Measured runs fastest first, then runs over the cap, then failures in run order."""
     order = {"ok": 0, "over_cap": 1}
-    return sorted(runs, key=lambda r: (order.get(r.status, 2), -(r.samples_per_s or 0.0)))
+    speed = {id(r): r.samples_per_s if r.samples_per_s is not None and math.isfinite(r.samples_per_s) else 0.0
+             for r in runs}  # nan would leave the order undefined
+    return sorted(runs, key=lambda r: (order.get(r.status, 2), -speed[id(r)]))
 
 
 def _gib(v: float | None) -> str:
@@ -42,6 +47,8 @@ def format_table(result: TuneResult, cap_gib: float, base: Setting | None = None
            "estimate uncalibrated: no run measured a peak (no CUDA)")
     lines.append(f"{len(result.runs)} run(s) of {result.settings} settings; {result.never_run_over_cap} never run: "
                  f"estimated above the {cap_gib:g} GiB cap ({how})")
+    if result.stopped:
+        lines.append(f"stopped by {result.stopped}: the run in progress was stopped and is not listed")
     return "\n".join(lines)
 
 
@@ -70,8 +77,9 @@ def write_outputs(result: TuneResult, out: Path, *, command: str, config: str | 
            "memory_calibrated": result.calibrated,
            "reference": None if result.reference is None else result.reference.overlay(),
            "runs": [r.to_dict() for r in ranked(result.runs)],
-           "best": None if result.best is None else result.best.to_dict()}
-    (out / "tune.json").write_text(json.dumps(doc, indent=1) + "\n")
+           "best": None if result.best is None else result.best.to_dict(), "stopped": result.stopped}
+    write_atomic(out / "tune.json", json_text(doc).encode())
     if result.best is not None:
-        (out / "best.toml").write_text(overlay_toml(result.best, [command, f"trainkit run {config} --overlay {out / 'best.toml'}"]))
+        header = [command, f"trainkit run {config} --overlay {out / 'best.toml'}"]
+        write_atomic(out / "best.toml", overlay_toml(result.best, header).encode())
     return text
