@@ -135,8 +135,11 @@ DAMAGE = {
 
 
 def _resumed_losses(out: Path, first: int) -> dict[int, float]:
-    """Losses of the resumed run: the step lines appended after the stopped run's 4."""
-    return {x["step"]: x["loss"] for x in step_lines(out)[4:] if x["step"] >= first}
+    """Losses of the resumed run: its step lines from `first` on (the resume at `first` dropped the
+    stopped run's lines of those steps, so each step is there once)."""
+    lines = step_lines(out)
+    assert len({x["step"] for x in lines}) == len(lines), [x["step"] for x in lines]
+    return {x["step"]: x["loss"] for x in lines if x["step"] >= first}
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))

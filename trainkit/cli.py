@@ -13,7 +13,8 @@ prints one line naming the key or file and the problem, and exits with code 2 be
 So do a run that cannot resume (no intact checkpoint, a planted or another run's checkpoint), a
 second run into a live output.dir, and a non-finite step under train.on_nonfinite="stop".
 `tune` and `ladder` stopped by Ctrl-C or SIGTERM stop their running trial, report what finished
-in one line and exit 130 / 143 (trainkit/trials/signals.py).
+in one line and exit 130 / 143 (trainkit/trials/signals.py). `trainkit run` stopped by SIGTERM
+finishes the step under way, checkpoints it (where the run checkpoints), prints one line and exits 143.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import json
 import os
 import sys
 
-from trainkit.errors import USER_ERRORS, LaunchError
+from trainkit.errors import USER_ERRORS, LaunchError, Stopped
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,9 +106,14 @@ def main(argv: list[str] | None = None) -> int:
             path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force)
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
-        from trainkit.train import run
-        run(load_config(args.config, args.overrides, overlay=args.overlay))
+        from trainkit.train import SigtermStop, run
+        cfg = load_config(args.config, args.overrides, overlay=args.overlay)
+        with SigtermStop() as stop:
+            run(cfg, stop)
         return 0
+    except Stopped as e:  # SIGTERM: stopped at a step boundary after its final checkpoint
+        print(f"trainkit: {e}", file=sys.stderr)
+        return e.exit_code
     except USER_ERRORS as e:
         print(f"trainkit: {e}", file=sys.stderr)
         return 2

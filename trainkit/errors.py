@@ -78,6 +78,17 @@ class ExportError(TrainkitError):
         self.problem = problem
         super().__init__(f"OUT {self.path}: {problem}")
 
+
+class Stopped(Exception):
+    """The run was asked to stop (SIGTERM) and did, at a step boundary, after its final checkpoint.
+    Not a user error: the CLI prints the one line and exits 128 + the signal (143 for SIGTERM), as
+    a process the signal had killed would."""
+
+    def __init__(self, signum: int, message: str):
+        self.exit_code = 128 + signum
+        super().__init__(message)
+
+
 # --- raised by model code (trainkit/models/): ValueErrors, so a model is usable without the trainer
 class ModelConfigError(ValueError):
     """A model config or batch is inconsistent (a width not divisible by the heads, a bad preset name...)."""

@@ -4,9 +4,10 @@
     python -m trainkit.cli run trainkit/configs/pi05_tiny.toml ...      # one process, no torchrun
 
 Every input is checked before the GPU is touched (the config, output.dir, the shard folder and its
-cameras, world size vs global batch, the memory estimate vs a stated cap), so a bad launch fails at
-once with one line; then output.dir is locked for the run (run_lock.py). At the end rank 0 writes
-`summary.json` (steady state, trainkit/observe/summary.py) and prints it as a table.
+cameras, world size vs global batch, the memory estimate vs a stated cap and vs the device's
+memory), so a bad launch fails at once with one line; then output.dir is locked for the run
+(run_lock.py). At the end rank 0 writes `summary.json` (steady state, trainkit/observe/summary.py)
+and prints it as a table.
 The model is built on the meta device, parallelized (parallel/__init__.py says in
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
@@ -15,17 +16,22 @@ schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` f
 weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
 resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
+Under `trainkit run` a SIGTERM (`SigtermStop`) ends the run at the next step boundary, the same on
+every rank: the step under way finishes, a checkpoint of it is written where the run checkpoints,
+one line, exit 143.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.distributed as dist
@@ -37,7 +43,7 @@ from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_check
 from trainkit.config import RunConfig
 from trainkit.data import Shards, TrainData, read_run_shards
 from trainkit.optim.ema import WeightEMA
-from trainkit.errors import BatchDataError, ConfigError, LaunchError
+from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
@@ -85,18 +91,55 @@ def grad_accumulation(cfg: RunConfig, world_size: int) -> int:
     return gb // per_step
 
 
-def check_memory(cfg: RunConfig, world_size: int) -> None:
-    """Refuse a preset whose estimated peak memory per GPU (trainkit inspect) exceeds the cap."""
-    if not cfg.train.memory_cap_gib:
-        return
-    from trainkit.estimate.inspect import inspect_model
-    est = inspect_model(cfg, world_size=world_size)["memory"]["peak_gib"]
-    if est > cfg.train.memory_cap_gib:
+def check_memory(cfg: RunConfig, world_size: int, device: torch.device) -> None:
+    """Refuse a launch whose estimated peak memory per GPU (`trainkit inspect`'s, from a meta-device
+    build: ~0.1 s for a tiny preset) exceeds train.memory_cap_gib or the memory of `device` (on a
+    CPU the host's): an absurd model size fails here in one line, not in the allocator or by the
+    kernel's OOM killer."""
+    from trainkit.estimate.inspect import device_memory, inspect_model
+    what, limit = device_memory(device)
+    memory = inspect_model(cfg, world_size=world_size, gpu=(what, limit))["memory"]
+    est = memory["peak_gib"]
+    if cfg.train.memory_cap_gib and est > cfg.train.memory_cap_gib:
         raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
                           f"train.memory_cap_gib={cfg.train.memory_cap_gib:g} (see `trainkit inspect`)")
+    if est > limit:
+        model = f"{cfg.model.family}/{cfg.model.preset}" + "".join(f" model.{k}={v}" for k, v in cfg.model.overrides.items())
+        more = memory["fits_from_world_size"]
+        hint = f"it fits from world size {more}" if more and more > world_size else \
+            "lower train.micro_batch, recompute blocks (parallel.ac_stride) or shrink the model"
+        raise LaunchError(f"model {model}: estimated peak memory {est:.1f} GiB per rank exceeds the "
+                          f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
 
 
-def run(cfg: RunConfig) -> RunResult:
+class SigtermStop:
+    """`with SigtermStop() as stop: run(cfg, stop)`: a SIGTERM (a scheduler's preemption, `kill`,
+    torchrun passing one on) only sets `signum`; the loop reads it at the next step boundary, where
+    every rank agrees through the non-finite check's all-reduce, checkpoints and raises Stopped.
+    The handler never interrupts a step or a save; a later SIGTERM changes nothing (torchrun sends
+    one to the ranks still finishing when the first exits); SIGKILL still ends it at once."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: Any = None
+
+    def __enter__(self) -> Self:
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+        except ValueError:  # not the main thread: no handler, the default stays
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+
+
+def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
+    """Check, lock output.dir, train; `stop`: the SIGTERM flag `trainkit run` installs."""
     _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
@@ -118,22 +161,22 @@ def run(cfg: RunConfig) -> RunResult:
             say(f"normalisation statistics from {source}")
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
             check_dataset_stats(shards.index, cfg.data.norm, cfg.data.shards)
-        check_memory(cfg, world_size)
-        # --- devices and process group --------------------------------------------------------------
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        check_memory(cfg, world_size, device)
+        # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
             torch.cuda.set_device(device)
         if cfg.parallel.fsdp == "none" and world_size > 1:
             raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
         init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
         with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
-            return train(cfg, fam, model, shards, device, out, accum)
+            return train(cfg, fam, model, shards, device, out, accum, stop)
     finally:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
 
 
 def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device: torch.device, out: Path,
-          accum: int) -> RunResult:
+          accum: int, stop: SigtermStop | None = None) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours."""
     rank, world_size, _ = world()
     global_batch = cfg.train.micro_batch * world_size * accum
@@ -175,7 +218,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
-    metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter)
+    metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
+                      first_step=start)
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -205,7 +249,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
-            applied = guard.step_ok(step, loss_sum, grad_norm, params)  # NaN/inf: stop, or skip the update
+            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM
+            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum))
             if applied:
                 opt.step()
                 if ema is not None:
@@ -223,11 +268,21 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                                     (step + 1) % cfg.train.eval_every == 0):
                 with metrics.paused():
                     metrics.log_eval(val.record(step, model, cast, ema))
-            if cfg.output.checkpoint_every and (step + 1) % cfg.output.checkpoint_every == 0:
+            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
+            if stopping:
+                metrics.close()  # before the save's collectives: no rank exits before rank 0 has logged
+            saved = None
+            if cfg.output.checkpoint_every and ((step + 1) % cfg.output.checkpoint_every == 0 or stopping):
                 check_state(step, model, opt, device)  # a non-finite state is never saved
-                save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
-                                keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
+                saved = save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
+                                        keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
+            if stopping:
+                raise stopped(step + 1, cfg.train.steps, saved)
         metrics.close()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the original error is the one to report
+            metrics.close()  # the steps done are logged, so a resume's metrics.jsonl has no gap
+        raise
     finally:
         counter.uninstall()
         batches.close()
@@ -249,6 +304,13 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
         print(format_summary(summary), flush=True)
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary, summary=summary)
+
+
+def stopped(done: int, steps: int, saved: Path | None) -> Stopped:
+    """The one line of a run stopped by SIGTERM after `done` steps (the same on every rank)."""
+    then = (f"checkpoint {saved} written: rerun the same command to resume from it" if saved is not None else
+            "no checkpoint (output.checkpoint_every=0): a rerun starts over")
+    return Stopped(signal.SIGTERM, f"stopped by SIGTERM after {done} of {steps} steps; {then}")
 
 
 def say(message: str) -> None:

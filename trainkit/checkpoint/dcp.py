@@ -13,7 +13,11 @@ config and dataset identity) is JSON in the manifest, with the size and SHA-256 
 (checkpoint_manifest.py). The folder is written as `step-000100.tmp`, sealed with the manifest and
 renamed by rank 0 after every rank has finished, so a crash mid-save never leaves a folder that
 looks complete; then all but the newest `output.keep_checkpoints` are deleted (one that `trainkit
-export` is reading is held, checkpoint/hold.py, and deleted by a later save).
+export` is reading is held, checkpoint/hold.py, and deleted by a later save). A save that cannot
+write (a full disk, a quota, a read-only mount) is one CheckpointError on every rank naming the
+folder and the errno (ENOSPC: torch.save reports a full disk as "unexpected pos 704 vs 598", the
+OSError only as its context, so the chain is walked); the temporary folder is removed and the
+older checkpoints are left as they were, so a rerun resumes from the newest of them.
 
 Resume takes the newest intact checkpoint: a folder without a manifest, or whose files do not
 match it (truncated, zeroed, flipped, deleted), is skipped, and the caller says which and why; when
@@ -32,9 +36,12 @@ last bits (other reduction order) and in the flow noise, which is drawn per rank
 """
 from __future__ import annotations
 
+import errno
 import re
 import shutil
-from contextlib import ExitStack
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +60,7 @@ from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnly
 from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
 from trainkit.optim.optimizer import apply_config
-from trainkit.ranks import barrier, broadcast, rank_world
+from trainkit.ranks import all_gather, barrier, broadcast, rank_world
 from trainkit.checkpoint.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")
@@ -107,22 +114,73 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
     rank, world = rank_world()
     root = Path(run_dir) / "checkpoints"
     final, tmp = root / f"step-{step:06d}", root / f"step-{step:06d}.tmp"
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier()
     state, _ = _tensor_state(model, opt, extra)
-    dcp.save(state, checkpoint_id=str(tmp))
-    manifest = Manifest(step=step, world_size=world, global_batch=record.global_batch, dataset=record.dataset,
-                        config=record.config, sched=sched.state_dict(), ranks=[])
-    seal(tmp, manifest, {"rng": rng_state(), "data": data_state})
+    why = None
     if rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        fsync_dir(root)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        except OSError as e:
+            why = _write_problem(e)
+    why = broadcast(why)  # also the barrier: no rank writes before the folder is there
+    if why is None:
+        try:
+            with _one_process_quietly():
+                dcp.save(state, checkpoint_id=str(tmp))  # DCP raises on every rank when one rank fails
+            manifest = Manifest(step=step, world_size=world, global_batch=record.global_batch,
+                                dataset=record.dataset, config=record.config, sched=sched.state_dict(), ranks=[])
+            seal(tmp, manifest, {"rng": rng_state(), "data": data_state})
+            if rank == 0:
+                shutil.rmtree(final, ignore_errors=True)
+                tmp.rename(final)
+                fsync_dir(root)
+        except (OSError, CheckpointException) as e:
+            why = _write_problem(e)
+        why = next((w for w in all_gather(why) if w is not None), None)  # rank 0's manifest and rename too
+    if why is not None:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # frees what it took; the older checkpoints stay
+        raise CheckpointError(str(final), f"not written ({why}); older checkpoints are untouched and a rerun "
+                                          f"resumes from the newest of them")
+    if rank == 0:
         _rotate(root, keep, step)
     barrier()
     return final
+
+
+@contextmanager
+def _one_process_quietly() -> Iterator[None]:
+    """Without a process group (parallel.fsdp="none") DCP warns at every save and load that it
+    assumes one process: it is so by design, and the warning would be the run's only stderr line."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _write_problem(e: BaseException) -> str:
+    """What stopped a save, in a few words: the errno of the first OSError in the chain ("ENOSPC:
+    No space left on device"), else the underlying error's first line."""
+    for x in _chain(e):
+        if isinstance(x, OSError) and x.errno:
+            return f"{errno.errorcode.get(x.errno, x.errno)}: {x.strerror}"
+    return _cause(e)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """`e`, each rank's failure DCP wrapped in it (`failures`: rank -> (exception, stack)), and
+    every exception these were raised from or during, in that order."""
+    out: list[BaseException] = []
+    todo = [e]
+    while todo and len(out) < 50:
+        x = todo.pop(0)
+        if not isinstance(x, BaseException) or any(x is y for y in out):
+            continue
+        out.append(x)
+        failures = getattr(x, "failures", None)
+        inner = [f[0] if isinstance(f, tuple) else getattr(f, "exception", f)
+                 for f in (failures.values() if isinstance(failures, dict) else ())]
+        todo += [*inner, x.__cause__, x.__context__]
+    return out
 
 
 def _rotate(root: Path, keep: int, step: int) -> None:
@@ -197,8 +255,9 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
                               f"or not written by trainkit): move the folder away, or {START_OVER}") from None
     state, param_groups = _tensor_state(model, opt, extra)
     try:
-        dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
-    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps every rank's failure, in a BaseException
+        with _one_process_quietly():
+            dcp.load(state, storage_reader=CheckedReader(found.path, files), planner=TensorsOnlyPlanner())
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps every rank's failure (a BaseException)
         raise CheckpointError(str(found.path),
                               f"cannot be loaded into this model ({_cause(e)}); {START_OVER}") from None
     set_state_dict(model, opt, model_state_dict=state["model"],
@@ -216,11 +275,7 @@ def load_checkpoint(found: Found, model: nn.Module, opt: torch.optim.Optimizer,
 
 def _cause(e: BaseException) -> str:
     """The first line of the underlying error of a DCP failure (DCP wraps each rank's as `failures`)."""
-    failures = getattr(e, "failures", None)
-    if isinstance(failures, dict) and failures:
-        inner = next(iter(failures.values()))
-        if isinstance(inner, tuple):  # torch >= 2.11: (exception, stack summary)
-            inner = inner[0]
-        e = getattr(inner, "exception", inner)
+    chain = _chain(e)
+    e = chain[1] if len(chain) > 1 and getattr(e, "failures", None) else e
     first = next((x for x in str(e).splitlines() if x.strip()), "")
     return f"{type(e).__name__}: {first[:300]}"

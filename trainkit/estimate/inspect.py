@@ -52,6 +52,8 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,6 +77,22 @@ def gpu_memory() -> tuple[str, float]:
         props = torch.cuda.get_device_properties(0)
         return props.name, props.total_memory / GIB
     return H200
+
+
+def device_memory(device: torch.device) -> tuple[str, float]:
+    """(what, GiB) one process of a run on `device` has: the GPU's memory; on a CPU the host's
+    (its cgroup's limit where lower) over the ranks torchrun starts on this node."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"one {props.name} ({device})", props.total_memory / GIB
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:  # cgroup v2: "max" or a byte count
+        host = min(host, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    what = "host memory" + (f" shared by {ranks} ranks" if ranks > 1 else "")
+    return what, host / ranks / GIB
 
 
 def image_slots(cfg: Any, fam: Family, model_cfg: Any) -> int:

@@ -13,7 +13,10 @@ with no listed peak, a CPU among them. All-gathers are counted as they happen (`
 torch.distributed's all-gather entry points, which FSDP2 calls), not derived from the config.
 
 Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
-interval and a progress bar (tqdm) on rank 0.
+interval and a progress bar (tqdm) on rank 0. The file holds each step once: a run that resumes
+at step k (from a checkpoint older than the last logged step, or a crash after it) first drops
+the rows of steps >= k and any line a kill cut short (`keep_rows_before`), then appends; a fresh
+run (k = 0) starts it empty.
 - `"kind": "step"`: step, loss (mean over the global batch: ranks and micro-batches), grad_norm (global),
   lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
 - `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
@@ -39,6 +42,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from datakit.durable import write_atomic
+
 # Dense bf16 tensor-core peak per GPU, by a part of the device name (H100 SXM = H200 = 989 TFLOP/s;
 # A100 312 TFLOP/s): MFU is measured against it, and is n/a on any other device.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -59,6 +64,28 @@ def format_mfu(mfu: float | None) -> str:
 
 def format_mem(gib: float | None) -> str:
     return "n/a (measured on CUDA only)" if gib is None else f"{gib:.1f} GiB"
+
+
+def keep_rows_before(path: Path, step: int) -> None:
+    """Rewrite `path` (atomically) without the rows of steps >= `step` and without lines that are
+    not JSON (the last one, cut by a kill -9): a run resuming at `step` logs those steps again, so
+    the file keeps each step once, as the run's history now is. Rows without a step are kept."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    kept = [line for line in lines if _before(line, step)]
+    if len(kept) < len(lines) or data and not data.endswith(b"\n"):
+        write_atomic(path, "".join(f"{line}\n" for line in kept).encode())
+
+
+def _before(line: str, step: int) -> bool:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] < step
 
 
 class CollectiveCounter:
@@ -114,6 +141,7 @@ class Metrics:
     device: torch.device
     progress: bool = True
     counter: CollectiveCounter | None = None
+    first_step: int = 0  # the step this run starts at (a resume's): metrics.jsonl keeps the rows before it
     records: list[StepRecord] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)  # every interval summary (bench reads it)
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss (tests read it)
@@ -126,6 +154,7 @@ class Metrics:
         self._bar = None
         if self.rank == 0:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+            keep_rows_before(self.out_dir / "metrics.jsonl", self.first_step)
             self._jsonl = open(self.out_dir / "metrics.jsonl", "a")
             if self.progress:
                 from tqdm import tqdm

@@ -20,7 +20,8 @@ checkpoint is ever non-finite.
 
 Cost: one host sync per step (the decision must come before `opt.step()`) and, with several ranks,
 an all-reduce of one flag per rank, so every rank takes the same decision (a rank's loss is its
-own; the grad norm is global) and knows which ranks saw a non-finite loss.
+own; the grad norm is global) and knows which ranks saw a non-finite loss. The same all-reduce
+carries each rank's request to stop (a SIGTERM, trainkit/train.py), so all ranks stop together.
 """
 from __future__ import annotations
 
@@ -60,21 +61,28 @@ class NonFiniteGuard:
         self._run = 0  # non-finite steps in a row
         self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mean_loss = torch.zeros(())  # the last checked step's loss, averaged over ranks
+        self.stop_requested = False  # some rank was asked to stop at the last checked step (SIGTERM)
 
     def add(self, rows: torch.Tensor, actions: torch.Tensor) -> None:
         self._micro.append((rows, actions))
 
-    def step_ok(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter]) -> bool:
+    def step_ok(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter],
+                stop: bool = False) -> bool:
         """True: apply the step. False: skip it (counted). NonFiniteError under "stop", or when the
-        parameters have diverged."""
+        parameters have diverged. `stop`: this rank was asked to end the run (SIGTERM); afterwards
+        `stop_requested` says whether any rank was, the same on every rank."""
         micro, self._micro = self._micro, []
-        flags = torch.zeros(self.world + 1, device=self.device)  # per-rank non-finite flags, then the loss sum
+        # per-rank non-finite flags, the loss sum, the ranks asking to stop
+        flags = torch.zeros(self.world + 2, device=self.device)
         flags[self.rank] = (~torch.isfinite(torch.stack([loss.detach().float(), grad_norm.detach().float()]))).any()
         flags[self.world] = loss.detach().float()
+        flags[self.world + 1] = float(stop)
         if dist.is_initialized() and self.world > 1:
             dist.all_reduce(flags)  # the one collective of the check also averages the loss over ranks
         self.mean_loss = flags[self.world] / self.world
-        bad_ranks = [r for r, f in enumerate(flags[:self.world].tolist()) if f]
+        values = flags.tolist()
+        self.stop_requested = values[self.world + 1] > 0
+        bad_ranks = [r for r, f in enumerate(values[:self.world]) if f]
         self._run = self._run + 1 if bad_ranks else 0
         if not bad_ranks:
             return True
