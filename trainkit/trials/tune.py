@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from trainkit.config import RunConfig
-from trainkit.errors import ConfigError, LaunchError
+from trainkit.errors import LaunchError
 from trainkit.estimate.inspect import DTYPE_BYTES, gpu_memory, image_slots
 from trainkit.estimate.memory import (block_params, dynamic_gib, estimate, fsdp_units, gathered_params, recompute_map,
                                      unit_sizes)

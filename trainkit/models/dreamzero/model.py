@@ -21,7 +21,6 @@ Flow matching: x_t = t * noise + (1 - t) * x, target noise - x; loss = video MSE
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 
 import torch
