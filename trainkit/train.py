@@ -131,8 +131,11 @@ class SigtermStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        if self._previous is None:
+            return
+        # once stopped, a later SIGTERM (torchrun's to the ranks still finishing when the first has
+        # exited) must not kill the process on its way out: it exits 143 itself, as every rank does
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.signum else self._previous)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signum = signum
