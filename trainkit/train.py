@@ -91,14 +91,14 @@ def grad_accumulation(cfg: RunConfig, world_size: int) -> int:
     return gb // per_step
 
 
-def check_memory(cfg: RunConfig, world_size: int, device: torch.device) -> None:
+def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: nn.Module) -> None:
     """Refuse a launch whose estimated peak memory per GPU (`trainkit inspect`'s, from a meta-device
     build: ~0.1 s for a tiny preset) exceeds train.memory_cap_gib or the memory of `device` (on a
     CPU the host's): an absurd model size fails here in one line, not in the allocator or by the
-    kernel's OOM killer."""
+    kernel's OOM killer. `model`: the run's model, still on the meta device."""
     from trainkit.estimate.inspect import device_memory, inspect_model
     what, limit = device_memory(device)
-    memory = inspect_model(cfg, world_size=world_size, gpu=(what, limit))["memory"]
+    memory = inspect_model(cfg, world_size=world_size, gpu=(what, limit), model=model)["memory"]
     est = memory["peak_gib"]
     if cfg.train.memory_cap_gib and est > cfg.train.memory_cap_gib:
         raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
@@ -165,7 +165,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
             check_dataset_stats(shards.index, cfg.data.norm, cfg.data.shards)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-        check_memory(cfg, world_size, device)
+        check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
             torch.cuda.set_device(device)

@@ -123,18 +123,21 @@ def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
     return units, root, frozen_units
 
 
-def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None) -> dict[str, Any]:
+def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None = None,
+                  model: Any = None) -> dict[str, Any]:
     """Report params, tokens, FLOPs, FSDP units/collectives and a per-GPU memory estimate for a
     RunConfig-like `cfg` (attributes model.family/preset, data.slots/prune_slots,
     train.micro_batch/global_batch, parallel.fsdp/group/ac_stride/param_dtype/compile), the
-    estimate compared with `gpu` = (name, GiB) (default: `gpu_memory()`)."""
+    estimate compared with `gpu` = (name, GiB) (default: `gpu_memory()`); `model`: that config's
+    model already built on the meta device (the trainer's), else one is built here."""
     if world_size < 1:
         raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
     par, train = cfg.parallel, cfg.train
     fam, overrides = family(cfg.model.family), getattr(cfg.model, "overrides", {})
     model_cfg = build_config(cfg.model.family, cfg.model.preset, overrides)
-    with torch.device("meta"):
-        model = build_model(cfg.model.family, cfg.model.preset, overrides)
+    if model is None:
+        with torch.device("meta"):
+            model = build_model(cfg.model.family, cfg.model.preset, overrides)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     parts = {name: sum(p.numel() for p in getattr(model, name).parameters()) for name in model.BLOCK_LISTS}
