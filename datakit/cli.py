@@ -12,14 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+from datakit.commands.flag_types import byte_size
 from datakit.errors import DatakitError, output_error
-
-
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().rstrip("ib").rstrip("b") if text[-1:].isalpha() else text
-    mult = units.get(t[-1:], 1)
-    return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
 def add_convert(sub) -> None:
@@ -41,7 +35,7 @@ def add_convert(sub) -> None:
     p.add_argument("--layout", choices=["rgb", "nv12"], help="stored colour layout (default rgb)")
     p.add_argument("--workers", type=int, help="worker processes (default: one per shard, or per episode below "
                                                 "the shard, up to the usable cores; more than the cores is clamped)")
-    p.add_argument("--shard-size", type=_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
+    p.add_argument("--shard-size", type=byte_size, help="shard roll-over size, e.g. 1GiB, 256MiB (default 1GiB)")
     p.add_argument("--on-error", choices=["fail", "skip"], help="on a bad episode: stop (default) or skip it")
     p.add_argument("--nonfinite", choices=["reject", "keep"],
                    help="NaN/inf in state/action: a bad episode (default), or keep it, out of the statistics")

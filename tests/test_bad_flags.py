@@ -141,3 +141,20 @@ def test_plan_of_an_edited_remote_index_names_the_url(uploaded, capsys):
     rc, err = _plan(capsys, uploaded)
     assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert f"{uploaded}/index.json" in err and "checksums.json" in err and "datakit-plan-" not in err, err
+
+
+@pytest.mark.parametrize("value", ["1XB", "1 GiB of data", "-1g", "inf", "nan", "1e-9", "0", "G"])
+def test_a_bad_size_says_what_a_size_looks_like(tmp_path, capsys, value):
+    """`--shard-size 1XB` said "invalid _size value": the line names the flag and the value, and
+    says what sizes look like (plan's byte flags share the parser)."""
+    line = _parse_error(capsys, ["convert", str(tmp_path / "src"), str(tmp_path / "out"), f"--shard-size={value}"])
+    assert line.startswith("datakit convert: error: argument --shard-size: ") and repr(value) in line, line
+    assert "_size" not in line and ("1GiB, 256MiB" in line or "at least 1 byte" in line), line
+
+
+def test_sizes_read_as_written():
+    from datakit.commands.flag_types import byte_size
+
+    written = {"1GiB": 2**30, "1GB": 2**30, "1g": 2**30, "256MiB": 256 * 2**20, "1.5G": 3 * 2**29, "512k": 512 * 1024,
+               "4096": 4096, " 2 TiB ": 2 * 2**40, "1b": 1, "1e9": 10**9}
+    assert {text: byte_size(text) for text in written} == written

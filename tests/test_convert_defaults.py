@@ -1,10 +1,13 @@
 """`datakit convert SRC OUT` as typed: which decoder `auto` picks (no ranking, a decode-only
 ranking, a conversion ranking) and says why; how many workers (from the plan and the cores,
-clamped with a warning); a progress bar that moves before the first shard is done."""
+clamped with a warning); a progress bar that moves before the first shard is done, and plain lines
+where stderr is not a terminal."""
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 import time
 
 import pytest
@@ -129,8 +132,10 @@ def two_long(tmp_path_factory):
                          ids=["one-process", "shard-pool", "below-the-shard"])
 def test_progress_moves_within_the_first_episode(two_long, tmp_path, monkeypatch, workers, shard_size):
     """Frames show before any episode (let alone a shard) is done: per-episode counting would
-    first show 24 (or 48) frames."""
+    first show 24 (or 48) frames. On a terminal: the bar, saying what it waits for at 0%."""
     out = tmp_path / "out"
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
     seen: list[tuple[int, bool]] = []  # (frames shown, any shard finished yet)
     real_update = tqdm.update
 
@@ -149,3 +154,39 @@ def test_progress_moves_within_the_first_episode(two_long, tmp_path, monkeypatch
                                          shard_size=shard_size))
     assert [n for n, finished in seen if 0 < n < 24 and not finished], seen
     assert seen[-1][0] == 48
+    first_draw = term.getvalue().split("\r")[1]
+    assert " 0/48 " in first_draw and "reading the first episode" in first_draw, first_draw
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_into_a_log_is_plain_lines(two_long, tmp_path, monkeypatch, capsys):
+    """stderr not a terminal (pytest's capture, like `2> log` or CI): no `\r` redraws, a line at the
+    start saying what it waits for, one every LINE_EVERY_S seconds (0.2 here) while frames come,
+    and one at the end."""
+    import datakit.progress
+
+    real_write_frame = FrameWriter.write_frame
+
+    def slow_frame(self, *a, **k):  # 48 frames take ~2 s: about 10 lines at 0.2 s
+        time.sleep(0.04)
+        return real_write_frame(self, *a, **k)
+
+    monkeypatch.setattr(FrameWriter, "write_frame", slow_frame)
+    monkeypatch.setattr(datakit.progress, "LINE_EVERY_S", 0.2)
+    t0 = time.monotonic()
+    convert(two_long, tmp_path / "out", ConvertConfig(progress=True, workers=1, decoder="pyav"))
+    seconds = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    lines = err.splitlines()
+    assert lines[0] == "convert ds: 0/48 frames (0%), reading the first episode", lines
+    assert lines[-1].startswith("convert ds: 48/48 frames (100%), done in "), lines
+    counts = [int(line.split(": ")[1].split("/")[0]) for line in lines]
+    middle = counts[1:-1]
+    assert middle and all(0 < n < 48 for n in middle) and middle == sorted(middle), lines
+    assert all("frames/s, about " in line for line in lines[1:-1]), lines
+    assert len(lines) <= seconds / 0.2 + 2, (len(lines), seconds)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import datakit.convert.run as convert_mod
+import datakit.progress as progress_mod
 from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
 from datakit.convert.fault_hooks import KILL_ONCE_ENV
@@ -60,7 +60,7 @@ def local(src, tmp_path_factory):
     return refs
 
 
-class RecordingBar(convert_mod.tqdm):
+class RecordingBar(progress_mod._Bar):
     updates: list[int] = []
 
     def update(self, n=1):
@@ -78,7 +78,7 @@ def test_same_bytes_as_local_after_a_killed_task(ray_session, src, local, tmp_pa
     marker = tmp_path / "killed"
     monkeypatch.setenv(KILL_ONCE_ENV, f"{killed}:{marker}")
     RecordingBar.updates = []
-    monkeypatch.setattr(convert_mod, "tqdm", RecordingBar)
+    monkeypatch.setattr(progress_mod, "_Bar", RecordingBar)
     out = tmp_path / "out"
     s = convert(src, out, ConvertConfig(workers=2, engine="ray", progress=False,
                                         shard_size=ONE_PER_EPISODE if plan == "shards" else 1 << 30))

@@ -240,3 +240,31 @@ def test_droid_missing_video_and_bad_h5(droid, tmp_path):
     _raises(lambda: load_episode(spec, e0), "22008760.mp4", "missing video file")
     (e1.source / "trajectory.h5").write_bytes(b"not hdf5 at all")
     _raises(lambda: load_episode(spec, e1), "trajectory.h5", "unreadable h5")
+
+
+def test_droid_is_named_once(droid, tmp_path, capsys):
+    """The convert summary said `droid droid-raw (droid)` for a folder named droid; index.json keeps
+    "droid-raw" (the resume fingerprint compares it), the terminal says each word once."""
+    import io
+
+    from rich.console import Console
+
+    from datakit.commands.doctor.report import print_report
+    from datakit.commands.doctor.audit import DoctorReport
+    from datakit.commands.summary import index_table, source_label
+    from datakit.convert import convert
+    from datakit.convert.config import ConvertConfig
+
+    src = shutil.copytree(droid, tmp_path / "droid")
+    index = convert(src, tmp_path / "out", ConvertConfig(workers=1, progress=False)).index
+    assert (index.source["format"], index.source["version"], index.source["name"]) == ("droid", "droid-raw", "droid")
+    text = io.StringIO()
+    Console(file=text, width=200).print(index_table(index))
+    (row,) = [line for line in text.getvalue().splitlines() if " source " in line]
+    assert row.split("│")[2].strip() == "droid raw", row
+    report = DoctorReport(source=str(src), format="droid", version="droid-raw", episodes=2)
+    print_report(report, file=text)
+    assert f"{src}: droid raw, 2 episodes" in text.getvalue()
+    # other sources keep their version and folder name
+    assert source_label("lerobot", "v2.1", "pusht") == "lerobot v2.1 (pusht)"
+    assert source_label("droid", "droid-raw", "droid_100") == "droid raw (droid_100)"

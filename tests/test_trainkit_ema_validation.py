@@ -102,8 +102,9 @@ def test_validation_is_logged_to_metrics_summary_and_terminal(runs):
     summary = json.loads((dirs["unbroken"] / "summary.json").read_text())
     assert summary["evals"] == list(_evals(dirs["unbroken"]).values())
     assert summary["val_loss"] == _evals(dirs["unbroken"])[5]["val_loss"]
-    assert any(f"eval      5 | val loss {summary['val_loss']:.4f}" in out for out in outs), outs
-    assert re.search(rf"validation loss \(after step 5\) +{summary['val_loss']:.4f}, EMA weights", outs[0]), outs[0]
+    # the terminal counts steps done, as the checkpoint names do: metrics.jsonl's step 5 is the 6th
+    assert any(f"eval 6/6 | val loss {summary['val_loss']:.4f}" in out for out in outs), outs
+    assert re.search(rf"validation loss \(after step 6\) +{summary['val_loss']:.4f}, EMA weights", outs[0]), outs[0]
 
 
 def test_training_never_samples_a_held_out_episode(runs, shards_rgb):  # noqa: F811

@@ -154,3 +154,17 @@ def test_estimate_over_the_gpu_memory_warns_with_the_world_size_that_fits():
     small = inspect_model(cfg, world_size=1, gpu=("small", 40.0))  # activations alone exceed it
     assert small["memory"]["activations_gib"] > 40 and small["memory"]["fits_from_world_size"] is None
     assert "more GPUs do not fix it" in format_report(small)
+
+
+def test_zero_grads_at_the_turn_say_why():
+    """inspect printed "grads 0 GiB" for 3.24B trainable parameters without a word: the line says none
+    exists yet at the turn, and where they all are: 4 B per trained parameter (fp32), at the optimiser step."""
+    report = inspect_model(run_config(preset="full", group={"vision_blocks": 4}, micro=8), world_size=2)
+    m, trained = report["memory"], report["params"]["trainable"]
+    assert m["moment"] == "turn" and m["grads_gib"] == 0
+    all_grads = 4 * trained / 2 / 2**30
+    (why,) = [line for line in format_report(report).splitlines() if line.startswith("  grads 0 GiB")]
+    assert "none exists yet" in why and f"all {all_grads:.1f} GiB are alive at the optimiser step" in why, why
+    # gradient accumulation keeps them at the turn: counted there, nothing to explain
+    accum = inspect_model(run_config(preset="full", group={"vision_blocks": 4}, micro=8, global_batch=32), 2)
+    assert accum["memory"]["grads_gib"] > 0 and "none exists yet" not in format_report(accum)

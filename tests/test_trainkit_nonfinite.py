@@ -79,11 +79,11 @@ def test_a_huge_learning_rate_stops_at_the_first_nonfinite_step(shards_rgb, tmp_
     out = tmp_path / "run"
     code, err = cli_run(capsys, *_args(shards_rgb, out, "optim.lr=1e30", "optim.warmup_steps=0"))
     line = _one_line(err)
-    step = int(re.search(r"step (\d+)", line).group(1))
+    step = int(re.search(r"step (\d+)", line).group(1))  # the k-th step: index k - 1 in metrics.jsonl
     assert code == 2 and "non-finite" in line and 'train.on_nonfinite="stop"' in line, line
     logged = step_lines(out)
-    assert [x["step"] for x in logged] == list(range(step)) and all(math.isfinite(x["loss"]) for x in logged)
-    assert _checkpoints_are_finite(out, tmp_path) == [f"step-{s:06d}" for s in range(1, step + 1)]
+    assert [x["step"] for x in logged] == list(range(step - 1)) and all(math.isfinite(x["loss"]) for x in logged)
+    assert _checkpoints_are_finite(out, tmp_path) == [f"step-{s:06d}" for s in range(1, step)]
 
 
 def test_a_nan_action_stops_the_run_naming_the_step_and_rows(nan_action_shards, tmp_path, capsys):  # noqa: F811
@@ -92,7 +92,7 @@ def test_a_nan_action_stops_the_run_naming_the_step_and_rows(nan_action_shards, 
     line = _one_line(err)
     rows = _rows_per_step(out)
     first_bad = min(s for s, r in rows.items() if NAN_ACTION_ANCHORS & set(r))
-    assert code == 2 and f"step {first_bad}:" in line, (line, first_bad)
+    assert code == 2 and f"step {first_bad + 1}:" in line, (line, first_bad)  # named as the checkpoints count
     flagged = _named_rows(line, "actions")
     assert flagged and set(flagged) <= NAN_ACTION_ANCHORS & set(rows[first_bad]), (flagged, rows[first_bad])
     assert [x["step"] for x in step_lines(out)] == list(range(first_bad))
@@ -122,7 +122,7 @@ def test_a_nan_state_is_the_same_one_line(nan_state_shards, tmp_path, capsys, mo
     code, err = cli_run(capsys, *_args(nan_state_shards, out, f"train.on_nonfinite={mode}", "train.steps=40"))
     line = _one_line(err)
     done = len(step_lines(out))
-    assert code == 2 and f"step {done}:" in line and _named_rows(line, "state") == [NAN_ROW], line
+    assert code == 2 and f"step {done + 1}:" in line and _named_rows(line, "state") == [NAN_ROW], line
 
 
 def test_skip_stops_a_run_that_has_diverged(shards_rgb, tmp_path, capsys):  # noqa: F811
@@ -136,7 +136,7 @@ def test_skip_stops_a_run_that_has_diverged(shards_rgb, tmp_path, capsys):  # no
     assert code == 2 and f"{CONSECUTIVE_LIMIT} non-finite steps in a row" in line, line
     step = int(re.search(r"step (\d+)", line).group(1))
     logged = [x["step"] for x in step_lines(out)]
-    assert step == logged[-1] + CONSECUTIVE_LIMIT and all(math.isfinite(x["loss"]) for x in step_lines(out))
+    assert step == logged[-1] + 1 + CONSECUTIVE_LIMIT and all(math.isfinite(x["loss"]) for x in step_lines(out))
 
 
 @pytest.mark.timeout(240)
@@ -155,7 +155,7 @@ def test_two_ranks_take_the_same_decision(nan_action_shards, tmp_path):  # noqa:
         return sorted({s for per_rank in rows for s, r in per_rank.items() if NAN_ACTION_ANCHORS & set(r)})
 
     first_bad = bad_steps(stop)[0]
-    assert results[0]["error"].startswith(f"NonFiniteError: step {first_bad}:"), results[0]
+    assert results[0]["error"].startswith(f"NonFiniteError: step {first_bad + 1}:"), results[0]  # the k-th step
     assert "error" not in results[1], results[1]
     summary = json.loads((skip / "summary.json").read_text())
     assert summary["nonfinite_skipped"] == bad_steps(skip) and summary["nonfinite_skipped"]

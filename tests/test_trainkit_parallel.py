@@ -3,7 +3,13 @@ are applied as configured; a pruned-slot batch and its padded twin give the same
 
 Oracles: forward executions counted on the original blocks (a recomputed block runs its
 forward twice per step: i % stride == 0), the module structure left behind, and the loss of
-the padded batch (the empty slot kept, masked) for the pruned one."""
+the padded batch (the empty slot kept, masked) for the pruned one; for the initial weights of a
+2-process CPU run, one process's `init_weights()` from the same seed."""
+import json
+import os
+import socket
+import warnings
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -88,3 +94,60 @@ def test_pruned_slot_batch_gives_the_loss_of_the_padded_masked_batch(shards_rgb)
     with torch.no_grad():
         a, b = model(pruned), model(padded)
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _init_worker(rank: int, port: int, fam: str, parallel: dict, plain: bool, result: str) -> None:
+    """Rank `rank` of 2 gloo processes: family `fam`'s tiny preset parallelized by `parallel`,
+    initialised from seed 3 by trainkit's init_weights (or, `plain`, by the model's own, as the
+    trainer did before); rank 0 writes which whole tensors differ from one process's init and the
+    warnings the init raised."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from trainkit.parallel.init import init_weights
+
+    with torch.device("meta"):
+        model = build_model(fam, "tiny")
+    parallelize(model, ParallelConfig(param_dtype="float32", **parallel), world_size=2)
+    model.to_empty(device="cpu")
+    torch.manual_seed(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.init_weights() if plain else init_weights(model)
+    whole = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    if rank == 0:
+        reference = build_model(fam, "tiny")
+        torch.manual_seed(3)
+        reference.init_weights()
+        differ = [k for k, v in reference.state_dict().items() if not torch.equal(v, whole[k])]
+        with open(result, "w") as f:
+            json.dump({"differ": differ, "tensors": len(whole), "warnings": [str(w.message) for w in caught]}, f)
+    dist.destroy_process_group()
+
+
+def _init_on_two_ranks(tmp_path, fam: str, parallel: dict, plain: bool = False) -> dict:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = str(tmp_path / f"{fam}-{plain}.json")
+    mp.start_processes(_init_worker, args=(port, fam, parallel, plain, result), nprocs=2, start_method="spawn")
+    return json.loads(open(result).read())
+
+
+INIT_CASES = {"pi05": {"fsdp": "block"}, "dreamzero": {"fsdp": "block"},
+              "gr00t": {"fsdp": "block", "frozen": "replicate"}}  # frozen parts plain tensors beside DTensors
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fam", sorted(INIT_CASES))
+def test_a_two_process_cpu_run_starts_from_one_process_weights(tmp_path, fam):
+    """Every CPU run printed "DTensor random operators may not have complete support on cpu device
+    mesh": without DTensor's RNG tracker each rank drew its shard from the start of the same stream,
+    so both halves of a matrix were equal. trainkit/parallel/init.py draws the whole tensors."""
+    got = _init_on_two_ranks(tmp_path, fam, INIT_CASES[fam])
+    assert got["differ"] == [] and got["warnings"] == [], got
+    if fam == "pi05":  # positive control: the model's own init on the sharded parameters, as before
+        before = _init_on_two_ranks(tmp_path, fam, INIT_CASES[fam], plain=True)
+        assert before["differ"] and any("DTensor random operators" in w for w in before["warnings"]), before

@@ -58,9 +58,8 @@ CASES = {
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_world_size_two_trains_as_world_size_one(family, request, tmp_path):
     """Both runs resume one checkpoint (saved by a 2-rank run after its first step; DCP reshards it
-    to 1 rank). Starting from a checkpoint leaves the random init out: on a CPU mesh, DTensor's
-    random ops draw each shard from the local generator, so a sharded init depends on the world
-    size there (on CUDA its offset-based RNG tracker draws shards as slices of one full tensor)."""
+    to 1 rank), so the reshard is checked too. The random init is the same at both world sizes
+    (trainkit/parallel/init.py; test_trainkit_parallel.py compares it tensor by tensor)."""
     case = CASES[family]
     shards = request.getfixturevalue(case.shards)
     common = (f"train.global_batch={GLOBAL_BATCH}", "train.micro_batch=4", "optim.schedule=constant",

@@ -192,13 +192,17 @@ class OutputConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only none
     keep_checkpoints: int = 3  # the newest N checkpoints are kept, older ones deleted; 0 = keep all
     resume: bool = True  # continue from the newest intact checkpoint in dir, if any (trainkit/checkpoint/dcp.py)
-    progress: bool = True  # a progress bar on rank 0
+    progress: bool = True  # a progress bar on rank 0, when stderr is a terminal (a log gets the step lines alone)
+    # Rank 0 also sends the metrics.jsonl rows to TensorBoard (<dir>/tensorboard/) or wandb (<dir>/wandb/,
+    # offline unless WANDB_MODE is set); each needs its extra: pip install '.[tensorboard]' (trainkit/observe/trackers.py)
+    tracker: Literal["none", "tensorboard", "wandb"] = "none"
     profile_steps: int = 0  # > 0: torch.profiler over this many steps after warm-up, summary written
     # Debug: every rank appends the frame-table rows of each micro-batch it trained on to
     # samples-rank{R}.jsonl (trainkit/observe/sample_log.py); checks rank disjointness and resume order.
     record_samples: bool = False
 
     def __post_init__(self) -> None:
+        _choices(self, "output")
         if self.log_every < 1:
             raise ConfigError("output.log_every", f"must be >= 1, got {self.log_every}")
         for key in ("checkpoint_every", "keep_checkpoints", "profile_steps"):

@@ -50,6 +50,7 @@ from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, with_checkpoint_stats
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
+from trainkit.parallel.init import init_weights
 from trainkit.parallel.cudagraphs import micro_step
 from trainkit.optim.optimizer import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
@@ -57,6 +58,7 @@ from trainkit.observe.profile import StepProfiler
 from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, recorded_config, resume_changes
 from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
+from trainkit.observe.trackers import check_tracker, open_tracker
 from trainkit.observe.summary import format_summary, run_summary
 from trainkit.validation import Validation, holdout
 from trainkit.weights.load import check_weights, load_weights
@@ -147,6 +149,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.shards)
+    check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
     if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)
@@ -188,7 +191,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     plan = parallelize(model, cfg.parallel, world_size)
     model.to_empty(device=device)
     torch.manual_seed(cfg.train.seed)
-    model.init_weights()
+    init_weights(model)  # model.init_weights(), the weights of one process on a CPU mesh too (parallel/init.py)
     # a fresh run from the weights users have, before anything copies the weights (a resume reloads
     # its own checkpoint below, never init_from)
     found = find_checkpoint(out) if cfg.output.resume else None
@@ -218,11 +221,12 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             ema.reset()
             say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
         if changes:
-            say(f"resuming {found.path.name} with changed settings, applied from step {start}: {', '.join(changes)}")
+            say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
-                      first_step=start)
+                      first_step=start,
+                      tracker=open_tracker(cfg.output.tracker, out, rank=rank, start_step=start, config=cfg.to_dict()))
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -301,7 +305,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     summary["init_from"] = init  # format, tensors, load seconds of model.init_from (None: random init or resumed)
     if guard.skipped:
         n = len(guard.skipped)
-        say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): {guard.skipped}")
+        say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): steps "
+            f"{', '.join(str(s + 1) for s in guard.skipped)}")  # the k-th step; summary.json keeps indexes
     if rank == 0:
         write_atomic(out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
         print(format_summary(summary), flush=True)

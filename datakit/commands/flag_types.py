@@ -4,11 +4,13 @@ error names the flag (`datakit plan: error: argument --h2d-gbps: must be a finit
 
     p.add_argument("--h2d-gbps", type=positive(float))
     p.add_argument("--ignore", type=names_of(FINDING_KINDS, "finding kind"), action="append")
+    p.add_argument("--shard-size", type=byte_size)   # "1XB": not a size: '1XB' (... 1GiB, 256MiB ...)
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -29,6 +31,23 @@ def positive(parse: Callable[[str], T]) -> Callable[[str], T]:
 
     check.__name__ = f"positive {getattr(parse, '__name__', 'number')}"
     return check
+
+
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SIZE_FORM = "a number of bytes, or with a unit K, M, G or T (powers of 1024): 1GiB, 256MiB, 1.5G, 4096, 1e9"
+_SIZE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:e\+?\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes > 0, as people write it: 1GiB, 1GB, 1g, 256MiB, 4096, 1e9 (K/M/G/T are powers
+    of 1024 with or without the i); anything else is refused saying what a size looks like."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} ({SIZE_FORM})")
+    value = int(float(m.group(1)) * SIZE_UNITS[m.group(2).lower()])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
 
 
 def non_negative_int(text: str) -> int:

@@ -12,13 +12,24 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
+def source_label(fmt: str | None, version: str | None, name: str | None = None) -> str:
+    """The source in a few words, each once: "lerobot v2.1 (pusht)", "droid raw". DROID's version is
+    "droid-raw" (index.json and the resume fingerprint keep that word) and its folder is often named
+    droid too: "droid droid-raw (droid)" said it three times."""
+    fmt = fmt or "?"
+    words = [fmt, (version or "").removeprefix(f"{fmt}-")]
+    label = " ".join(w for w in words if w)
+    return label if not name or name.lower() == fmt.lower() else f"{label} ({name})"
+
+
 def index_table(index: ShardIndex, seconds: float | None = None, title: str = "datakit",
                 notes: dict[str, str] | None = None) -> Table:
     t = Table(title=title, show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
     total = sum(s.bytes for s in index.shards)
-    t.add_row("source", f"{index.source.get('format')} {index.source.get('version')} ({index.source.get('name')})")
+    t.add_row("source", escape(source_label(index.source.get("format"), index.source.get("version"),
+                                            index.source.get("name"))))
     t.add_row("episodes", str(index.num_episodes))
     t.add_row("frames", str(index.num_frames))
     t.add_row("shards", str(index.num_shards))

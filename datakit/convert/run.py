@@ -19,8 +19,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from datakit.convert.config import ConvertConfig
 from datakit.convert.assemble import build_index, empty_shards
 from datakit.convert.fingerprint import source_fingerprint
@@ -28,6 +26,7 @@ from datakit.convert.journal import STAGING, load_journals
 from datakit.convert.engines.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
 from datakit.convert.plan import plan_shards, plan_workers
+from datakit.progress import progress_bar
 from datakit.convert.engines.ray import run_shards_ray  # imports ray only when used
 from datakit.convert.shard import check_committed
 from datakit.decoders import describe_choice
@@ -97,9 +96,8 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
                 logging.getLogger("datakit").warning(f"datakit convert: warning: --workers {wp.clamped_from} is "
                                                      f"more than the {wp.workers} usable cores; using {wp.workers}")
             cfg = dataclasses.replace(cfg, workers=wp.workers)
-        tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked after this
-        with tqdm(total=sum(r.length for _, refs in jobs for r in refs), unit="frame", desc=f"convert {src.name}",
-                  disable=not cfg.progress, dynamic_ncols=True, smoothing=0.1) as bar:
+        with progress_bar(sum(r.length for _, refs in jobs for r in refs), f"convert {src.name}",
+                          enabled=cfg.progress, waiting="reading the first episode") as bar:
             new = (run_shards_ray if cfg.engine == "ray" else run_shards)(spec, cfg, out, jobs, bar)
         check_committed(out, new)  # a commit can fail late, after its shard was reported done
 

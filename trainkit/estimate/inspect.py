@@ -216,6 +216,17 @@ def _mem(gib: float) -> str:
     return f"{gib * 1024 ** 2:.1f} KiB" if gib else "0 GiB"
 
 
+def _grads_why(m: dict[str, Any]) -> str:
+    """Why the turn holds no gradient while the model trains billions of parameters (memory.py), and
+    what they take where they are all alive; "" when the turn has gradients (accumulation) or none train."""
+    at = m["later"].get("optimizer_step", {})
+    if m["grads_gib"] or not at.get("grads_gib"):
+        return ""
+    return (f"  grads 0 GiB at the forward/backward turn: none exists yet (freed every step, backward makes them "
+            f"as it frees activations); all {_mem(at['grads_gib'])} are alive at the optimiser step, whose peak is "
+            f"{_mem(at['peak_gib'])}")
+
+
 MOMENTS = {"reduce": "a reduce-scatter (its buffers beside the gradients reduced so far)",
            "optimizer_step": "the optimiser step (every gradient alive)"}
 
@@ -250,6 +261,8 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{_mem(m['optimizer_gib'])} + " + " + ".join(f"{k[:-4]} {_mem(v)}" for k, v in at.items()
                                                                     if k != "peak_gib"))
         lines.append(f"  at the forward/backward turn {_mem(m['turn_gib'])} = {turn}")
+    if why := _grads_why(m):
+        lines.append(why)
     lines.append(f"  activations without recompute {_mem(m['activations_no_recompute_gib'])}, "
                  f"with recompute of every block {_mem(m['activations_full_recompute_gib'])}")
     lines.append("  the allocated peak, calibrated on this family's measured GPU runs (bench/results/memory.md)"

@@ -13,10 +13,13 @@ with no listed peak, a CPU among them. All-gathers are counted as they happen (`
 torch.distributed's all-gather entry points, which FSDP2 calls), not derived from the config.
 
 Output: `metrics.jsonl` in the run folder (rank 0), one JSON object a line; a terminal line per
-interval and a progress bar (tqdm) on rank 0. The file holds each step once: a run that resumes
-at step k (from a checkpoint older than the last logged step, or a crash after it) first drops
-the rows of steps >= k and any line a kill cut short (`keep_rows_before`), then appends; a fresh
-run (k = 0) starts it empty.
+interval and a progress bar (tqdm, on a terminal) on rank 0; the same rows to TensorBoard or wandb with
+`output.tracker` (trackers.py). `"step"` in metrics.jsonl is the 0-based index of the step (the
+keys of `losses` and of tests/assets too); the terminal says steps done, `step 10/40` after the
+10th step, as the checkpoint it may write is named (`step-000010`), and so do the trackers.
+The file holds each step once: a run that resumes at step k (from a checkpoint older than the
+last logged step, or a crash after it) first drops the rows of steps >= k and any line a kill cut
+short (`keep_rows_before`), then appends; a fresh run (k = 0) starts it empty.
 - `"kind": "step"`: step, loss (mean over the global batch: ranks and micro-batches), grad_norm (global),
   lr, data_wait_s (host time blocked on the loader), image_slots (slots the batch carried).
 - `"kind": "interval"`: step (last of the interval), steps, step_time_s, samples_per_s_gpu,
@@ -43,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from datakit.durable import write_atomic
+from trainkit.observe.trackers import Tracker
 
 # Dense bf16 tensor-core peak per GPU, by a part of the device name (H100 SXM = H200 = 989 TFLOP/s;
 # A100 312 TFLOP/s): MFU is measured against it, and is n/a on any other device.
@@ -142,6 +146,7 @@ class Metrics:
     progress: bool = True
     counter: CollectiveCounter | None = None
     first_step: int = 0  # the step this run starts at (a resume's): metrics.jsonl keeps the rows before it
+    tracker: Tracker | None = None  # rank 0's TensorBoard / wandb (trackers.open_tracker), sent every row written
     records: list[StepRecord] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)  # every interval summary (bench reads it)
     losses: dict[int, float] = field(default_factory=dict)  # step -> loss (tests read it)
@@ -156,7 +161,7 @@ class Metrics:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             keep_rows_before(self.out_dir / "metrics.jsonl", self.first_step)
             self._jsonl = open(self.out_dir / "metrics.jsonl", "a")
-            if self.progress:
+            if self.progress and sys.stderr.isatty():  # in a log its \r redraws pile up; the step lines say it
                 from tqdm import tqdm
                 self._bar = tqdm(total=self.total_steps, unit="step", dynamic_ncols=True, file=sys.stderr)
 
@@ -197,8 +202,10 @@ class Metrics:
             return
         self._jsonl.write(json.dumps(rec) + "\n")
         self._jsonl.flush()
-        line = f"eval {rec['step']:>6} | " + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in rec.items()
-                                                        if k.startswith("val_loss"))
+        if self.tracker is not None:
+            self.tracker.log([rec])
+        line = f"eval {self._steps_done(rec['step'])} | " + " | ".join(
+            f"{k.replace('_', ' ')} {v:.4f}" for k, v in rec.items() if k.startswith("val_loss"))
         (self._bar.write if self._bar is not None else print)(line)
 
     def flush(self) -> dict[str, Any] | None:
@@ -231,13 +238,14 @@ class Metrics:
         for r, loss, gn in zip(recs, losses, norms):
             self.losses[r.step] = loss
         if self.rank == 0:
-            for r, loss, gn in zip(recs, losses, norms):
-                self._jsonl.write(json.dumps({"kind": "step", "step": r.step, "loss": loss, "grad_norm": gn,
-                                              "lr": r.lr, "data_wait_s": r.data_wait_s,
-                                              "image_slots": r.image_slots}) + "\n")
-            self._jsonl.write(json.dumps(summary) + "\n")
+            rows = [{"kind": "step", "step": r.step, "loss": loss, "grad_norm": gn, "lr": r.lr,
+                     "data_wait_s": r.data_wait_s, "image_slots": r.image_slots}
+                    for r, loss, gn in zip(recs, losses, norms)] + [summary]
+            self._jsonl.write("".join(json.dumps(row) + "\n" for row in rows))
             self._jsonl.flush()
-            line = (f"step {summary['step']:>6} | loss {losses[-1]:.4f} | gnorm {norms[-1]:.3f} | "
+            if self.tracker is not None:
+                self.tracker.log(rows)
+            line = (f"step {self._steps_done(summary['step'])} | loss {losses[-1]:.4f} | gnorm {norms[-1]:.3f} | "
                     f"{step_s * 1e3:.0f} ms/step | {summary['samples_per_s_gpu']:.1f} samples/s/GPU | "
                     f"MFU {format_mfu(summary['mfu'])} | mem {format_mem(summary['peak_mem_gib'])} | "
                     f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}")
@@ -246,9 +254,15 @@ class Metrics:
         self._gathers0 = self.counter.count if self.counter else 0
         return summary
 
+    def _steps_done(self, step: int) -> str:
+        """`10/40` after the step of 0-based index 9: the count a checkpoint saved now is named by."""
+        return f"{step + 1:>{len(str(self.total_steps))}}/{self.total_steps}"
+
     def close(self) -> None:
         self.flush()
         if self.rank == 0:
             if self._bar is not None:
                 self._bar.close()
             self._jsonl.close()
+            if self.tracker is not None:
+                self.tracker.close()

@@ -59,9 +59,10 @@ def format_summary(s: dict[str, Any]) -> str:
     last_eval = (s.get("evals") or [None])[-1]  # trainkit/validation.py
     if last_eval is not None:
         ema = f", EMA weights {last_eval['val_loss_ema']:.4f}" if "val_loss_ema" in last_eval else ""
-        rows.append((f"validation loss (after step {last_eval['step']})", f"{last_eval['val_loss']:.4f}{ema}"))
+        rows.append((f"validation loss (after step {last_eval['step'] + 1})", f"{last_eval['val_loss']:.4f}{ema}"))
     if st:
-        rows += [(f"steady state (from step {st['from_step']}, median of {st['intervals']})", ""),
+        # the k-th step, as the step lines count (summary.json's from_step is metrics.jsonl's 0-based index)
+        rows += [(f"steady state (from step {st['from_step'] + 1}, median of {st['intervals']})", ""),
                  ("  step time", f"{st['step_time_s'] * 1e3:.0f} ms"),
                  ("  samples/s per GPU", f"{st['samples_per_s_gpu']:.2f}"),
                  ("  tokens/s per GPU", f"{st['tokens_per_s_gpu']:.0f}"),

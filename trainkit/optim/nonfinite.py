@@ -18,6 +18,9 @@
 Before every checkpoint `check_state` refuses to save non-finite weights or Adam moments, so no
 checkpoint is ever non-finite.
 
+`step` arguments are the trainer's 0-based step index (metrics.jsonl's "step", `skipped`); the
+messages say the k-th step, `step k`, as the terminal's step lines and the checkpoint names count.
+
 Cost: one host sync per step (the decision must come before `opt.step()`) and, with several ranks,
 an all-reduce of one flag per rank, so every rank takes the same decision (a rank's loss is its
 own; the grad norm is global) and knows which ranks saw a non-finite loss. The same all-reduce
@@ -100,12 +103,12 @@ class NonFiniteGuard:
                     for r in rows[~torch.isfinite(actions).flatten(1).all(1).to(rows.device)].tolist()]
         where = f"non-finite actions in rows {bad_rows}" if bad_rows else "no non-finite action in them"
         mode = _STOP if self.mode == "stop" else 'train.on_nonfinite="skip"'
-        raise NonFiniteError(f"step {step}: non-finite loss {loss.item():g} or grad norm {grad_norm.item():g} "
+        raise NonFiniteError(f"step {step + 1}: non-finite loss {loss.item():g} or grad norm {grad_norm.item():g} "
                              f"on ranks {bad_ranks}; rank {self.rank}'s batch rows {rows}, {where}{diverged}; {mode}")
 
     def data_error(self, step: int, err: BatchDataError) -> NonFiniteError:
         """The one line for a batch the loader could not build (a NaN/inf state)."""
-        return NonFiniteError(f"step {step}: {err} on rank {self.rank}; the prompt cannot be built from it "
+        return NonFiniteError(f"step {step + 1}: {err} on rank {self.rank}; the prompt cannot be built from it "
                               f"(in either train.on_nonfinite mode): convert without --nonfinite keep, or fix the data")
 
 
@@ -114,5 +117,5 @@ def check_state(step: int, model: nn.Module, opt: torch.optim.Optimizer, device:
     tensors = [p.detach() for p in model.parameters()]
     tensors += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
     if not _all_finite(tensors, device):
-        raise NonFiniteError(f"step {step}: the weights or optimiser moments are non-finite; no checkpoint saved "
+        raise NonFiniteError(f"step {step + 1}: the weights or optimiser moments are non-finite; no checkpoint saved "
                              f"(lower optim.lr?)")

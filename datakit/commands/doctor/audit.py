@@ -14,11 +14,10 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from datakit.commands.doctor.crosschecks import dataset_findings
 from datakit.commands.doctor.episode import EpisodeAudit, audit_episode
 from datakit.commands.doctor.frames import FrameAuditOptions
+from datakit.progress import Progress, progress_bar
 from datakit.machine import start_method
 from datakit.errors import SourceError
 from datakit.sources import detect_format, scan
@@ -73,7 +72,7 @@ def _crashed(spec: DatasetSpec, position: int, e: BaseException) -> EpisodeAudit
                                                     f"({type(e).__name__}: {e})", ref.episode_index)])
 
 
-def _audit_on_pool(spec: DatasetSpec, opts: FrameAuditOptions, workers: int, out: list, bar: tqdm) -> None:
+def _audit_on_pool(spec: DatasetSpec, opts: FrameAuditOptions, workers: int, out: list, bar: Progress) -> None:
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()), initializer=_init_worker,
                                initargs=(spec, opts))
     try:
@@ -98,7 +97,7 @@ def audit_episodes(spec: DatasetSpec, opts: FrameAuditOptions, workers: int = 1,
     """Audit every episode (in spec order), on `workers` processes (1: in this process)."""
     n = len(spec.episodes)
     out: list[EpisodeAudit | None] = [None] * n
-    bar = tqdm(total=n, unit="episode", desc=f"doctor {spec.root.name}", disable=not progress)
+    bar = progress_bar(n, f"doctor {spec.root.name}", enabled=progress, unit="episode")  # plain lines in a log
     try:
         if workers <= 1 or n <= 1:
             for i, ref in enumerate(spec.episodes):

@@ -63,8 +63,10 @@ def print_report(report: DoctorReport, file: TextIO | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from datakit.commands.summary import source_label
+
     console = Console(file=file or sys.stdout, width=200 if not (file or sys.stdout).isatty() else None)
-    head = (f"{report.source}: {report.format or '?'} {report.version or ''}, {report.episodes} episodes, "
+    head = (f"{report.source}: {source_label(report.format, report.version)}, {report.episodes} episodes, "
             f"{report.frames_decoded} frames decoded in {report.seconds:.1f} s")
     if report.clean:
         console.print(f"{head}: no defects found", highlight=False)

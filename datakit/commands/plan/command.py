@@ -27,19 +27,13 @@ from rich.console import Console
 from rich.table import Table
 
 from datakit.errors import IndexFileError
-from datakit.commands.flag_types import non_negative_int, positive
+from datakit.commands.flag_types import byte_size, non_negative_int, positive
 from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
 from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
 from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
 from datakit.commands.plan.model import ThroughputPlan, plan_throughput
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
-
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = units.get(t[-1:], 1)
-    return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
 def _offsets(text: str) -> tuple[int, ...]:
@@ -67,12 +61,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, help="anchors per block in shard_block order")
     p.add_argument("--boundary", choices=["pad", "skip"], help="episode ends: pad or skip")
     p.add_argument("--seed", type=int, help="the sampler's seed (default: the file's, else 0)")
-    p.add_argument("--cache-bytes", type=positive(_size),
+    p.add_argument("--cache-bytes", type=byte_size,
                    help="simulate an LRU shard cache of this size per node, e.g. 200GiB")
     p.add_argument("--measure", action="store_true", help="measure this machine's disk and page-cache bandwidth and "
                                                           "the loader's samples/s on the shards, and print the ceiling "
                                                           "(local folders only)")
-    p.add_argument("--measure-bytes", type=positive(_size), default=1 << 30,
+    p.add_argument("--measure-bytes", type=byte_size, default=1 << 30,
                    help="bytes read by --measure (default 1GiB)")
     p.add_argument("--measure-seconds", type=positive(float), default=3.0,
                    help="seconds the loader is timed (default 3)")

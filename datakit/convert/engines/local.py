@@ -22,9 +22,9 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
+from datakit.progress import Progress
 from datakit.machine import start_method
 from datakit.convert.engines.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
@@ -94,7 +94,7 @@ def _run_task(task: int, index: int, refs: list[EpisodeRef]) -> Journal:
         board.pid[task] = 0
 
 
-def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     """Convert and commit the shards of `jobs`, in this process (one worker) or in a process
     pool. Stops at the first error (a bad episode under --on-error fail, any output error, a
     dead worker); the shards committed before it stay, for a rerun."""
@@ -105,7 +105,7 @@ def run_shards(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job]
     return _run_pool(spec, cfg, out, jobs, bar)
 
 
-def _run_here(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def _run_here(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     torch.set_num_threads(1)
     done: list[Journal] = []
     commits: list[Future] = []
@@ -128,7 +128,7 @@ def _describe(jobs: list[Job], tasks: list[int]) -> str:
                      for k in tasks)
 
 
-def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     ctx = mp.get_context(start_method())
     board = Board(ctx, len(jobs))
     workers: set[int] = set()

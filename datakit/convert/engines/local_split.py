@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
+from datakit.progress import Progress
 from datakit.convert.engines.engine import Job, die_with_parent, stop_workers
 from datakit.convert.journal import Journal
 from datakit.machine import start_method
@@ -54,7 +54,7 @@ def _part_task(task: int, shard: int, ref: EpisodeRef) -> EpisodePart:
     return write_part(_WORKER["spec"], _WORKER["cfg"], _WORKER["scratch"], shard, ref, progress)
 
 
-def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     """Convert and commit the shards of `jobs`, their episodes spread over a process pool. At
     most `workers + 2` episodes are ahead of the joiner, which bounds the part files in flight."""
     episodes = [(i, ref) for i, refs in jobs for ref in refs]

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from datakit.convert.config import ConvertConfig
+from datakit.progress import Progress
 from datakit.convert.engines.engine import Job
 from datakit.convert.fault_hooks import kill_markers, kill_once
 from datakit.convert.journal import Journal
@@ -163,7 +163,7 @@ def _failure(ray: Any, e: BaseException, out: Path, what: str) -> BaseException:
                         f"rerun the same command to resume")
 
 
-def run_shards_ray(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def run_shards_ray(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     """Convert and commit the shards of `jobs` as Ray tasks (the engine switch of convert()).
     Stops at the first error; the shards committed before it stay, for a rerun."""
     if not jobs:
@@ -177,7 +177,7 @@ def run_shards_ray(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[
             ray.shutdown()
 
 
-def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: tqdm) -> list[Journal]:
+def _run(ray: Any, spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job], bar: Progress) -> list[Journal]:
     opts: dict[str, Any] = dict(num_cpus=cfg.ray_cpus_per_task, max_retries=MAX_RETRIES, retry_exceptions=False)
     if cfg.ray_memory_per_task:
         opts["memory"] = cfg.ray_memory_per_task
