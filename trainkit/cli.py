@@ -7,6 +7,8 @@
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
+    trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
+                     [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -88,6 +90,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
     e.add_argument("--force", action="store_true",
                    help="replace an existing non-empty OUT whole (removed only once the new export is complete)")
+    pr = sub.add_parser("predict", help="open-loop action error of a checkpoint on held-out episodes: table, "
+                                        "predict.json, predict.png (trainkit/predict/)")
+    pr.add_argument("source", metavar="RUN_DIR|CKPT", help="a run folder, or a checkpoint folder (model.safetensors "
+                    "+ config.json: trainkit export, LeRobot, openpi) with --config")
+    pr.add_argument("--shards", required=True, help="the datakit shard folder to predict on")
+    pr.add_argument("--episodes", default=None, help="episode indices, e.g. 3,5,8-11 (default: the run's "
+                    "validation episodes when --shards is its dataset and it held some out, else every episode)")
+    pr.add_argument("--config", default=None, help="a checkpoint folder's run config (model.family/preset, data.*)")
+    pr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override on top of --config")
+    pr.add_argument("--weights", default="model", choices=("model", "ema"), help="a run's trained weights or their EMA")
+    pr.add_argument("--seed", type=int, default=0, help="flow noise seed (a sample's noise: seed and its frame row)")
+    pr.add_argument("--steps", type=int, default=None,
+                    help="Euler steps (default: the family's; Pi0.5 10, GR00T 4, DreamZero 16)")
+    pr.add_argument("--every", type=int, default=None, help="a chunk every N frames, its first N actions kept "
+                    "(default: the action horizon, whole chunks back to back)")
+    pr.add_argument("--batch-size", type=int, default=8)
+    pr.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    pr.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    pr.add_argument("--out", default=None, help="folder for predict.json and predict.png (default runs/predict-NAME)")
     return p
 
 
@@ -101,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(load_config(args.config, args.overrides, required=False, overlay=args.overlay), args)
         if args.command == "ladder":
             return _ladder(args, argv if argv is not None else sys.argv[1:])
+        if args.command == "predict":
+            return _predict(args)
         if args.command == "export":
             from trainkit.weights.export import export_run
             path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force)
@@ -143,6 +167,21 @@ def _inspect(cfg, args) -> int:
         except OSError as e:
             raise LaunchError(f"--loader-toml {args.loader_toml}: cannot write ({e.strerror or e})") from None
     print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+def _predict(args) -> int:
+    from rich.console import Console
+
+    from trainkit.predict.command import PredictArgs, predict
+    from trainkit.predict.report import table
+
+    body, written = predict(PredictArgs(source=args.source, shards=args.shards, episodes=args.episodes, out=args.out,
+                                    config=args.config, overrides=args.overrides, weights=args.weights, seed=args.seed,
+                                    steps=args.steps, every=args.every, batch_size=args.batch_size,
+                                    device=args.device, dtype=args.dtype))
+    Console().print(table(body))
+    print(f"predict: {', '.join(map(str, written))} ({body['episodes_from']}; statistics from {body['stats_from']})")
     return 0
 
 

@@ -78,6 +78,19 @@ class Weights:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Sampler:
+    """A family's action sampler at inference (`trainkit predict`): its flow-matching integration
+    from noise to an action chunk, with the number of steps its reference implementation uses."""
+
+    steps: int  # Euler steps by default (Pi0.5: 10 as openpi / LeRobot; GR00T N1.6: 4)
+    # config -> the shape of each noise tensor of ONE sample (drawn per sample, so batching cannot change it)
+    noise_shapes: Callable[[Any], tuple[tuple[int, ...], ...]]
+    # (model, family batch, noise tensors (B, *shape) in noise_shapes' order, steps) -> the normalised
+    # action chunk (B, horizon, action_dim) fp32; never reads the batch's recorded actions
+    sample: Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
     """One model family, as the trainer sees it. `Any` below is the family's config dataclass."""
 
@@ -104,6 +117,7 @@ class Family:
     batches: Callable[[Any, Any, Any], BatchAdapter]
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
+    sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions
 
     def __post_init__(self) -> None:
         blocks = getattr(self.model, "BLOCK_LISTS", None)

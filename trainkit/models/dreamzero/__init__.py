@@ -8,13 +8,17 @@ from trainkit.models.dreamzero.config import PRESETS, DreamZeroConfig
 from trainkit.models.dreamzero.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.dreamzero.memory import MEMORY
 from trainkit.models.dreamzero.sequence import TokenSequence
-from trainkit.models.dreamzero.model import DreamZero, DreamZeroBatch
-from trainkit.models.family import Family
+from trainkit.models.dreamzero.model import SAMPLE_STEPS, DreamZero, DreamZeroBatch, sample_actions
+from trainkit.models.family import Family, Sampler
 
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
-                memory=MEMORY)
+                memory=MEMORY,
+                sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: (
+                    (cfg.blocks * cfg.frames_per_block, cfg.tokens_per_frame, cfg.patch_channels),
+                    (cfg.blocks, cfg.actions_per_block, cfg.action_dim)),
+                    sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 
 __all__ = ["FAMILY", "PRESETS", "DreamZero", "DreamZeroBatch", "DreamZeroConfig", "TokenSequence", "flops_per_sample",
-           "tokens_per_sample"]
+           "sample_actions", "tokens_per_sample"]

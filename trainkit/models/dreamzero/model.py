@@ -18,6 +18,9 @@ time projection starts at zero; each block adds its own learned modulation table
 N(0, 1/dim)), so a block's gates start small, not zero (no all-zero GEMM operand in backward).
 Flow matching: x_t = t * noise + (1 - t) * x, target noise - x; loss = video MSE (noisy frames)
 + action MSE (actions decoded by a small MLP). Noise and time come in the batch (host-drawn).
+At inference `sample_actions` denoises every block's latent frames and actions together from t = 1
+to t = 0 in `SAMPLE_STEPS` Euler steps (DreamZero's 16 steps, on a uniform time grid: the stand-in
+trains on uniform times, so neither Wan's shifted schedule nor guidance is used).
 """
 from __future__ import annotations
 
@@ -47,6 +50,26 @@ class DreamZeroBatch:
     def to(self, device: torch.device | str, non_blocking: bool = True) -> DreamZeroBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(self, **{k: v.to(device, non_blocking=non_blocking) for k, v in moved.items()})
+
+
+SAMPLE_STEPS = 16  # Euler steps of the sampler: DreamZero's WANPolicyHead default num_inference_steps
+
+
+@torch.no_grad()
+def sample_actions(model: nn.Module, batch: DreamZeroBatch, video_noise: torch.Tensor, action_noise: torch.Tensor,
+                   steps: int = SAMPLE_STEPS) -> torch.Tensor:
+    """DreamZero's joint sampler on the teacher-forcing sequence: from noise at t = 1, `steps` Euler
+    steps to t = 0 of the noisy latent frames and actions of every block together (each block sees
+    the clean frames before it: its observations, as in a rollout with the camera's frames in the
+    KV cache), dt = -1/steps, t_i = 1 + i dt for every block. Returns the normalised action chunk
+    (B, horizon, action_dim) fp32, the blocks in order. The batch's actions, noise and time are not read."""
+    dt = -1.0 / steps
+    xv, xa = video_noise.float(), action_noise.float()
+    for i in range(steps):
+        t = torch.full(batch.time.shape, 1.0 + i * dt, dtype=torch.float32, device=xa.device)
+        pred_v, pred_a, _ = model.velocities(replace(batch, time=t), xv, xa)
+        xv, xa = xv + dt * pred_v.view_as(xv), xa + dt * pred_a
+    return xa.flatten(1, 2)
 
 
 def time_features(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -225,23 +248,29 @@ class DreamZero(nn.Module):
         lat = lat.reshape(b, lf, h // ph, ph, w // pw, pw, c).permute(0, 1, 2, 4, 6, 3, 5)
         return lat.reshape(b, lf, (h // ph) * (w // pw), c * ph * pw)
 
-    def forward(self, batch: DreamZeroBatch) -> torch.Tensor:
-        """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE."""
-        cfg, seq = self.cfg, self.seq
+    def velocities(self, batch: DreamZeroBatch, video_x_t: torch.Tensor | None = None,
+                   action_x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(video velocity (B, n, fpb x tpf, patch_channels), action velocity (B, n, apb, action_dim),
+        the clean latent tokens of blocks 1..n (B, n x fpb, tpf, patch_channels)), fp32, at the noisy
+        latents and actions given and each block's time `batch.time`; None: the training points
+        t * noise + (1 - t) * x (given, the batch's noise and actions are not read: the sampler's case)."""
+        cfg = self.cfg
         n, fpb, tpf = cfg.blocks, cfg.frames_per_block, cfg.tokens_per_frame
         dtype = self.patch_embed.weight.dtype
         x0 = self.video_tokens(batch.video).float()  # (B, Lf, tpf, P): clean latent tokens
         b = x0.shape[0]
-        t_frames = batch.time.float().repeat_interleave(fpb, dim=1)[:, :, None, None]  # (B, n * fpb, 1, 1)
         target = x0[:, 1:]
-        x_t = t_frames * batch.video_noise.float() + (1 - t_frames) * target
-        t_act = batch.time.float()[:, :, None, None]
-        a_t = t_act * batch.action_noise.float() + (1 - t_act) * batch.actions.float()
+        if video_x_t is None:
+            t_frames = batch.time.float().repeat_interleave(fpb, dim=1)[:, :, None, None]  # (B, n * fpb, 1, 1)
+            video_x_t = t_frames * batch.video_noise.float() + (1 - t_frames) * target
+        if action_x_t is None:
+            t_act = batch.time.float()[:, :, None, None]
+            action_x_t = t_act * batch.action_noise.float() + (1 - t_act) * batch.actions.float()
 
         pos = self.pos_frame + self.pos_space  # (Lf, tpf, dim)
         clean = self.patch_embed(x0.to(dtype)) + pos  # (B, Lf, tpf, dim)
-        noisy = (self.patch_embed(x_t.to(dtype)) + pos[1:]).view(b, n, fpb * tpf, -1)
-        acts = self.action_in(a_t.to(dtype)) + self.pos_action  # (B, n, apb, dim)
+        noisy = (self.patch_embed(video_x_t.to(dtype)) + pos[1:]).view(b, n, fpb * tpf, -1)
+        acts = self.action_in(action_x_t.to(dtype)) + self.pos_action  # (B, n, apb, dim)
         state = self.state_in(batch.state.to(dtype)) + self.pos_state
         x = torch.cat([clean[:, 0], state, clean[:, 1:].flatten(1, 2),
                        torch.cat([noisy, acts], dim=2).flatten(1, 2)], dim=1)
@@ -254,10 +283,14 @@ class DreamZero(nn.Module):
         for block in self.blocks:
             x = block(x, context, time_mod)
 
-        out = x[:, seq.clean:].view(b, n, seq.noisy_block, -1)
+        out = x[:, self.seq.clean:].view(b, n, self.seq.noisy_block, -1)
         shift, scale = (self.head_modulation + e[:, 1:, None]).unsqueeze(2).unbind(3)  # (B, n, 1, dim) each
         video = out[:, :, :fpb * tpf]
         pred_v = self.head(self.head_norm(video) * (1 + scale) + shift).float()
-        pred_a = self.action_out(out[:, :, fpb * tpf:]).float()
+        return pred_v, self.action_out(out[:, :, fpb * tpf:]).float(), target
+
+    def forward(self, batch: DreamZeroBatch) -> torch.Tensor:
+        """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE."""
+        pred_v, pred_a, target = self.velocities(batch)
         loss_v = F.mse_loss(pred_v, (batch.video_noise.float() - target).view_as(pred_v))
         return loss_v + F.mse_loss(pred_a, batch.action_noise.float() - batch.actions.float())

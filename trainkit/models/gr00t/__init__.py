@@ -4,17 +4,19 @@ alternating text/image cross-attention (action_head.py); shapes and presets (con
 cost (flops.py), loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py),
 memory constants with the GPU runs behind them (memory.py).
 `FAMILY` is the record the trainer reaches it through (trainkit/models/family.py)."""
-from trainkit.models.family import Family
+from trainkit.models.family import Family, Sampler
 from trainkit.models.gr00t.batches import Gr00tBatches, loader_config
 from trainkit.models.gr00t.config import PRESETS, Gr00tConfig, n16_resolution
 from trainkit.models.gr00t.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.gr00t.memory import MEMORY
-from trainkit.models.gr00t.model import Gr00t, Gr00tBatch, flow_target, sample_flow
+from trainkit.models.gr00t.model import SAMPLE_STEPS, Gr00t, Gr00tBatch, flow_target, sample_actions, sample_flow
 
 FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, frozen=("vision_blocks", "lm_frozen"),
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: cfg.max_slots, loader_config=loader_config, batches=Gr00tBatches,
-                memory=MEMORY)
+                memory=MEMORY,
+                sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
+                                sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 
 __all__ = ["FAMILY", "PRESETS", "Gr00t", "Gr00tBatch", "Gr00tConfig", "flops_per_sample", "flow_target",
-           "n16_resolution", "sample_flow", "tokens_per_sample"]
+           "n16_resolution", "sample_actions", "sample_flow", "tokens_per_sample"]

@@ -12,7 +12,9 @@ Forward of one micro-batch:
 GR00T's flow convention (the opposite of Pi0.5's): x_t = (1 - t) noise + t actions, t in [0, 0.999),
 drawn as t = (1 - Beta(1.5, 1)) x 0.999 (`sample_flow`); the embeddings see floor(t x 1000).
 Noise and time come in the batch, so the loss is a pure function of (weights, batch), and a CUDA
-graph of the step replays it with new draws (trainkit/parallel/cudagraphs.py).
+graph of the step replays it with new draws (trainkit/parallel/cudagraphs.py). At inference
+`sample_actions` runs the backbone once and integrates the head's velocity from noise (t = 0) to
+actions (t = 1) in `SAMPLE_STEPS` Euler steps, as N1.6's `get_action` does.
 """
 from __future__ import annotations
 
@@ -59,6 +61,25 @@ def flow_target(actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor) 
     """(x_t, velocity target) of GR00T's convention: x_t = (1 - t) noise + t a, target a - noise."""
     t = time.float()[:, None, None]
     return (1 - t) * noise + t * actions, actions - noise
+
+
+SAMPLE_STEPS = 4  # Euler steps of the sampler: N1.6's num_inference_timesteps (LeRobot's GR00T head too)
+
+
+@torch.no_grad()
+def sample_actions(model: nn.Module, batch: Gr00tBatch, noise: torch.Tensor, steps: int = SAMPLE_STEPS) -> torch.Tensor:
+    """GR00T's action sampler (N1.6's `get_action_with_features`): the VL features once, then from
+    x = noise at t = 0, `steps` Euler steps of the head's velocity to t = 1: dt = 1/steps, t_i = i/steps
+    (its bucket floor(t_i x time_buckets): 0, 250, 500, 750 at 4 steps), x <- x + dt * v(x, t_i).
+    Returns the normalised action chunk (B, horizon, action_dim) fp32. The batch's actions, action
+    mask, noise and time are not read."""
+    vl, image_keep = model.conditioning(batch)
+    dt = 1.0 / steps
+    x = noise.float()
+    for i in range(steps):
+        t = torch.full((x.shape[0],), i / steps, dtype=torch.float32, device=x.device)
+        x = x + dt * model.action_head(vl, image_keep, batch.token_mask, replace(batch, time=t), x_t=x)[0]
+    return x
 
 
 class Gr00t(nn.Module):
@@ -143,14 +164,17 @@ class Gr00t(nn.Module):
         return h, keep
 
     def action_head(self, vl: torch.Tensor, image_keep: torch.Tensor, text_keep: torch.Tensor,
-                    batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+                    batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(predicted velocity, target) (B, horizon, action_dim) fp32 from VL features laid out as
-        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time."""
+        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time.
+        `x_t` given (the sampler): the velocity at these noisy actions, and no target (None)."""
         cfg = self.cfg
         vl = self.vl_norm(vl)
         n_img = image_keep.shape[1]
         context = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}
-        x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
+        target = None
+        if x_t is None:
+            x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
         buckets = (batch.time.float() * cfg.time_buckets).long()
         dtype = self.action_encoder.w1.weight.dtype
         temb = self.time_embed(buckets)
@@ -160,12 +184,17 @@ class Gr00t(nn.Module):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
+    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the action head attends to: the VL features (vl_features) and the valid image keys."""
+        vl, keep = self.vl_features(batch)
+        image_keep = keep[:, :batch.images.shape[1] * self.cfg.tokens_per_image]
+        # a sample with no image: all (zero) keys, not NaN
+        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)
+        return vl, image_keep
+
     def forward(self, batch: Gr00tBatch) -> torch.Tensor:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
-        vl, keep = self.vl_features(batch)
-        n_img = batch.images.shape[1] * self.cfg.tokens_per_image
-        image_keep = keep[:, :n_img]
-        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)  # a sample with no image: all (zero) keys, not NaN
+        vl, image_keep = self.conditioning(batch)
         pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
         weight = batch.action_mask.float()
         return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)

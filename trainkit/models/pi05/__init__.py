@@ -4,18 +4,21 @@ loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py), m
 with the GPU runs behind them (memory.py) and the mapping to LeRobot's and openpi's checkpoints
 (weights.py); `FAMILY` is the record the trainer reaches it through
 (trainkit/models/family.py)."""
-from trainkit.models.family import Family, Weights
+from trainkit.models.family import Family, Sampler, Weights
 from trainkit.models.pi05 import weights
 from trainkit.models.pi05.batches import Pi05Batches, loader_config
 from trainkit.models.pi05.config import PRESETS, Pi05Config
 from trainkit.models.pi05.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.pi05.memory import MEMORY
-from trainkit.models.pi05.model import Pi05, Pi05Batch, sample_flow
+from trainkit.models.pi05.model import SAMPLE_STEPS, Pi05, Pi05Batch, sample_actions, sample_flow
 
 FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flops_per_sample=flops_per_sample,
                 tokens_per_sample=tokens_per_sample, activations=activations, max_slots=lambda cfg: cfg.max_slots,
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
                 weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
-                                export_tensors=weights.export_tensors, config_json=weights.policy_config))
+                                export_tensors=weights.export_tensors, config_json=weights.policy_config),
+                sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
+                                sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 
-__all__ = ["FAMILY", "PRESETS", "Pi05", "Pi05Batch", "Pi05Config", "flops_per_sample", "sample_flow", "tokens_per_sample"]
+__all__ = ["FAMILY", "PRESETS", "Pi05", "Pi05Batch", "Pi05Config", "flops_per_sample", "sample_actions", "sample_flow",
+           "tokens_per_sample"]

@@ -6,7 +6,8 @@ layers (pi05/mot.py): the Gemma backbone handles the prefix, the action expert (
 the flow time) the suffix, one joint attention per layer. The loss is flow-matching MSE:
 x_t = t * noise + (1 - t) * actions, target = noise - actions, prediction = the expert's output.
 Noise and time come in the batch (`sample_flow` draws them), so the loss is a pure function of
-(weights, batch). RoPE positions count only VALID prefix tokens, so pruning an empty image slot and
+(weights, batch). At inference `sample_actions` integrates the velocity from noise (t = 1) to
+actions (t = 0) in `SAMPLE_STEPS` Euler steps, as openpi and LeRobot do. RoPE positions count only VALID prefix tokens, so pruning an empty image slot and
 keeping it masked give the same loss. Shapes and FLOPs: pi05/config.py.
 """
 from __future__ import annotations
@@ -54,6 +55,25 @@ def sample_flow(actions: torch.Tensor, generator: torch.Generator | None = None)
     noise = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=torch.float32)
     u = torch.rand(b, generator=generator, device=actions.device, dtype=torch.float32)
     return noise, u.pow(1.0 / 1.5) * 0.999 + 0.001
+
+
+SAMPLE_STEPS = 10  # Euler steps of the sampler: LeRobot's PI05Config.num_inference_steps, openpi's default
+
+
+@torch.no_grad()
+def sample_actions(model: nn.Module, batch: Pi05Batch, noise: torch.Tensor, steps: int = SAMPLE_STEPS) -> torch.Tensor:
+    """Pi0.5's action sampler (openpi's `sample_actions`, LeRobot 0.6.1's `euler_integrate`): from
+    x = noise at t = 1, `steps` Euler steps of the velocity to t = 0: dt = -1/steps, t_i = 1 + i dt
+    (float32, one per sample), x <- x + dt * v(x, t_i). Returns the normalised action chunk (B,
+    horizon, action_dim) fp32. The batch's actions, noise and time are not read. The prefix is
+    computed again at every step (LeRobot caches its keys and values: the same numbers, 10x the
+    prefix cost)."""
+    dt = -1.0 / steps
+    x = noise.float()
+    for i in range(steps):
+        t = torch.full((x.shape[0],), 1.0 + i * dt, dtype=torch.float32, device=x.device)
+        x = x + dt * model.velocity(replace(batch, time=t), x_t=x)
+    return x
 
 
 def time_features(t: torch.Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> torch.Tensor:
@@ -133,8 +153,10 @@ class Pi05(nn.Module):
         suffix = counts[:, -1:] + torch.arange(self.cfg.horizon, device=counts.device)
         return torch.cat([(counts - 1).clamp(min=0), suffix], dim=1)
 
-    def velocity(self, batch: Pi05Batch) -> torch.Tensor:
-        """The action expert's flow velocity prediction (B, horizon, action_dim), fp32."""
+    def velocity(self, batch: Pi05Batch, x_t: torch.Tensor | None = None) -> torch.Tensor:
+        """The action expert's flow velocity prediction (B, horizon, action_dim), fp32, at the noisy
+        actions `x_t` and time `batch.time`; `x_t` None: the training point t * noise + (1 - t) * actions
+        (given, the batch's actions and noise are not read: the sampler's case)."""
         cfg = self.cfg
         img = self.embed_images(batch.images, batch.image_mask)
         txt = self.embed(batch.tokens) * math.sqrt(cfg.lm_width)
@@ -143,9 +165,9 @@ class Pi05(nn.Module):
                                  batch.token_mask], dim=1)
         cos, sin = rope_tables(self.prefix_positions(prefix_keep), cfg.head_dim, cfg.rope_theta)
 
-        t = batch.time.float()[:, None, None]
-        actions, noise = batch.actions.float(), batch.noise.float()
-        x_t = t * noise + (1 - t) * actions
+        if x_t is None:
+            t = batch.time.float()[:, None, None]
+            x_t = t * batch.noise.float() + (1 - t) * batch.actions.float()
         dtype = self.action_in.weight.dtype
         xs = self.action_in(x_t.to(dtype))
         cond = F.silu(self.time_out(F.silu(self.time_in(time_features(batch.time, cfg.expert_width).to(dtype)))))
