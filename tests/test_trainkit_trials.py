@@ -15,7 +15,8 @@ import torch
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.errors import ConfigError
-from trainkit.trials.run import Trial, error_kind, run_trial, toml_value
+from datakit.toml_values import toml_value
+from trainkit.trials.run import Trial, error_kind, run_trial
 from trainkit_harness import TINY
 
 pytestmark = pytest.mark.timeout(120)

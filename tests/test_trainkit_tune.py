@@ -144,7 +144,7 @@ def test_the_search_estimates_what_trainkit_inspect_says(tmp_path):
     """tune builds the model once and estimates every setting from its counts; `trainkit inspect`
     of the config with that setting's keys set must say the same."""
     from trainkit.estimate.inspect import inspect_model
-    from trainkit.trials.run import toml_value
+    from datakit.toml_values import toml_value
 
     cfg = _cfg()
     pool = candidates(cfg, Space(micro_batches=(3, 8), strides=(0, 2), groups=(1, 2)), 1)

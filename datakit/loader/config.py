@@ -15,8 +15,6 @@ A LoaderConfig travels between programs as TOML (`datakit plan OUT --loader-conf
 """
 from __future__ import annotations
 
-import json
-import math
 import tomllib
 import types
 import typing
@@ -27,6 +25,7 @@ from typing import Any
 from datakit.errors import ConfigError
 from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
 from datakit.shards.open_files import DEFAULT_MAX_OPEN, VERIFY_MODES
+from datakit.toml_values import toml_value
 
 SHUFFLE_MODES = ("random", "shard_block", "sequential")
 BOUNDARY_MODES = ("pad", "skip")
@@ -235,7 +234,7 @@ def loader_config_to_toml(cfg: LoaderConfig, comment: str = "") -> str:
             continue
         if f.name == "slots":
             value = ["" if s is None else s for s in value]
-        lines.append(f"{f.name} = {_toml(value)}")
+        lines.append(f"{f.name} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -267,23 +266,6 @@ def loader_config_from_toml(path: str | Path, *, defaults: dict[str, Any] | None
         return LoaderConfig(**kw)
     except ValueError as e:  # __post_init__'s message names the field(s)
         raise ConfigError(path, str(e)) from None
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return ("inf" if v > 0 else "-inf") if math.isinf(v) else "nan" if math.isnan(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a TOML basic string
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"no TOML form for {type(v).__name__} value {v!r}")
 
 
 def _from_toml(value: Any, hint: Any, slot: bool = False) -> Any:

@@ -191,7 +191,7 @@ def _current(cfg: RunConfig, key: str) -> Any:
 def plan_rung(rung: Rung, spec: LadderSpec, applied: Mapping[str, Any], target: RunConfig | None,
               cuda: bool) -> tuple[RungStatus | None, str, dict[str, Any]]:
     """(None, "", resolved sets) for a rung to run over `applied`; else (skipped / refused, reason, sets)."""
-    from trainkit.trials.run import toml_value
+    from datakit.toml_values import toml_value
 
     if rung.needs_cuda and not cuda:
         return "refused", f"{', '.join(rung.sets)} needs CUDA, and this machine has none (torch.cuda.is_available() " \
@@ -327,7 +327,7 @@ def _climb(res: RungResult, out: Path, applied: dict[str, Any], spec: LadderSpec
 
 
 def _micro_batch(spec: LadderSpec, applied: Mapping[str, Any]) -> int:
-    from trainkit.trials.run import toml_value
+    from datakit.toml_values import toml_value
     return load_config(spec.config, [*spec.overrides, *(f"{k}={toml_value(v)}" for k, v in applied.items())]
                        ).train.micro_batch
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from datakit.toml_values import toml_value
 from trainkit.errors import USER_ERRORS, LaunchError
 from trainkit.trials.signals import TRIAL_OWNER_ENV, parent_death_hook, raise_if_stopped
 
@@ -127,23 +128,6 @@ class TrialResult:
                 "returncode": self.returncode, "wall_s": self.wall_s, "out_dir": str(self.out_dir),
                 "summary": self.summary, "losses": {str(k): v for k, v in sorted(self.losses.items())},
                 "evals": self.evals, "profile": _profile_numbers(self.profile)}
-
-
-def toml_value(v: Any) -> str:
-    """`v` as a TOML value text for `--set` (bool, int, float, str, list, dict)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return ("inf" if v > 0 else "-inf") if math.isinf(v) else "nan" if math.isnan(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"no TOML form for {type(v).__name__} value {v!r}")
 
 
 def command(trial: Trial) -> list[str]:

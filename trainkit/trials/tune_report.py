@@ -13,7 +13,8 @@ import torch
 
 from datakit.durable import write_atomic
 from trainkit.estimate.inspect import gpu_memory
-from trainkit.trials.run import json_text, toml_value
+from datakit.toml_values import toml_value
+from trainkit.trials.run import json_text
 from trainkit.trials.tune import Run, Setting, TuneResult
 
 
