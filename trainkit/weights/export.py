@@ -104,5 +104,6 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
     config["dtype"] = dtype
     mode = LEROBOT_MODE[cfg.data.norm]
     config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-    write_weights(Path(out), tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
+    write_weights(Path(out), tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {},
+                  metadata=fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
     return path

@@ -35,27 +35,41 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
-from trainkit.models import Family
+from trainkit.models import CheckpointFiles, Family
 from trainkit.parallel.names import clean_name
-from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header
+from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles]:
+    """(the checked header of the folder's weights, what the folder says about the model's shape)."""
+    for name in (WEIGHTS_NAME, CONFIG_NAME):
+        if not (folder / name).is_file():
+            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
+                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
+    try:
+        config = json.loads((folder / CONFIG_NAME).read_text())
+    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
+        raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
+    header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
+    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config, metadata=metadata)
+
+
+def read_checkpoint(folder: str | Path) -> CheckpointFiles:
+    """What the checkpoint folder says about the model's shape (no tensor data read), checked:
+    trainkit/weights/shape.py builds the model from it."""
+    return _read_folder(Path(folder))[1]
 
 
 def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
     """(the checked header, safetensors' reader) of the folder's weights."""
     from safetensors import SafetensorError, safe_open
 
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        if not (folder / name).is_file():
-            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
-                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
-    try:
-        json.loads((folder / CONFIG_NAME).read_text())
-    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
-        raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
-    header = read_header(folder / WEIGHTS_NAME)
+    header = _read_folder(folder)[0]
     try:
         return header, safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
@@ -179,14 +193,15 @@ def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
 
 
 def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any],
-                  extra: Mapping[str, bytes] = {}) -> None:
-    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file atomically."""
+                  extra: Mapping[str, bytes] = {}, metadata: Mapping[str, str] = {}) -> None:
+    """Write `model.safetensors` (with `metadata` in its header) + `config.json` (+ `extra` files)
+    into `out` (created), each file atomically."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / (WEIGHTS_NAME + ".tmp")
-    save_file(dict(tensors), str(tmp))
+    save_file(dict(tensors), str(tmp), metadata=dict(metadata) or None)
     tmp.rename(out / WEIGHTS_NAME)
     write_atomic(out / CONFIG_NAME, (json.dumps(config, indent=4) + "\n").encode())
     for name, data in extra.items():

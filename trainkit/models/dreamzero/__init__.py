@@ -14,7 +14,7 @@ from trainkit.models.family import Family
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
-                memory=MEMORY)
+                memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"})
 
 __all__ = ["FAMILY", "PRESETS", "DreamZero", "DreamZeroBatch", "DreamZeroConfig", "TokenSequence", "flops_per_sample",
            "tokens_per_sample"]

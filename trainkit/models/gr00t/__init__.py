@@ -14,7 +14,7 @@ from trainkit.models.gr00t.model import Gr00t, Gr00tBatch, flow_target, sample_f
 FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, frozen=("vision_blocks", "lm_frozen"),
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: cfg.max_slots, loader_config=loader_config, batches=Gr00tBatches,
-                memory=MEMORY)
+                memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"})
 
 __all__ = ["FAMILY", "PRESETS", "Gr00t", "Gr00tBatch", "Gr00tConfig", "flops_per_sample", "flow_target",
            "n16_resolution", "sample_flow", "tokens_per_sample"]
