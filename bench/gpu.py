@@ -161,10 +161,11 @@ def random_checkpoint(folder: Path, cfg: Any, fmt: str, data: Data) -> dict[str,
     config = fam.weights.config_json(model.cfg, {"cameras": list(data.cameras), "state_dim": STATE_DIM,
                                                  "action_dim": ACTION_DIM})
     config["dtype"] = "bfloat16"
+    metadata = fam.weights.metadata(model.cfg) if fam.weights.metadata else {}
     del model
     if device == "cuda":
         torch.cuda.empty_cache()  # the runs are other processes: leave them the GPU
-    write_weights(folder, tensors, config)
+    write_weights(folder, tensors, config, metadata=metadata)
     return {"folder": str(folder), "format": fmt, "dtype": "bfloat16", "tensors": len(tensors),
             "bytes": sum(f.stat().st_size for f in folder.iterdir()), "seconds": round(time.perf_counter() - t0, 2)}
 

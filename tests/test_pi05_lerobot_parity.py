@@ -203,3 +203,42 @@ def test_full_size_every_tensor_has_lerobots_shape(oracle):
     assert {k: tuple(v.shape) for k, v in exported.items()} == lerobot
     layout, rules = plan(model, family("pi05"), lerobot, "full_shapes.json")
     assert layout == "lerobot" and len(rules) == len(list(model.parameters()))
+
+
+def test_lerobots_own_tiny_checkpoint_needs_no_shape_setting(oracle, shards_rgb, tmp_path, capsys,  # noqa: F811
+                                                             monkeypatch):
+    """The issue's finding 4: pi05_tiny.toml + LeRobot's save_pretrained of a tiny PI05 (8 query
+    heads where the preset has 4) with no --set model.*: the checkpoint's model is built and its
+    weights loaded (the velocity is LeRobot's). Positive control: building the preset's shape, as
+    before, gives the error the issue reported."""
+    import trainkit.train
+    from trainkit.weights.export import load_run_model
+    from trainkit_fixtures import cli_run
+
+    root, d, _ = oracle
+    common = (f"data.shards={shards_rgb}", f"model.init_from={root / 'policy'}", "train.steps=1", "parallel.fsdp=none",
+              "parallel.ac_stride={}")
+    code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'run'}", "optim.lr=1e-12", "optim.warmup_steps=0",
+                        "output.checkpoint_every=1")
+    assert code == 0 and "heads_q 8" in err, err
+    model, cfg, _ = load_run_model(tmp_path / "run")
+    assert cfg.model.overrides["heads_q"] == 8 and rel(model.velocity(batch(d)), d["velocity"]) < 2e-5
+    monkeypatch.setattr(trainkit.train, "with_checkpoint_shape", lambda cfg, run_dir=None: (cfg, {}))
+    code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'old'}")
+    assert code == 2 and "shape mismatch" in err and "the model has [96, 64], the checkpoint gives [160, 64]" in err, err
+
+
+def test_lerobots_full_size_shapes_give_the_full_preset(oracle):
+    """LeRobot's full-size PI05 (its own key -> shape table, from the meta device) and the
+    config.json its save_pretrained writes: the shape read from them is the `full` preset, field for field."""
+    import json
+
+    from trainkit.models import CheckpointFiles
+    from trainkit.models.pi05.config import full, tiny
+
+    root, _, _ = oracle
+    shapes = {k: tuple(v) for k, v in json.loads((root / "full_shapes.json").read_text()).items()}
+    config = json.loads((root / "full_config" / "config.json").read_text())
+    fixed = pi05_weights.config_from_checkpoint(CheckpointFiles(shapes=shapes, config=config, metadata={}), tiny(), {})
+    assert {k: v for k, (v, _) in fixed.items()} == {k: getattr(full(), k) for k in fixed}
+    assert len(fixed) == 19

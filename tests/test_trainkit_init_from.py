@@ -152,7 +152,7 @@ def test_norm_from_checkpoint_refuses_other_sizes_or_no_init_from(source, shards
     _openpi_stats(folder, {p: {"q01": [0.0] * 3, "q99": [1.0] * 3} for p in ("state", "action")})
     common = (f"data.shards={shards_rgb}", "train.steps=2", "data.norm_from=checkpoint")
     code, err = cli_run(capsys, *common, f"model.init_from={folder}", f"output.dir={tmp_path / 'a'}")
-    assert code == 2 and "state q01 has 3 values; the dataset's state has" in err and len(err.splitlines()) == 1, err
+    assert code == 2 and "norm_stats.state.q01 has 3 values; the dataset's state has" in err and len(err.splitlines()) == 1, err
     code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'b'}")
     assert code == 2 and err.startswith("trainkit: data.norm_from:") and len(err.splitlines()) == 1, err
 

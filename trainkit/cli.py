@@ -156,7 +156,12 @@ def _inspect(cfg, args) -> int:
     if args.samples_per_s is not None and not args.samples_per_s > 0:
         raise LaunchError(f"--samples-per-s: must be > 0, got {args.samples_per_s:g}")
     from trainkit.estimate.loader import loader_needs, loader_toml
+    from trainkit.weights.shape import with_checkpoint_shape
+    cfg, fixed = with_checkpoint_shape(cfg)  # the shape the trainer would build from model.init_from
     report = inspect_model(cfg, world_size=world, gpu=gpu)
+    if fixed:
+        report["init_from"] = {"folder": cfg.model.init_from,
+                               "fields": {k: {"value": v, "from": where} for k, (v, where) in sorted(fixed.items())}}
     report["loader"], loader = loader_needs(cfg, world, args.samples_per_s, args.loader_toml)
     if args.loader_toml:
         if loader is None:
@@ -226,7 +231,8 @@ def _tune_search(args) -> int:
     space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
                   strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
                   compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
-    cfg = load_config(args.config, args.overrides)
+    from trainkit.weights.shape import with_checkpoint_shape
+    cfg = with_checkpoint_shape(load_config(args.config, args.overrides))[0]  # estimates of init_from's model
     out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
     prepare_out(out)
     command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",

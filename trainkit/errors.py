@@ -99,7 +99,12 @@ class TokenizerError(ValueError):
 
 
 class WeightsError(ValueError):
-    """A checkpoint cannot be mapped to the model: an unknown layout, a missing key, a wrong shape."""
+    """A checkpoint cannot be mapped to the model: an unknown layout, a missing key, a wrong shape.
+    `file`: the checkpoint folder's file at fault, for the caller to name."""
+
+    def __init__(self, problem: str, file: str = "model.safetensors"):
+        self.file = file
+        super().__init__(problem)
 
 
 # a bad preset name or model field, a prompt that cannot be encoded, a datakit error naming its file

@@ -45,9 +45,10 @@ from trainkit.data import Shards, TrainData, read_run_shards
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
-from trainkit.models import Family, build_model, family
+from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
-from trainkit.weights.norm_stats import check_dataset_stats, with_checkpoint_stats
+from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
+from trainkit.weights.shape import describe, with_checkpoint_shape
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
@@ -154,12 +155,14 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)
     fam = family(cfg.model.family)
+    cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = read_run_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
     try:
+        check_robot_dims(shards.index, fam.robot_dims, model.cfg, cfg.data.shards, from_checkpoint=set(fixed))
         if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
             if not cfg.model.init_from:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
@@ -176,14 +179,15 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
             raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
         init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
         with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
-            return train(cfg, fam, model, shards, device, out, accum, stop)
+            return train(cfg, fam, model, shards, device, out, accum, stop, fixed)
     finally:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
 
 
 def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device: torch.device, out: Path,
-          accum: int, stop: SigtermStop | None = None) -> RunResult:
-    """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours."""
+          accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
+    """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours
+    (`fixed`: the model fields model.init_from's checkpoint fixed, said once its weights loaded)."""
     rank, world_size, _ = world()
     global_batch = cfg.train.micro_batch * world_size * accum
     mcfg = model.cfg
@@ -196,6 +200,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     # its own checkpoint below, never init_from)
     found = find_checkpoint(out) if cfg.output.resume else None
     init = load_weights(model, fam, cfg.model.init_from, say) if cfg.model.init_from and found is None else None
+    if init is not None and fixed:  # after the load: a refused checkpoint prints its one line only
+        say(f"model shape from model.init_from {cfg.model.init_from}: {describe(fixed)}")
+        init["shape"] = {k: v for k, (v, _) in sorted(fixed.items())}
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init

@@ -15,8 +15,8 @@ all-channel loss for every parameter (named as in `model.safetensors`).
 refusing any load that LeRobot does not report as complete (it prints a warning and returns random
 weights otherwise), and adds its velocity prediction for the same batch (`roundtrip/<i>`) and the statistics LeRobot's
 `PolicyProcessorPipeline.from_pretrained` reads from its processor files (`roundtrip_stats/<i>/...`).
-`--full-shapes` also writes the key -> shape table of the full-size policy (on the meta device),
-before the tiny patch. One process for all of it: importing LeRobot costs most of the ~10 s.
+`--full-shapes` also writes the key -> shape table of the full-size policy (on the meta device)
+and its config.json, before the tiny patch. One process for all of it: importing LeRobot costs most of the ~10 s.
 The shapes below are trainkit's `tiny` preset with `heads_q=8, vocab=1024`.
 """
 from __future__ import annotations
@@ -204,7 +204,8 @@ def make(args: argparse.Namespace) -> None:
 
 
 def full_shapes(path: str) -> None:
-    """Key -> shape of the full-size PI05Policy's state dict (built on the meta device), as JSON."""
+    """Key -> shape of the full-size PI05Policy's state dict (built on the meta device), as JSON;
+    its config.json (LeRobot's defaults) into `full_config/` beside it."""
     import json
 
     import torch
@@ -224,6 +225,7 @@ def full_shapes(path: str) -> None:
         torch.nn.Module.to = to
     with open(path, "w") as f:
         json.dump({k: list(v.shape) for k, v in sd.items()}, f)
+    cfg.save_pretrained(os.path.join(os.path.dirname(path), "full_config"))
 
 
 def from_pretrained(path: str):

@@ -51,6 +51,7 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -192,6 +193,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
                   peak_gib_at_fits_from=None if fits_from is None else memory_at(fits_from)["peak_gib"])
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
+        "config": dataclasses.asdict(model_cfg),  # every shape the estimate is of (preset + model.* overrides)
         "params": {"total": total, "trainable": trainable, "by_part": parts},
         "slots_max": slots_max,
         "tokens_per_sample": {str(n): fam.tokens_per_sample(model_cfg, n) for n in range(1, slots_max + 1)},
@@ -238,6 +240,10 @@ def format_report(report: dict[str, Any]) -> str:
     world = report["world_size"]
     lines = [f"model {report['family']}/{report['preset']}: {_si(p['total'], '')} params "
              f"({_si(p['trainable'], '')} trainable; " + ", ".join(f"{k} {_si(v, '')}" for k, v in p["by_part"].items()) + ")"]
+    if "init_from" in report:  # trainkit inspect: the shape model.init_from's checkpoint fixes
+        fields = report["init_from"]["fields"]
+        lines.append(f"  shape from model.init_from {report['init_from']['folder']}: "
+                     + ", ".join(f"{k} {f['value']}" for k, f in fields.items()))
     for n, tok in report["tokens_per_sample"].items():
         lines.append(f"  {n} slot(s): " + ", ".join(f"{v} {k}" for k, v in tok.items()) + " tokens, "
                      f"{_si(report['flops_per_sample'][n], 'FLOP')}/sample fwd+bwd")

@@ -9,7 +9,7 @@ kept (the slots of a batch may be fewer than the model's after pruning).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -65,6 +65,19 @@ class BatchAdapter(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointFiles:
+    """What a checkpoint folder says about the model's shape, read without any tensor's data."""
+
+    shapes: Mapping[str, tuple[int, ...]]  # model.safetensors' header: key -> shape
+    config: Mapping[str, Any]  # config.json (LeRobot's PI05Config, openpi's converter's, ...)
+    metadata: Mapping[str, str]  # model.safetensors' __metadata__ (trainkit's export: what tensors cannot say)
+
+
+# config field -> (its value, where the checkpoint says so: "model.safetensors 'key' rows 128 / ...")
+Fixed = dict[str, tuple[Any, str]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Weights:
     """A family's mapping to the checkpoints users have (`model.init_from`, `trainkit export`).
     A rule has `.target` (a parameter name), `.sources` (checkpoint keys) and `.gather(tensors)`."""
@@ -75,6 +88,12 @@ class Weights:
     export_tensors: Callable[[Any, Mapping[str, torch.Tensor], str], dict[str, torch.Tensor]]
     # (config, {"cameras", "state_dim", "action_dim"}) -> the checkpoint's config.json
     config_json: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+    # (checkpoint, the preset's config, the run's own model.* settings) -> every config field the
+    # checkpoint fixes (`model.init_from` builds that shape: trainkit/weights/shape.py); None: the
+    # family's shape always comes from its preset
+    config_from: Callable[[CheckpointFiles, Any, Mapping[str, Any]], Fixed] | None = None
+    # config -> model.safetensors' __metadata__ on export: what its tensors cannot say (head counts)
+    metadata: Callable[[Any], dict[str, str]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +137,9 @@ class Family:
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions
+    # "state" / "action" -> the config field bounding the robot's channels (zero-padded up to it);
+    # a dataset with more is refused at launch (trainkit/weights/norm_stats.py `check_robot_dims`)
+    robot_dims: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         blocks = getattr(self.model, "BLOCK_LISTS", None)

@@ -1,2 +1,3 @@
-"""The checkpoints users have, both directions: `model.init_from` (load.py), `trainkit export`
-(export.py), and the normalisation statistics that travel with them (norm_stats.py)."""
+"""The checkpoints users have, both directions: `model.init_from` (its model's shape: shape.py; its
+weights: load.py), `trainkit export` (export.py), and the normalisation statistics that travel with
+them (norm_stats.py)."""

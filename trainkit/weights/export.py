@@ -196,20 +196,21 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         config["dtype"] = dtype
         mode = LEROBOT_MODE[cfg.data.norm]
         config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-        _write(out, tmp, tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {})
+        _write(out, tmp, tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {},
+               fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
         seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
                         "weights": weights, "export_format": fmt, "dtype": dtype})
     return path
 
 
 def _write(out: Path, tmp: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any],
-           extra: dict[str, bytes]) -> None:
+           extra: dict[str, bytes], metadata: dict[str, str]) -> None:
     """The export's files into the working folder `tmp`; a failure (a full disk, a size limit, a
     disk gone read-only) is one line naming OUT."""
     from safetensors import SafetensorError
 
     try:
-        write_weights(tmp, tensors, config, extra)
+        write_weights(tmp, tensors, config, extra, metadata)
     except SafetensorError as e:  # safetensors' own writer: its I/O errors come as this, not OSError
         raise ExportError(out, f"cannot write {WEIGHTS_NAME} ({' '.join(str(e).split())})") from None
     except OSError as e:

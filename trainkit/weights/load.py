@@ -36,13 +36,35 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
-from trainkit.models import Family
+from trainkit.models import CheckpointFiles, Family
 from trainkit.parallel.names import clean_name
 from trainkit.weights.publish import check_export_folder
-from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header
+from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles]:
+    """(the checked header of the folder's weights, what the folder says about the model's shape)."""
+    for name in (WEIGHTS_NAME, CONFIG_NAME):
+        if not (folder / name).is_file():
+            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
+                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
+    try:
+        config = json.loads((folder / CONFIG_NAME).read_text())
+    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
+        raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
+    header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
+    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config, metadata=metadata)
+
+
+def read_checkpoint(folder: str | Path) -> CheckpointFiles:
+    """What the checkpoint folder says about the model's shape (no tensor data read), checked:
+    trainkit/weights/shape.py builds the model from it."""
+    return _read_folder(Path(folder))[1]
 
 
 def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
@@ -50,15 +72,7 @@ def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
     from safetensors import SafetensorError, safe_open
 
     check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        if not (folder / name).is_file():
-            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
-                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
-    try:
-        json.loads((folder / CONFIG_NAME).read_text())
-    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
-        raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
-    header = read_header(folder / WEIGHTS_NAME)
+    header = _read_folder(folder)[0]
     try:
         return header, safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
@@ -182,15 +196,16 @@ def _copy_into(param: torch.Tensor, full: torch.Tensor) -> None:
 
 
 def write_weights(out: Path, tensors: Mapping[str, torch.Tensor], config: Mapping[str, Any],
-                  extra: Mapping[str, bytes] = {}) -> None:
-    """Write `model.safetensors` + `config.json` (+ `extra` files) into `out` (created), each file
-    atomically and fsynced; model.safetensors gets config.json's mode (safetensors' writer makes it 0600)."""
+                  extra: Mapping[str, bytes] = {}, metadata: Mapping[str, str] = {}) -> None:
+    """Write `model.safetensors` (with `metadata` in its header) + `config.json` (+ `extra` files)
+    into `out` (created), each file atomically and fsynced; model.safetensors gets config.json's mode
+    (safetensors' writer makes it 0600)."""
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / (WEIGHTS_NAME + ".tmp")
-    save_file(dict(tensors), str(tmp))
+    save_file(dict(tensors), str(tmp), metadata=dict(metadata) or None)
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)

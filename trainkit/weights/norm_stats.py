@@ -21,6 +21,10 @@ statistics, `data.norm_from = "dataset"`, pass the same rule, `check_dataset_sta
   accepted: real datasets have them (a gripper never used), and LeRobot and datakit map its one
   value to 0 (or -1) through the same floor. A dimension whose q01 == q99 but whose values still
   span [min, max] (it moves in under 1% of frames) is refused under quantile normalisation.
+Dims (`check_robot_dims`, `with_checkpoint_stats`): the dataset's state / action channels must be
+at most the model's (`Family.robot_dims`), and every statistic a checkpoint holds for them must
+have the dataset's channels; a dataset's own statistics are held to its channels by datakit's
+index check.
 The files a checkpoint names (LeRobot's `state_file`; openpi's `assets/*/norm_stats.json`) must
 resolve inside the checkpoint folder: no absolute path, no `..`, no symlink out, so a checkpoint
 cannot make the run read another file. The one exception is huggingface_hub's cache, whose
@@ -31,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -184,6 +188,20 @@ def _range_problem(part: str, per: dict[str, list[float]], data: dict[str, list[
     return None
 
 
+def check_robot_dims(index: ShardIndex, robot_dims: Mapping[str, str], model_cfg: Any, shards: str,
+                     from_checkpoint: Collection[str] = ()) -> None:
+    """Refuse a dataset whose state or action has more channels than the model takes
+    (`Family.robot_dims`: the config field bounding each; the robot's are zero-padded up to it,
+    and a longer one would fail in the first batch, after the model is built), naming its
+    index.json and the key; `from_checkpoint`: the fields model.init_from's checkpoint set."""
+    for part, field in robot_dims.items():
+        have, most = len(getattr(index, f"{part}_names")), getattr(model_cfg, field)
+        if have > most:
+            whose = " from model.init_from's checkpoint" if field in from_checkpoint else ""
+            raise DataError(f"{shards.rstrip('/')}/index.json", f"{part}_names has {have} channels; the model takes "
+                            f"at most {most} (model.{field}{whose})")
+
+
 def check_dataset_stats(index: ShardIndex, norm: str, shards: str) -> None:
     """Refuse the dataset's own statistics (`data.norm_from = "dataset"`) under the rule above,
     naming `shards`' index.json and the key."""
@@ -205,10 +223,11 @@ def with_checkpoint_stats(index: ShardIndex, folder: str | Path, norm: str) -> t
             if name not in have:
                 raise CheckpointError(str(found.source), f"no {part} {name} (data.norm = {norm!r} needs "
                                       f"{NEEDED[norm]})")
-            if len(have[name]) != size:
-                raise CheckpointError(str(found.source), f"{part} {name} has {len(have[name])} values; the dataset's "
-                                      f"{part} has {size}")
-        used[part] = {k: v for k, v in have.items() if len(v) == size}
+        for name, values in have.items():  # every statistic the file holds: one of another size is damage
+            if len(values) != size:
+                raise CheckpointError(str(found.values), f"{found.key(part, name)} has {len(values)} values; the "
+                                      f"dataset's {part} has {size} ({part}_names of its index.json)")
+        used[part] = have
     problem = stats_problem(used, index.stats, norm, found.key)
     if problem:
         raise CheckpointError(str(found.values), problem)

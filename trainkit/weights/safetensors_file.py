@@ -2,6 +2,7 @@
 before safetensors reads it: damage is refused in one line naming the file and what is wrong.
 
     header = read_header(path)             # {key: Entry(dtype, shape, begin, end)}, or CheckpointError
+    header, metadata = read_header_and_metadata(path)   # and its "__metadata__" strings
     tensors = load_checked(path)           # the whole (small) file: the statistics
 
 The format is 8 bytes (little-endian u64, the header's length), the header (a UTF-8 JSON object:
@@ -50,6 +51,11 @@ class Entry:
 
 def read_header(path: Path) -> dict[str, Entry]:
     """The checked header of the safetensors file `path`; CheckpointError naming the file otherwise."""
+    return read_header_and_metadata(path)[0]
+
+
+def read_header_and_metadata(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
+    """`read_header`, and the file's `__metadata__` strings ({} without any)."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
@@ -61,7 +67,11 @@ def read_header(path: Path) -> dict[str, Entry]:
         raise CheckpointError(str(path), f"cannot be read ({e.strerror or e})") from None
     if problem:
         raise CheckpointError(str(path), problem)
-    return _entries(str(path), _parse(str(path), raw), size - 8 - len(raw))
+    header = _parse(str(path), raw)
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(str(path), "header's __metadata__ is not an object of strings")
+    return _entries(str(path), header, size - 8 - len(raw)), meta
 
 
 def load_checked(path: Path) -> dict[str, torch.Tensor]:
@@ -118,9 +128,6 @@ def _parse(path: str, raw: bytes) -> dict[str, Any]:
 
 
 def _entries(path: str, header: dict[str, Any], data_size: int) -> dict[str, Entry]:
-    meta = header.pop("__metadata__", {})
-    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        raise CheckpointError(path, "header's __metadata__ is not an object of strings")
     entries = {key: _entry(path, key, value) for key, value in header.items()}
     for key, e in entries.items():
         if e.end > data_size:

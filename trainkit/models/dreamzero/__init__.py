@@ -14,7 +14,7 @@ from trainkit.models.family import Family, Sampler
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
-                memory=MEMORY,
+                memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: (
                     (cfg.blocks * cfg.frames_per_block, cfg.tokens_per_frame, cfg.patch_channels),
                     (cfg.blocks, cfg.actions_per_block, cfg.action_dim)),

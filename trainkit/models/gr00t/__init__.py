@@ -14,7 +14,7 @@ from trainkit.models.gr00t.model import SAMPLE_STEPS, Gr00t, Gr00tBatch, flow_ta
 FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, frozen=("vision_blocks", "lm_frozen"),
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: cfg.max_slots, loader_config=loader_config, batches=Gr00tBatches,
-                memory=MEMORY,
+                memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 

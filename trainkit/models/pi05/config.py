@@ -34,6 +34,9 @@ class Pi05Config:
     expert_width: int        # action expert channels (1024)
     expert_mlp: int          # action expert GeGLU hidden size (4096)
     action_dim: int = 32     # action channels (robot actions zero-padded to this)
+    # the robot's state channels at most (LeRobot's and openpi's max_state_dim); the state enters the
+    # prompt as bins, so nothing pads it, but a dataset with more is refused at launch as LeRobot would
+    max_state_dim: int = 32
     horizon: int = 50        # action chunk length = suffix tokens
     text_len: int = 200      # prompt tokens per sample (task bytes + discretised state + padding)
     max_slots: int = 3       # image slots at most (cameras); a batch may carry fewer after pruning
@@ -49,7 +52,8 @@ class Pi05Config:
     def __post_init__(self) -> None:
         positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_size",
                     "lm_width", "lm_depth", "lm_mlp", "heads_q", "heads_kv", "head_dim", "vocab",
-                    "expert_width", "expert_mlp", "action_dim", "horizon", "text_len", "max_slots", "state_bins")
+                    "expert_width", "expert_mlp", "action_dim", "max_state_dim", "horizon", "text_len", "max_slots",
+                    "state_bins")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

@@ -15,16 +15,21 @@ What the mapping does (each checked against LeRobot 0.6.1 by tests/test_pi05_ler
   backbone's final norm, the last LM layer's prefix q/o/post-norm/MLP (pi05/mot.py), both
   `lm_head`s. An export writes them as the neutral values (zeros: a Gemma norm of scale 1) so
   that LeRobot's strict `from_pretrained` loads the file; they never change an action.
+The model's shape is read from a checkpoint too (`config_from_checkpoint`, for `model.init_from`:
+trainkit/weights/shape.py): widths, depths and heads from the tensors' shapes, the rest from config.json.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import math
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 
 from trainkit.errors import WeightsError
+from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.pi05.config import Pi05Config
 
 FORMATS = ("lerobot", "openpi")
@@ -197,6 +202,186 @@ def policy_config(cfg: Pi05Config, features: Mapping[str, Any]) -> dict[str, Any
             "output_features": {"action": {"type": "ACTION", "shape": [int(features["action_dim"])]}},
             "device": "cpu", "use_amp": False, "push_to_hub": False, "paligemma_variant": "gemma_2b",
             "action_expert_variant": "gemma_300m", "dtype": "float32", "chunk_size": cfg.horizon,
-            "n_action_steps": cfg.horizon, "max_state_dim": 32, "max_action_dim": cfg.action_dim,
+            "n_action_steps": cfg.horizon, "max_state_dim": cfg.max_state_dim, "max_action_dim": cfg.action_dim,
             "image_resolution": [cfg.image_size, cfg.image_size], "tokenizer_max_length": cfg.text_len,
             "min_period": 4e-3, "max_period": 4.0}
+
+
+# --- the model's shape from a checkpoint (model.init_from) ------------------------------------------
+# the variants config.json names -> (width, head size), as LeRobot 0.6.1's `get_gemma_config` and
+# openpi's `gemma.get_config` build them (both 8 query heads, 1 KV head)
+GEMMA = {"gemma_2b": (2048, 256), "gemma_300m": (1024, 256)}
+SO400M = (1152, 16)  # PaliGemma's SigLIP So400m/14: (width, heads), hard-coded in LeRobot and openpi
+META_HEAD_DIM, META_VISION_HEADS = "trainkit.head_dim", "trainkit.vision_heads"
+CONFIG = "config.json"
+# config.json keys -> Pi05Config fields: LeRobot's PI05Config ("type": "pi05"), openpi's converter
+LEROBOT_KEYS = {"chunk_size": "horizon", "tokenizer_max_length": "text_len", "max_state_dim": "max_state_dim"}
+OPENPI_KEYS = {"action_horizon": "horizon", "max_token_len": "text_len"}
+
+
+def shape_metadata(cfg: Pi05Config) -> dict[str, str]:
+    """model.safetensors' __metadata__ on export: the head counts its tensors cannot say (LeRobot
+    ignores it; its config.json refuses keys it does not know)."""
+    return {META_HEAD_DIM: str(cfg.head_dim), META_VISION_HEADS: str(cfg.vision_heads)}
+
+
+def config_from_checkpoint(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any]) -> Fixed:
+    """Every Pi05Config field the checkpoint fixes, with where it is read: widths, depths, vocab,
+    patch and image size, action channels from the tensors' shapes; the head counts from the
+    projections and a head size (`_head_dim`); chunk length, prompt length and max state channels
+    from config.json. `preset` and `given` (the run's model.* settings) only answer what a
+    checkpoint cannot: the head sizes of a model no config.json names."""
+    prefix = PREFIX[detect(ckpt.shapes)]
+
+    def shape(key: str, ndim: int) -> tuple[int, ...]:
+        got = ckpt.shapes.get(prefix + key)
+        if got is None:
+            raise WeightsError(f"missing key {prefix + key!r} (the model's shape is read from it)")
+        if len(got) != ndim:
+            raise WeightsError(f"tensor {prefix + key!r} has shape {list(got)}; expected {ndim} dimensions")
+        return got
+
+    def at(key: str, what: str) -> str:
+        return f"model.safetensors {prefix + key!r} {what}"
+
+    out: Fixed = {}
+    patch_w = V + "embeddings.patch_embedding.weight"
+    width, channels, ph, pw = shape(patch_w, 4)
+    if channels != 3 or ph != pw:
+        raise WeightsError(f"tensor {prefix + patch_w!r} has shape {[width, channels, ph, pw]}; expected "
+                           "[width, 3, patch, patch]")
+    out["vision_width"], out["patch"] = (width, at(patch_w, "rows")), (ph, at(patch_w, "kernel"))
+    pos = V + "embeddings.position_embedding.weight"
+    tokens, side = shape(pos, 2)[0], math.isqrt(shape(pos, 2)[0])
+    if side * side != tokens:
+        raise WeightsError(f"tensor {prefix + pos!r} has {tokens} positions, not a square grid of patches")
+    out["image_size"] = (side * ph, at(pos, f"rows {tokens} = ({side} patches of {ph} px)^2"))
+    out["vision_depth"] = (_depth(ckpt.shapes, prefix + V + "encoder.layers."), f"model.safetensors {V}encoder.layers.*")
+    fc1 = f"{V}encoder.layers.0.mlp.fc1.weight"
+    out["vision_mlp"] = (shape(fc1, 2)[0], at(fc1, "rows"))
+    embed = EMBED if prefix + EMBED in ckpt.shapes else LM_HEAD  # pi05_base: the tied lm_head only
+    vocab, lm_width = shape(embed, 2)
+    out["vocab"], out["lm_width"] = (vocab, at(embed, "rows")), (lm_width, at(embed, "columns"))
+    depth, expert_depth = (_depth(ckpt.shapes, prefix + L + "layers."), _depth(ckpt.shapes, prefix + E + "layers."))
+    if depth != expert_depth:
+        raise WeightsError(f"the backbone has {depth} layers and the action expert {expert_depth}: a Pi0.5 pairs them")
+    out["lm_depth"] = (depth, f"model.safetensors {L}layers.*")
+    gate, expert_gate = L + "layers.0.mlp.gate_proj.weight", E + "layers.0.mlp.gate_proj.weight"
+    out["lm_mlp"] = (shape(gate, 2)[0], at(gate, "rows"))
+    out["expert_mlp"], out["expert_width"] = (shape(expert_gate, 2)[0], at(expert_gate, "rows")), \
+        (shape(expert_gate, 2)[1], at(expert_gate, "columns"))
+    action_in = "action_in_proj.weight"
+    out["action_dim"] = (shape(action_in, 2)[1], at(action_in, "columns"))
+    out.update(_heads(ckpt, prefix, shape, at, preset, given, lm_width, expert_width=out["expert_width"][0]))
+    out.update(_vision_heads(ckpt, preset, given, width))
+    out.update(_from_config_json(ckpt.config, out))
+    return out
+
+
+def _depth(shapes: Collection[str], start: str) -> int:
+    """Blocks under `start` (`...layers.<i>.`): the highest index + 1 (a gap is the plan's missing key)."""
+    found = [int(m.group(1)) for k in shapes if (m := re.match(re.escape(start) + r"(\d+)\.", k))]
+    if not found:
+        raise WeightsError(f"no key starts with {start!r}: no blocks to count")
+    return max(found) + 1
+
+
+def _heads(ckpt: CheckpointFiles, prefix: str, shape: Callable[[str, int], tuple[int, ...]],
+           at: Callable[[str, str], str], preset: Pi05Config, given: Mapping[str, Any], lm_width: int,
+           expert_width: int) -> Fixed:
+    """heads_q, heads_kv and head_dim: the q/k projections' rows over a head size (`_head_dim`);
+    both experts must agree (they attend jointly)."""
+    q_key, k_key = L + "layers.0.self_attn.q_proj.weight", L + "layers.0.self_attn.k_proj.weight"
+    q, kv = shape(q_key, 2)[0], shape(k_key, 2)[0]
+    eq_key = E + "layers.0.self_attn.q_proj.weight"
+    if shape(eq_key, 2)[0] != q:
+        raise WeightsError(f"tensor {prefix + eq_key!r} has {shape(eq_key, 2)[0]} rows, the backbone's q_proj {q}: "
+                           "both experts need the same query heads")
+    head_dim, why = _head_dim(ckpt, preset, given, lm_width, expert_width)
+    if q % head_dim or kv % head_dim:
+        raise WeightsError(f"q_proj rows {q} and k_proj rows {kv} are not multiples of head_dim {head_dim} ({why})")
+    return {"head_dim": (head_dim, why),
+            "heads_q": (q // head_dim, at(q_key, f"rows {q} / head_dim {head_dim}")),
+            "heads_kv": (kv // head_dim, at(k_key, f"rows {kv} / head_dim {head_dim}"))}
+
+
+def _head_dim(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any], lm_width: int,
+              expert_width: int) -> tuple[int, str]:
+    """The head size, which no tensor shape holds (q_proj rows = heads x head size), from the first
+    that says it: trainkit's export (the file's metadata); config.json's Gemma variant when its width
+    is the checkpoint's (LeRobot and openpi build only gemma_2b / gemma_300m: 8 x 256 query, 1 x 256
+    KV); the run's model.head_dim; the preset's when its widths are the checkpoint's. Otherwise
+    refused: guessing would build a model of other attention that still loads every tensor."""
+    if META_HEAD_DIM in ckpt.metadata:
+        return _meta_int(ckpt.metadata, META_HEAD_DIM), f"model.safetensors __metadata__ {META_HEAD_DIM}"
+    for key, width in (("paligemma_variant", lm_width), ("action_expert_variant", expert_width)):
+        name = ckpt.config.get(key)
+        variant = GEMMA.get(name) if isinstance(name, str) else None
+        if variant is not None and variant[0] == width:
+            return variant[1], f"config.json {key} {name!r} (Gemma: head_dim {variant[1]})"
+    if "head_dim" in given:
+        if not isinstance(given["head_dim"], int) or isinstance(given["head_dim"], bool) or given["head_dim"] <= 0:
+            raise WeightsError(f"model.head_dim is {given['head_dim']!r}, not a positive integer")
+        return given["head_dim"], "model.head_dim as set"
+    if (preset.lm_width, preset.expert_width) == (lm_width, expert_width):
+        return preset.head_dim, "the preset's, whose lm_width and expert_width are the checkpoint's"
+    raise WeightsError(f"cannot tell head_dim: the tensors hold heads x head_dim, config.json names no Gemma variant "
+                       f"of width {lm_width}, and the preset's widths ({preset.lm_width}, {preset.expert_width}) are "
+                       f"not the checkpoint's ({lm_width}, {expert_width}); set model.head_dim")
+
+
+def _vision_heads(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any], width: int) -> Fixed:
+    """SigLIP's head count (its q/k/v are width x width at any count), by `_head_dim`'s order:
+    trainkit's metadata, So400m's 16 at width 1152, the run's setting, the preset's at its width."""
+    if META_VISION_HEADS in ckpt.metadata:
+        return {"vision_heads": (_meta_int(ckpt.metadata, META_VISION_HEADS),
+                                 f"model.safetensors __metadata__ {META_VISION_HEADS}")}
+    if width == SO400M[0]:
+        return {"vision_heads": (SO400M[1], f"SigLIP So400m (vision width {width}): {SO400M[1]} heads")}
+    if "vision_heads" in given:
+        return {"vision_heads": (given["vision_heads"], "model.vision_heads as set")}
+    if preset.vision_width == width:
+        return {"vision_heads": (preset.vision_heads, "the preset's, whose vision_width is the checkpoint's")}
+    raise WeightsError(f"cannot tell vision_heads: the vision width {width} is not So400m's {SO400M[0]} nor the "
+                       f"preset's {preset.vision_width}; set model.vision_heads")
+
+
+def _meta_int(metadata: Mapping[str, str], key: str) -> int:
+    try:
+        value = int(metadata[key])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise WeightsError(f"__metadata__ {key} is {metadata[key]!r}, not a positive integer")
+    return value
+
+
+def _from_config_json(config: Mapping[str, Any], tensors: Fixed) -> Fixed:
+    """Chunk length, prompt length, max state channels from config.json (LeRobot's or openpi's
+    keys), and its action channels and image size checked against the tensors'."""
+    if "type" in config and config["type"] != "pi05":
+        raise WeightsError(f"type {config['type']!r}: not a Pi0.5 policy (LeRobot writes 'pi05')", CONFIG)
+    keys = LEROBOT_KEYS if config.get("type") == "pi05" else OPENPI_KEYS
+    out: Fixed = {}
+    for key, name in keys.items():
+        if key in config:
+            out[name] = (_positive(config, key), f"config.json {key}")
+    checks = {"max_action_dim": "action_dim", "action_dim": "action_dim"}
+    for key, name in checks.items():
+        if key in config and _positive(config, key) != tensors[name][0]:
+            raise WeightsError(f"{key} {config[key]} differs from the tensors' {tensors[name][0]} "
+                               f"({tensors[name][1]})", CONFIG)
+    if "image_resolution" in config:
+        res = config["image_resolution"]
+        size = tensors["image_size"][0]
+        if not (isinstance(res, list) and len(res) == 2 and res[0] == res[1] == size):
+            raise WeightsError(f"image_resolution {res} differs from the tensors' {size} x {size} "
+                               f"({tensors['image_size'][1]})", CONFIG)
+    return out
+
+
+def _positive(config: Mapping[str, Any], key: str) -> int:
+    value = config[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise WeightsError(f"{key} is {value!r}, not a positive integer", CONFIG)
+    return value
