@@ -177,13 +177,18 @@ class ShardDataset(torch.utils.data.Dataset):
         flat = alloc((nbytes,)) if alloc is not None else _new_tensor((nbytes,), torch.uint8)
         images = _carve(flat, layout)
         image_is_pad = np.zeros((b, k, t), bool)
-        view = memoryview(flat.numpy())
-        base = flat.numpy().ctypes.data
+        flat_np = flat.numpy()
+        view = memoryview(flat_np)
         shards, offs, owners, sizes, dests = [], [], [], [], []
+        block = 0  # per-slot layout: where slot j's block of frames starts in the buffer
         for j, s in enumerate(keep.tolist()):
             cam = self.slots.cameras[s]
             fb = self.slot_bytes[s]
-            cells = _slot_cells(images, layout, j, b, t, fb)  # (B, T, fb) numpy view of slot j's frames
+            if self.stacked:  # cells: (B, T, fb) numpy view of slot j's frames; first: its first byte
+                cells, first = flat_np.reshape(b, k, t, fb)[:, j], j * t * fb
+            else:
+                cells, first = flat_np[block : block + b * t * fb].reshape(b, t, fb), block
+                block += b * t * fb
             if cam is None:
                 cells[:] = 0
                 continue
@@ -197,8 +202,9 @@ class ShardDataset(torch.utils.data.Dataset):
             shards.append(self.shard[r[bi, ti]])
             offs.append(off[bi, ti])
             owners.append(bi)
-            sizes.append(np.full(bi.size, fb, np.int64))
-            at = (cells.ctypes.data - base) + bi * cells.strides[0] + ti * cells.strides[1]
+            if not self.stacked:
+                sizes.append(np.full(bi.size, fb, np.int64))
+            at = first + bi * cells.strides[0] + ti * cells.strides[1]
             dests += [view[a : a + fb] for a in at.tolist()]
         plan = ReadPlan(
             shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
@@ -206,7 +212,7 @@ class ShardDataset(torch.utils.data.Dataset):
             dest=dests,
             owner=np.concatenate(owners) if owners else np.zeros(0, np.int64),
         )
-        frame_bytes = np.concatenate(sizes) if not self.stacked and sizes else self.slot_bytes[0]
+        frame_bytes = np.concatenate(sizes) if sizes else self.slot_bytes[0]  # per frame: cameras' own sizes
         failed = read_frames(self.files, plan, frame_bytes, cfg.coalesce_gap)
         ok = np.ones(b, bool)
         if failed:
@@ -243,14 +249,6 @@ def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dic
         out[key] = flat[at : at + n].view(shape)
         at += n
     return out
-
-
-def _slot_cells(images: dict[str, torch.Tensor], layout: list[tuple[str, tuple[int, ...]]], j: int, b: int, t: int,
-                fb: int) -> np.ndarray:
-    """Kept slot j's frames as a (B, T, frame bytes) numpy view of the images."""
-    if layout[0][0] == IMAGES:
-        return images[IMAGES].numpy().reshape(b, layout[0][1][1], t, fb)[:, j]
-    return images[slot_key(j)].numpy().reshape(b, t, fb)
 
 
 def _new_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.nv12 import FusedNV12
