@@ -26,6 +26,7 @@ Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,7 @@ class ShardDataset(torch.utils.data.Dataset):
         keep = kept_slots(real, cfg.prune_slots if prune is None else prune)
         b, k, t = rows.size, keep.size, self.num_frames
         layout = self._layout(b, keep)
-        nbytes = sum(int(np.prod(shape)) for _, shape in layout)
+        nbytes = sum(math.prod(shape) for _, shape in layout)
         flat = alloc((nbytes,)) if alloc is not None else _new_tensor((nbytes,), torch.uint8)
         images = _carve(flat, layout)
         image_is_pad = np.zeros((b, k, t), bool)
@@ -243,9 +244,11 @@ class ShardDataset(torch.utils.data.Dataset):
 
 def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
     """`layout`'s tensors as consecutive views of the flat buffer, in order."""
+    if len(layout) == 1:
+        return {layout[0][0]: flat.view(layout[0][1])}
     out, at = {}, 0
     for key, shape in layout:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         out[key] = flat[at : at + n].view(shape)
         at += n
     return out

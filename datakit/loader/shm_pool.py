@@ -24,6 +24,7 @@ batch gets copies once a worker's ring is out on loan, and the workers never dea
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ class BufferPool:
 
     def view(self, worker: int, buffer: int, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
         """The buffer's prod(shape) bytes from `offset` as a uint8 tensor of `shape` (no copy)."""
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         if offset + n > self.buffer_bytes:
             raise ValueError(f"a batch of {offset + n} image bytes does not fit a {self.buffer_bytes}-byte buffer")
         return self.buf[worker, buffer, offset : offset + n].view(shape)
@@ -147,7 +148,8 @@ class BufferPool:
         """The batch of `msg`. With `loans`, the images are the buffer itself, lent under the key
         (worker, buffer): `release` it once `loans.returned()` lists it (one loan for all the images
         tensors: each is a view of it). Without, the images are copied out and the buffer released now."""
-        flat = self.view(msg.worker, msg.buffer, (sum(int(np.prod(shape)) for _, shape in msg.images),))
+        sizes = [math.prod(shape) for _, shape in msg.images]  # math.prod: a tenth of np.prod's cost
+        flat = self.view(msg.worker, msg.buffer, (sum(sizes),))
         if loans is not None:
             flat = loans.lend((msg.worker, msg.buffer), flat.numpy())
         else:
@@ -155,11 +157,13 @@ class BufferPool:
             # busy 2-core machine made it 15x slower (8 ms instead of 0.6 ms) than one memcpy
             flat = torch.from_numpy(flat.numpy().copy())
             self.release(msg.worker, msg.buffer)
-        images, at = {}, 0
-        for key, shape in msg.images:
-            n = int(np.prod(shape))
-            images[key] = flat[at : at + n].view(shape)
-            at += n
+        if len(sizes) == 1:  # one stacked tensor: the whole of it, no slice
+            images = {msg.images[0][0]: flat.view(msg.images[0][1])}
+        else:
+            images, at = {}, 0
+            for (key, shape), n in zip(msg.images, sizes):
+                images[key] = flat[at : at + n].view(shape)
+                at += n
         return {**images, **{k: torch.from_numpy(v) for k, v in msg.arrays.items()}}
 
 
