@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import pyav_decode_all
+from test_loader_fixtures import CAMS, SIZES, shards_rgb, sizes_nv12, sizes_rgb  # noqa: F401 - fixtures
 
 from datakit import source_paths
 from datakit.loader import LeRobotView, LoaderConfig, ShardDataset, ShardLoader, lerobot_config, slot_images
 from datakit.reader import open_shards
-from helpers import pyav_decode_all
-from test_loader_fixtures import CAMS, SIZES, shards_rgb, sizes_nv12, sizes_rgb  # noqa: F401 - fixtures
 
 LEROBOT_PY = Path("/tmp/lerobot-venv/bin/python")
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "lerobot_oracle" / "lerobot_oracle.py"
@@ -133,30 +133,22 @@ def test_a_skipped_shard_compacts_every_slot(sizes_rgb, tmp_path):
     _, out = sizes_rgb
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
-    index = open_shards(copy).index
-    bad = index.shards[1].name
-    (copy / bad).write_bytes((copy / bad).read_bytes()[: index.shards[1].bytes // 2])  # truncated
+    reader = open_shards(out)
+    bad = reader.index.shards[1]
+    (copy / bad.name).write_bytes((copy / bad.name).read_bytes()[: bad.bytes // 2])  # truncated
     for workers in (0, 1):
-        cfg = LoaderConfig(batch_size=8, shuffle="sequential", on_error="skip", num_workers=workers, verify="size",
-                           drop_last=False)
+        loader = ShardLoader(copy, LoaderConfig(batch_size=8, shuffle="sequential", on_error="skip",
+                                                num_workers=workers, drop_last=False))
         rows = []
-        for batch in host_batches_all(copy, cfg):
+        for batch in loader:
             views = slot_images(batch)
             assert {v.shape[0] for v in views} == {batch["row"].numel()}
-            reader = open_shards(out)
-            for j, cam in enumerate([ds_cam for ds_cam in CAMS[:2]]):
+            for j, cam in enumerate(REAL):
                 for i, r in enumerate(batch["row"].tolist()):
-                    assert np.array_equal(views[j][i, 0].numpy(), reader.read_raw(r, cam))
+                    assert np.array_equal(views[j][i, 0].numpy(), reader.read_raw(r, cam)), (workers, cam, r)
             rows += batch["row"].tolist()
-        assert 0 < len(rows) < sum(e.length for e in index.episodes)
-
-
-def host_batches_all(out: Path, cfg: LoaderConfig) -> list[dict[str, torch.Tensor]]:
-    loader = ShardLoader(out, cfg)
-    try:
-        return [{k: v.clone() for k, v in b.items()} for b in loader]
-    finally:
         loader.close()
+        assert 0 < len(rows) < sum(e.length for e in reader.index.episodes)
 
 
 # --- the device batch: each view resized from its own size, then stacked ---------------------------
@@ -297,3 +289,21 @@ def test_lerobot_view_equals_stock_lerobot_dataset_on_mixed_sizes(sizes_rgb, tmp
             diff = np.abs(got[cam].numpy() - want[f"{i}/{cam}"])  # both decode one AV1 stream: decoder rounding
             assert diff.mean() < 1.5 / 255 and diff.max() < 16 / 255, (i, cam, diff.mean(), diff.max())
             assert np.array_equal(got[f"{cam}_is_pad"].numpy(), want[f"{i}/{cam}_is_pad"])
+
+
+# --- the CUDA path: per-slot tensors copied from the page-locked ring, resized on the GPU ------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("fixture,workers", [("sizes_rgb", 2), ("sizes_rgb", 0), ("sizes_nv12", 2)])
+def test_gpu_views_equal_the_cpu_ones(request, fixture, workers):
+    """Workers' registered ring (per-slot views of one page-locked buffer), the single-process pinned
+    ring, and nv12: the GPU batch equals the CPU normaliser's to float32 rounding of the resize kernels."""
+    _, out = request.getfixturevalue(fixture)
+    for mode in ("stretch", "pad"):
+        cfg = LoaderConfig(batch_size=4, num_workers=workers, resize=(48, 48), resize_mode=mode, **UNIT)
+        cpu = list(ShardLoader(out, cfg).device_batches("cpu", steps=5))
+        gpu = list(ShardLoader(out, cfg).device_batches("cuda", steps=5))
+        for c, g in zip(cpu, gpu):
+            assert g["images"].is_cuda and g["images"].shape == c["images"].shape == (4, 2, 1, 3, 48, 48)
+            assert torch.equal(c["row"], g["row"].cpu())
+            assert (g["images"].cpu() - c["images"]).abs().max() < 1e-5

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_loader_fixtures import CAMS, SIZES, sizes_rgb  # noqa: F401 - fixture
+from trainkit_harness import ROOT, tiny_config
 
 from datakit.reader import open_shards
-from test_loader_fixtures import CAMS, SIZES, sizes_rgb  # noqa: F401 - fixture
 from trainkit.errors import ModelConfigError
-from trainkit_harness import ROOT, tiny_config
 
 CONFIGS = ROOT / "trainkit" / "configs"
 FAST = ("train.steps=3", "output.log_every=1", "parallel.fsdp=none", "parallel.ac_stride={}", "train.micro_batch=2")
