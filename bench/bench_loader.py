@@ -6,6 +6,10 @@ against stock LeRobotDataset; host-to-device bytes per batch.
     .venv/bin/python bench/bench_loader.py --out DIR       # writes DIR/loader_cpu.json
     .venv/bin/python bench/bench_loader.py --record        # writes bench/results/loader_cpu.json (the record)
     .venv/bin/python bench/bench_loader.py --device-fixture .loader-fixtures   # data for the GPU run
+    .venv/bin/python bench/bench_loader.py --data 480x640 --settings lent_w2,lent_w0 --loader-only --out DIR
+                                                           # one part: those settings on that data only
+    .venv/bin/python bench/bench_loader.py --data 480x640 --read-batch 200 --out DIR
+                                                           # the CPU cost of one batch's read, nothing else
 
 Data: synthetic LeRobot v3.0 datasets (datakit.synth; AV1, 3 cameras, one of them black),
 converted to rgb shards and cached under --work between runs: 8 episodes x 100 frames at 480x640
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -29,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -88,44 +95,96 @@ def page_cache_read(out: Path, seconds: float) -> float:
 
 
 def loader_rate(out: Path, workers: int, lend: bool, seconds: float) -> dict:
-    """`for batch in loader` for `seconds` (after 3 warm-up batches), across epochs."""
+    """`for batch in loader` for `seconds` (after 3 warm-up batches), across epochs. Beside the
+    rates: the items per CPU-second of this process (all of the loader's work without workers; the
+    receiving side with them), of its worker processes (the items taken over the workers' CPU time
+    in the same window) and the fastest batch interval: numbers a shared machine's other load moves
+    much less than the wall-clock rate."""
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, seed=0, lend_batches=lend)
     loader = ShardLoader(out, cfg)
     items = img_bytes = n = 0
-    t0 = end = None
+    t0 = end = cpu0 = last = None
+    best = float("inf")
     while end is None or time.perf_counter() < end:
         for batch in loader:
             n += 1
+            now = time.perf_counter()
             if n == 3:  # the first batches start the workers; not steady state
-                t0 = time.perf_counter()
+                t0 = last = now
+                cpu0, workers0 = time.process_time(), _children_cpu()
                 end = t0 + seconds
             elif n > 3:
                 items += batch["row"].numel()
                 img_bytes += batch["images"].nbytes
+                kept = int(batch["images"].shape[1])
+                best, last = min(best, now - last), now
             if end is not None and time.perf_counter() >= end:
                 break
     dt = time.perf_counter() - t0
+    cpu, worker_cpu = time.process_time() - cpu0, _children_cpu() - workers0
     loader.close()
     return {"items_per_s": items / dt, "image_bytes_per_s": img_bytes / dt, "seconds": dt,
-            "batches": n - 3, "kept_slots": int(batch["images"].shape[1])}
+            "batches": n - 3, "kept_slots": kept, "items_per_cpu_s": items / cpu,
+            "worker_items_per_cpu_s": items / worker_cpu if workers and worker_cpu > 0 else None,
+            "best_batch_items_per_s": cfg.batch_size / best}
 
 
-def compare(out: Path, seconds: float, rounds: int) -> dict:
+def read_batch_cost(out: Path, batches: int) -> dict:
+    """CPU time of `ShardDataset.read_batch` (what a worker does per batch: the coalesced reads into a
+    reused buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed
+    alone: min and median. The least a shared machine's other load can bend: a comparison of two
+    versions of the loader on a busy machine reads these."""
+    from datakit.loader import ShardDataset, epoch_order
+
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, slots=CAMS, seed=0)
+    ds = ShardDataset(out, cfg)
+    order = epoch_order(len(ds), seed=0, epoch=0, mode="random")
+    buf = torch.empty(32 * len(CAMS) * (1 << 20), dtype=torch.uint8)  # one reused buffer, as a worker's ring
+    alloc = lambda shape: buf[: int(np.prod(shape))].view(shape)  # noqa: E731
+    ds.read_batch(order[:32].tolist(), alloc=alloc)  # warm: the shard files open
+    times = []
+    for i in range(batches):
+        pos = order[(i * 32) % (len(order) - 32):][:32].tolist()
+        t = time.process_time()
+        ds.read_batch(pos, alloc=alloc)
+        times.append(time.process_time() - t)
+    ds.close()
+    return {"batches": batches, "min_cpu_s": min(times), "median_cpu_s": statistics.median(times),
+            "items_per_cpu_s_at_min": 32 / min(times), "items_per_cpu_s_at_median": 32 / statistics.median(times)}
+
+
+def _children_cpu() -> float:
+    """CPU seconds so far of this process's live child processes (the loader's workers; Linux /proc)."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:  # fields after the command's ")": utime and stime are the 12th and 13th
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            total += int(stat[11]) + int(stat[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def compare(out: Path, seconds: float, rounds: int, settings: tuple = SETTINGS) -> dict:
     """Every setting and the page-cache read, interleaved over `rounds` rounds."""
     page_cache_read(out, 0)  # warm: the first pass may still touch the disk
-    res = {"page_cache_bytes_per_s": [], **{f"{name}_w{w}": [] for name, w, _ in SETTINGS}}
+    res = {"page_cache_bytes_per_s": [], **{f"{name}_w{w}": [] for name, w, _ in settings}}
     for _ in range(rounds):
         res["page_cache_bytes_per_s"].append(page_cache_read(out, seconds / rounds))
-        for name, w, lend in SETTINGS:
+        for name, w, lend in settings:
             res[f"{name}_w{w}"].append(loader_rate(out, w, lend, seconds / rounds))
     pc = res["page_cache_bytes_per_s"]
     summary = {"page_cache_bytes_per_s": statistics.median(pc), "page_cache_rounds": pc}
-    for name, w, lend in SETTINGS:
+    for name, w, lend in settings:
         runs = res[f"{name}_w{w}"]
         summary[f"{name}_w{w}"] = {
             "workers": w, "lend_batches": lend, "seconds": sum(r["seconds"] for r in runs),
             "items_per_s": statistics.median(r["items_per_s"] for r in runs),
             "image_bytes_per_s": statistics.median(r["image_bytes_per_s"] for r in runs),
+            "items_per_cpu_s": statistics.median(r["items_per_cpu_s"] for r in runs),
+            "worker_items_per_cpu_s": statistics.median(r["worker_items_per_cpu_s"] for r in runs) if w else None,
+            "best_batch_items_per_s": max(r["best_batch_items_per_s"] for r in runs),
             # each round against the page-cache read of the same round
             "fraction_of_page_cache": statistics.median(r["image_bytes_per_s"] / p for r, p in zip(runs, pc)),
             "rounds": runs,
@@ -184,6 +243,14 @@ def main() -> None:
     p.add_argument("--lerobot-batches", type=int, default=8)
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--device-fixture", type=Path, default=None)
+    p.add_argument("--data", default=",".join(d[0] for d in DATASETS),
+                   help="comma list of the datasets to run (default: all: " + ", ".join(d[0] for d in DATASETS) + ")")
+    p.add_argument("--settings", default=",".join(f"{n}_w{w}" for n, w, _ in SETTINGS),
+                   help="comma list of the loader settings to time (default: all)")
+    p.add_argument("--read-batch", type=int, default=0, metavar="N",
+                   help="only time N single batch reads (`read_batch_cost`) on each dataset of --data")
+    p.add_argument("--loader-only", action="store_true",
+                   help="time the loader settings only (no CPU-normalised row, LeRobot or host-to-device table)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, default=None, help="folder for loader_cpu.json (default: a fresh one)")
     where.add_argument("--record", action="store_true", help="write bench/results/loader_cpu.json")
@@ -192,27 +259,35 @@ def main() -> None:
         return device_fixture(args.device_fixture)
     dest = ROOT / "bench" / "results" if args.record else args.out or args.work / time.strftime("run-%Y%m%d-%H%M%S")
 
+    names = args.data.split(",")
+    settings = tuple(st for st in SETTINGS if f"{st[0]}_w{st[1]}" in args.settings.split(","))
     built = {name: build(args.work / name, eps, length, h, w, "rgb", args.rebuild)
-             for name, eps, length, h, w in DATASETS}
+             for name, eps, length, h, w in DATASETS if name in names}
     check_page_cache([out for _, out in built.values()])
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
            "machine": _machine(), "loadavg_start": _loadavg(), "datasets": {}, "loader": {}}
     for name, (src, out) in built.items():
         info = load_index(out).info()
         res["datasets"][name] = {k: info[k] for k in ("num_episodes", "num_frames", "bytes")}
-        res["loader"][name] = compare(out, args.seconds, args.rounds)
-    src224, out224 = built["224x224"]
-    res["ours_cpu_normalised"] = _ours_normalised(out224, 2, 40)
-    res["lerobot"] = lerobot(src224, 2, args.lerobot_batches, args.work)
-    if "items_per_s" in res["lerobot"]:
-        res["ratio_items_per_s"] = res["loader"]["224x224"]["lent_w2"]["items_per_s"] / res["lerobot"]["items_per_s"]
-    res["h2d_bytes"] = h2d_table(out224)
+        if args.read_batch:
+            res["loader"][name] = {"read_batch": read_batch_cost(out, args.read_batch)}
+            continue
+        res["loader"][name] = compare(out, args.seconds, args.rounds, settings)
+    if not (args.loader_only or args.read_batch):
+        src224, out224 = built["224x224"]
+        res["ours_cpu_normalised"] = _ours_normalised(out224, 2, 40)
+        res["lerobot"] = lerobot(src224, 2, args.lerobot_batches, args.work)
+        if "items_per_s" in res["lerobot"]:
+            res["ratio_items_per_s"] = (res["loader"]["224x224"]["lent_w2"]["items_per_s"]
+                                        / res["lerobot"]["items_per_s"])
+        res["h2d_bytes"] = h2d_table(out224)
     res["loadavg_end"] = _loadavg()
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "loader_cpu.json").write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
     print(f"\nwritten: {dest / 'loader_cpu.json'}; load average {res['loadavg_start']} -> {res['loadavg_end']}")
-    print(table(res))
+    if not args.read_batch:
+        print(table(res))
 
 
 def table(res: dict) -> str:

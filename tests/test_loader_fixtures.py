@@ -38,6 +38,37 @@ def build(root: Path, layout: str) -> Path:
     return out
 
 
+# The held-out-like case of issue 26: a v3.0 dataset whose cameras differ in size (a 120x160 scene
+# camera, a 96x128 wrist camera) and a blank one, converted as it is (no --resize).
+SIZES = {CAMS[0]: (120, 160), CAMS[1]: (96, 128), CAMS[2]: (120, 160)}
+
+
+def build_sizes(root: Path, layout: str = "rgb") -> tuple[Path, Path]:
+    """(source, shards) of the mixed-size dataset."""
+    from datakit.convert.config import ConvertConfig
+    from datakit.convert import convert
+    from datakit.synth import make_lerobot_dataset
+
+    src = make_lerobot_dataset(root / "src", version="v3.0", episode_lengths=LENGTHS, height=SIZES[CAMS[0]][0],
+                               width=SIZES[CAMS[0]][1], cameras=CAMS, blank_cameras=(CAMS[2],),
+                               camera_sizes={CAMS[1]: SIZES[CAMS[1]]})
+    out = root / "out"
+    convert(src, out, ConvertConfig(workers=1, progress=False, shard_size=400_000, layout=layout))
+    return src, out
+
+
+@pytest.fixture(scope="session")
+def sizes_rgb(tmp_path_factory) -> tuple[Path, Path]:
+    """(source dataset, shards) with cameras of different sizes: rgb shards."""
+    return build_sizes(tmp_path_factory.mktemp("loader_sizes_rgb"), "rgb")
+
+
+@pytest.fixture(scope="session")
+def sizes_nv12(tmp_path_factory) -> tuple[Path, Path]:
+    """The same, nv12 shards."""
+    return build_sizes(tmp_path_factory.mktemp("loader_sizes_nv12"), "nv12")
+
+
 @pytest.fixture(scope="session")
 def shards_rgb(tmp_path_factory) -> Path:
     if PREBUILT:

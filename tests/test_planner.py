@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from test_loader_fixtures import CAMS, shards_mixed, shards_rgb  # noqa: F401 - fixtures
+from test_loader_fixtures import CAMS, SIZES, shards_mixed, shards_rgb, sizes_rgb  # noqa: F401 - fixtures
 
-from datakit.loader import ShardLoader, h2d_bytes
+from datakit.loader import ShardLoader, h2d_bytes, slot_images
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.commands.plan.command import add_parser, run
@@ -59,8 +59,9 @@ def loader_epoch(folder, cfg, ranks):
                             got.add(rr)
                 read += len(got) * index.cameras[cam].frame_bytes
             samples += batch["row"].numel()
-            images.append(batch["images"].nbytes)
-            other.append(h2d_bytes(batch) - batch["images"].nbytes)
+            image_bytes = sum(v.nbytes for v in slot_images(batch))  # stacked, or per slot (cameras' own sizes)
+            images.append(image_bytes)
+            other.append(h2d_bytes(batch) - image_bytes)
             kept.append(batch["slot_index"].numel())
         loader.close()
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
@@ -155,6 +156,33 @@ def test_a_blank_camera_costs_no_bytes(shards_rgb):
     read, samples, images, _, kept = loader_epoch(shards_rgb, cfg, 1)
     assert plan.image_bytes_per_sample == read / samples == 2 * index.cameras[CAMS[0]].frame_bytes
     assert plan.h2d_image_bytes_per_step_uint8 == images and plan.kept_slots_per_step == kept == 2
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_plan_counts_each_cameras_own_bytes(sizes_rgb, prune):
+    """Cameras of different sizes (120x160, 96x128, a blank 120x160): every byte count takes each
+    camera's own frame bytes, against the loader's batches; the blank one costs nothing when pruned."""
+    _, out = sizes_rgb
+    index, frames = load_index(out), load_frames(out)
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=4, prune_slots=prune)
+    plan = plan_throughput(index, frames, cfg, samples_per_s=100.0)
+    read, samples, images, other, kept = loader_epoch(out, cfg, 1)
+    frame = {cam: h * w * 3 for cam, (h, w) in SIZES.items()}
+    assert plan.image_bytes_per_sample == read / samples
+    assert plan.image_bytes_per_sample_by_camera == {CAMS[0]: frame[CAMS[0]], CAMS[1]: frame[CAMS[1]],
+                                                     CAMS[2]: 0 if prune else frame[CAMS[2]]}
+    assert plan.h2d_image_bytes_per_step_uint8 == images == 4 * sum(frame[c] for c in CAMS[:2 if prune else 3])
+    assert plan.kept_slots_per_step == kept and abs(plan.h2d_other_bytes_per_step - other) <= 64
+
+
+def test_plan_prints_the_bytes_of_each_camera(sizes_rgb, capsys, monkeypatch):
+    _, out = sizes_rgb
+    monkeypatch.setenv("COLUMNS", "250")  # one table row on one line
+    ap = argparse.ArgumentParser()
+    add_parser(ap.add_subparsers(dest="command"))
+    assert run(ap.parse_args(["plan", str(out), "--samples-per-s", "100", "--batch-size", "4", "--workers", "0"])) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"{CAMS[0]} 56.25 KiB, {CAMS[1]} 36.00 KiB, {CAMS[2]} 0 B" in text
 
 
 @pytest.mark.timeout(120)

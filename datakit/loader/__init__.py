@@ -3,10 +3,12 @@
 Modules, in the order a sample flows through them:
 config (LoaderConfig) -> anchors (which (episode, t) a window allows) -> sampler (one global
 order per (seed, epoch), split by rank and step) -> dataset (batch read: numpy columns +
-coalesced preadv of pixels) with slots (camera -> model image slot, pruning) and reads (verified
-shard files) -> shm_pool (workers read into reused shared-memory ring buffers) -> loader
+coalesced preadv of pixels) with slots (camera -> model image slot, pruning; `slot_images` reads a
+batch's per-camera frames, stacked or one tensor per slot when the cameras differ in size) and reads
+(verified shard files) -> shm_pool (workers read into reused shared-memory ring buffers) -> loader
 (DataLoader, resumable state) -> gpu_batch (pinned ring, side-stream copy) -> normalise (on the
-device; nv12: NV12 -> normalised RGB in two passes). interop: LeRobot-style items, WebDataset URLs.
+device; nv12: NV12 -> normalised RGB in two passes; resize: each view to the model's input).
+interop: LeRobot-style items, WebDataset URLs.
 """
 from datakit.loader.config import LoaderConfig, loader_config_from_toml, loader_config_to_toml
 from datakit.loader.dataset import ShardDataset
@@ -15,9 +17,10 @@ from datakit.loader.interop import LeRobotView, lerobot_config, webdataset_urls
 from datakit.loader.loader import ShardLoader
 from datakit.loader.normalise import Normaliser
 from datakit.loader.sampler import StepSampler, epoch_order
+from datakit.loader.slots import slot_images
 
 __all__ = [
     "DeviceBatcher", "LeRobotView", "LoaderConfig", "Normaliser", "PinnedRing", "ShardDataset", "ShardLoader",
     "StepSampler", "epoch_order", "h2d_bytes", "lerobot_config", "loader_config_from_toml", "loader_config_to_toml",
-    "webdataset_urls",
+    "slot_images", "webdataset_urls",
 ]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import ConfigError
+from datakit.loader.resize import RESIZE_MODES
 from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
 from datakit.shards.open_files import DEFAULT_MAX_OPEN, VERIFY_MODES
 from datakit.toml_values import toml_value
@@ -129,7 +130,12 @@ class LoaderConfig:
     image_dtype: str = "bfloat16"  # dtype of normalised images on the device
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # after scaling to [0, 1]
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    resize: tuple[int, int] | None = None  # (H, W) bilinear resize on the device (per view, before tiling)
+    # (H, W) every view is resized to on the device (each camera from its own stored size, before
+    # tiling); a view already at (H, W) is left alone. None: views keep their stored sizes.
+    resize: tuple[int, int] | None = None
+    # How (`loader/resize.py`): "stretch" (bilinear, antialiased, to (H, W) exactly) or "pad" (Pi0.5's
+    # aspect-preserving resize-with-pad of LeRobot / openpi: scaled to fit, centred, black borders).
+    resize_mode: str = "stretch"
     # Tile the slots' views into one canvas per frame on the device (`loader/tiling.py`):
     # "wrist_top" = 3 slots (wrist, exterior, exterior) -> (2H, 2W), the wrist widened across the
     # top row; images then have one slot, (B, 1, T, 3, 2H, 2W). None: one image per slot. With
@@ -149,6 +155,7 @@ class LoaderConfig:
         _choice("norm", self.norm, NORM_MODES)
         _choice("verify", self.verify, VERIFY_MODES)
         _choice("image_dtype", self.image_dtype, DTYPES)
+        _choice("resize_mode", self.resize_mode, RESIZE_MODES)
         self.frame_offsets = _offsets("frame_offsets", self.frame_offsets)
         self.state_offsets = _offsets("state_offsets", self.state_offsets)
         self.camera_offsets = {c: _offsets(f"camera_offsets[{c!r}]", o) for c, o in self.camera_offsets.items()}

@@ -15,7 +15,9 @@ process downloads ahead of the sampler (`loader/downloads.py`).
 
 Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
   images (B,K,T,*frame_shape) uint8 - rgb (H,W,3) or nv12 (H*3/2,W), as stored (tiling, if
-    configured, happens after the copy, in the normaliser: loader/tiling.py)
+    configured, happens after the copy, in the normaliser: loader/tiling.py); when the slot
+    cameras store frames of different sizes, instead images.<j> (B,T,*frame_shape_j) per kept
+    slot j, each at its camera's size (`slots.slot_images` reads both forms)
   image_mask (B,K) bool - the slot holds a real camera for this sample
   image_is_pad (B,K,T) bool, slot_index (K,) int64 - kept slots, indices into `slot_names`
   state (B,Ts,D) float32, state_is_pad (B,Ts), action (B,H,A) float32, action_is_pad (B,H)
@@ -24,6 +26,7 @@ Batch keys (B samples, K kept slots, T frames, Ts states, H actions):
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
 from datakit.loader.reads import ReadPlan, read_frames
-from datakit.loader.slots import kept_slots, slot_map
+from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_files import OpenShards
@@ -67,14 +70,15 @@ class ShardDataset(torch.utils.data.Dataset):
         frames = load_frames(self.folder, self.index)
         self.slots = slot_map(self.index, cfg.slots, cfg.tile)
         used = [c for c in self.slots.cameras if c is not None]
-        shapes = {tuple(self.index.cameras[c].frame_shape) for c in used}
         lengths = {len(cfg.offsets_for(c)) for c in used}
-        if len(shapes) > 1 or len(lengths) > 1:
-            raise ValueError(f"slot cameras {used} must share one frame shape and window length to stack "
-                             f"into one image tensor (shapes {shapes}, window lengths {lengths})")
-        self.frame_shape = shapes.pop() if shapes else (1,)
-        self.frame_bytes = int(np.prod(self.frame_shape))
+        if len(lengths) > 1:
+            raise ValueError(f"slot cameras {used} read {sorted(lengths)} frames each (camera_offsets); give every "
+                             "slot camera the same number of frame offsets, or map the others to no slot")
         self.num_frames = lengths.pop() if lengths else len(cfg.frame_offsets)
+        self.slot_shapes = slot_frame_shapes(self.index, self.slots.cameras)
+        # one stacked tensor when every slot's frames share a shape (the batch of old), else one per slot
+        self.stacked = len(set(self.slot_shapes)) == 1
+        self.slot_bytes = tuple(int(np.prod(s)) for s in self.slot_shapes)
         self.state = column(frames, "state")
         self.action = column(frames, "action")
         self.meta = {k: column(frames, k) for k in ("episode_index", "frame_index", "task_index", "timestamp")}
@@ -131,6 +135,13 @@ class ShardDataset(torch.utils.data.Dataset):
     def slot_names(self) -> tuple[str, ...]:
         return self.slots.names
 
+    def _layout(self, b: int, keep: np.ndarray) -> list[tuple[str, tuple[int, ...]]]:
+        """(key, shape) of the images tensors of a batch of `b` samples keeping slots `keep`."""
+        t = self.num_frames
+        if self.stacked:
+            return [(IMAGES, (b, keep.size, t, *self.slot_shapes[0]))]
+        return [(slot_key(j), (b, t, *self.slot_shapes[s])) for j, s in enumerate(keep.tolist())]
+
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         """One sample without the batch dimension (all slots kept, so keys and shapes are fixed)."""
         batch = self.read_batch([int(i)], prune=False)
@@ -143,9 +154,18 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """The batch of `positions`. `alloc(shape)` supplies the uint8 images tensor (default: a
-        new one); DataLoader workers pass a view of a reused shared-memory ring buffer (`shm_pool`).
-        Every byte of it is written here, so a reused buffer needs no clearing."""
+        """The batch of `positions`. `alloc((nbytes,))` supplies the flat uint8 memory the images are
+        read into (default: a new tensor); DataLoader workers pass a view of a reused shared-memory
+        ring buffer (`shm_pool`). Every byte of it is written here, so a reused buffer needs no clearing.
+
+        The kept slots' frames lie in that one buffer: stacked (B, K, T, *frame_shape) when every slot
+        camera has one frame shape (the batch of old, unchanged), else slot after slot, (B, T,
+        *frame_shape_j) each, each camera at its stored size (`slots.slot_images` reads either). Why
+        per-slot views of one buffer and not a buffer padded to the largest camera: the bytes read,
+        lent and copied to the device are the stored ones (a 96x128 view padded to 120x160 would be
+        1.6x its bytes, a 224x224 one padded to 480x640 6x), and a batch is still one worker buffer,
+        one loan and, with a registered ring, copied to the device straight from that page-locked
+        memory, one `cudaMemcpyAsync` per slot."""
         cfg = self.cfg
         rows = self.anchors[np.asarray(positions, np.int64)]
         ep = self.ep_of_row[rows]
@@ -153,37 +173,48 @@ class ShardDataset(torch.utils.data.Dataset):
         real = self.slots.real[ep]
         keep = kept_slots(real, cfg.prune_slots if prune is None else prune)
         b, k, t = rows.size, keep.size, self.num_frames
-        shape = (b, k, t, *self.frame_shape)
-        images = alloc(shape) if alloc is not None else _new_tensor(shape, torch.uint8)
+        layout = self._layout(b, keep)
+        nbytes = sum(math.prod(shape) for _, shape in layout)
+        flat = alloc((nbytes,)) if alloc is not None else _new_tensor((nbytes,), torch.uint8)
+        images = _carve(flat, layout)
         image_is_pad = np.zeros((b, k, t), bool)
-        flat = images.numpy().reshape(b, k, t, self.frame_bytes)
-        view = memoryview(flat.reshape(-1))
-        shards, offs, owners, dests = [], [], [], []
+        flat_np = flat.numpy()
+        view = memoryview(flat_np)
+        shards, offs, owners, sizes, dests = [], [], [], [], []
+        block = 0  # per-slot layout: where slot j's block of frames starts in the buffer
         for j, s in enumerate(keep.tolist()):
             cam = self.slots.cameras[s]
+            fb = self.slot_bytes[s]
+            if self.stacked:  # cells: (B, T, fb) numpy view of slot j's frames; first: its first byte
+                cells, first = flat_np.reshape(b, k, t, fb)[:, j], j * t * fb
+            else:
+                cells, first = flat_np[block : block + b * t * fb].reshape(b, t, fb), block
+                block += b * t * fb
             if cam is None:
-                flat[:, j] = 0
+                cells[:] = 0
                 continue
             r, pad = window_rows(rows, cfg.offsets_for(cam), start, length)
             image_is_pad[:, j] = pad
             off = self.offsets[cam][r]
             missing = off < 0
             if missing.any():
-                flat[:, j][missing] = 0
+                cells[missing] = 0
             bi, ti = np.nonzero(~missing)
-            cells = (bi * k + j) * t + ti
             shards.append(self.shard[r[bi, ti]])
             offs.append(off[bi, ti])
             owners.append(bi)
-            fb = self.frame_bytes
-            dests += [view[c * fb : (c + 1) * fb] for c in cells.tolist()]
+            if not self.stacked:
+                sizes.append(np.full(bi.size, fb, np.int64))
+            at = first + bi * cells.strides[0] + ti * cells.strides[1]
+            dests += [view[a : a + fb] for a in at.tolist()]
         plan = ReadPlan(
             shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
             offset=np.concatenate(offs) if offs else np.zeros(0, np.int64),
             dest=dests,
             owner=np.concatenate(owners) if owners else np.zeros(0, np.int64),
         )
-        failed = read_frames(self.files, plan, self.frame_bytes, cfg.coalesce_gap)
+        frame_bytes = np.concatenate(sizes) if sizes else self.slot_bytes[0]  # per frame: cameras' own sizes
+        failed = read_frames(self.files, plan, frame_bytes, cfg.coalesce_gap)
         ok = np.ones(b, bool)
         if failed:
             if cfg.on_error == "raise":
@@ -193,7 +224,7 @@ class ShardDataset(torch.utils.data.Dataset):
         rs, pad_s = window_rows(rows, cfg.state_offsets, start, length)
         ra, pad_a = window_rows(rows, tuple(range(cfg.action_horizon)), start, length)
         batch = {
-            "images": images,
+            **images,
             "image_mask": torch.from_numpy(real[:, keep]),
             "image_is_pad": torch.from_numpy(image_is_pad),
             "slot_index": torch.from_numpy(keep.astype(np.int64)),
@@ -209,6 +240,18 @@ class ShardDataset(torch.utils.data.Dataset):
             batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
         batch["num_skipped"] = torch.tensor(int((~ok).sum()))
         return batch
+
+
+def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    """`layout`'s tensors as consecutive views of the flat buffer, in order."""
+    if len(layout) == 1:
+        return {layout[0][0]: flat.view(layout[0][1])}
+    out, at = {}, 0
+    for key, shape in layout:
+        n = math.prod(shape)
+        out[key] = flat[at : at + n].view(shape)
+        at += n
+    return out
 
 
 def _new_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

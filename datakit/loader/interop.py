@@ -1,9 +1,10 @@
 """Other frameworks over the same shards: LeRobot-style items, WebDataset URLs.
 
 `LeRobotView` gives the item dict that `lerobot.datasets.LeRobotDataset.__getitem__` returns
-(camera images as CHW float in [0, 1], `observation.state`, `action` with `action_is_pad`,
-`task` text, indices), so training code written for LeRobotDataset, and its plain
-`torch.utils.data.DataLoader` with the default collate, run unchanged. Values are raw, as in
+(camera images as CHW float in [0, 1], each camera at its stored size as LeRobot returns it,
+`observation.state`, `action` with `action_is_pad`, `task` text, indices), so training code
+written for LeRobotDataset, and its plain `torch.utils.data.DataLoader` with the default
+collate, run unchanged. Values are raw, as in
 LeRobot, where normalisation belongs to the policy. `webdataset_urls` lists the shard files
 for `webdataset.WebDataset(urls)`, which reads them because they are plain tars of
 `<episode>/<frame>.<field>` members.
@@ -17,6 +18,7 @@ import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset
+from datakit.loader.slots import slot_images
 from datakit.shards.index import load_index
 from datakit.stages.colour import nv12_to_rgb_float
 
@@ -60,10 +62,11 @@ class LeRobotView(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict[str, object]:
         s = self.ds[int(i)]
         item: dict[str, object] = {}
+        views = slot_images(s, batched=False)  # every slot kept (prune_slots=False): view j is slot j
         for j, cam in enumerate(self.ds.slots.cameras):
             if cam is None:
                 continue
-            frames = s["images"][j]  # (T, *frame_shape) uint8
+            frames = views[j]  # (T, *frame_shape) uint8, at this camera's stored size
             chw = nv12_to_rgb_float(frames) if self.nv12 else frames.permute(0, 3, 1, 2).float()
             chw = chw.div_(255.0)
             multi = len(self.ds.cfg.offsets_for(cam)) > 1

@@ -1,9 +1,12 @@
 """uint8 batch -> model inputs, on whatever device the batch is on (GPU in training, CPU in tests).
 
 Images leave the host as stored uint8 (rgb or nv12) and become normalised NCHW bf16/fp32
-here: NV12 -> RGB, optional resize / crop / brightness-contrast jitter, then scale and
-mean/std as one `addcmul` that reads the permuted uint8 and writes the output dtype in a
-single kernel. State and action are mapped with the index statistics, `x * scale + bias`.
+here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", or Pi0.5's aspect-preserving
+"pad") / crop / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
+permuted uint8 and writes the output dtype in a single kernel. Cameras of different sizes arrive
+one tensor per slot (`slots.slot_images`); each view is resized to the model's input on its own,
+and views that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model
+sees the same batch whatever sizes the cameras store. State and action are mapped with the index statistics, `x * scale + bias`.
 Random choices are pure functions of (seed, epoch, step, row), so a resumed run augments
 exactly as the unbroken one did.
 """
@@ -12,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.nv12 import FusedNV12
+from datakit.loader.resize import resize_view
+from datakit.loader.slots import IMAGES, is_slot_key, slot_images, slot_key
 from datakit.loader.tiling import tile_views
 from datakit.shards.index import ShardIndex
 from datakit.stages.colour import nv12_to_rgb_float
@@ -111,7 +115,12 @@ class Normaliser:
 
     def __call__(self, batch: dict[str, torch.Tensor], *, epoch: int = 0, step: int = 0) -> dict[str, torch.Tensor]:
         out = dict(batch)
-        out["images"] = self.images(batch["images"], batch.get("row"), epoch=epoch, step=step)
+        if IMAGES in batch:
+            out[IMAGES] = self.images(batch[IMAGES], batch.get("row"), epoch=epoch, step=step)
+        else:  # one tensor per slot: cameras of different sizes
+            views = slot_images(batch)
+            out = {k: v for k, v in out.items() if not is_slot_key(k)}
+            out.update(self.slot_views(views, batch.get("row"), epoch=epoch, step=step))
         out["state"] = batch["state"].float() * self.state_affine[0] + self.state_affine[1]
         out["action"] = batch["action"].float() * self.action_affine[0] + self.action_affine[1]
         return out
@@ -120,19 +129,52 @@ class Normaliser:
                step: int = 0) -> torch.Tensor:
         """(B, K, T, *frame_shape) uint8 -> (B, K, T, 3, H', W') in the configured dtype; tiled
         (`cfg.tile`): (B, 1, T, 3, H', W') canvases, built from the views before scaling."""
-        cfg, lead = self.cfg, u8.shape[:3]
+        lead = u8.shape[:3]
         flat = u8.reshape(-1, *u8.shape[3:])
         if self.fused_nv12 is not None:
             out = self.fused_nv12(flat, self.dtype)
             return out.view(*lead, *out.shape[1:])
-        if self.layout == "nv12":
-            x = nv12_to_rgb_float(flat)  # (N, 3, H, W) float in [0, 255]
-        else:
-            x = flat.permute(0, 3, 1, 2)  # uint8 view, converted inside the fused op below
-        if cfg.resize is not None and tuple(x.shape[-2:]) != tuple(cfg.resize):
-            x = F.interpolate(x.float(), size=cfg.resize, mode="bilinear", align_corners=False, antialias=True)
-        if cfg.crop is not None:
+        x = self._geometry(self._rgb(flat), epoch, step)
+        return self._finish(x.reshape(*lead, *x.shape[1:]), rows, epoch)
+
+    def slot_views(self, views: list[torch.Tensor], rows: torch.Tensor | None = None, *, epoch: int = 0,
+                   step: int = 0) -> dict[str, torch.Tensor]:
+        """Per kept slot (B, T, *frame_shape_j) uint8 of different sizes -> {"images": (B, K, T, 3, H', W')}
+        when resize (or crop) brings every view to one size, as `images` would give; else each slot
+        normalised at its own size, {"images.<j>": (B, T, 3, H_j, W_j)} (tiling needs one size)."""
+        b, t = views[0].shape[:2]
+        if self.fused_nv12 is not None:  # no resize, crop or jitter: each view at its stored size
+            xs = [self.fused_nv12(v.flatten(0, 1), self.dtype) for v in views]
+            return {slot_key(j): x.view(b, t, *x.shape[1:]) for j, x in enumerate(xs)}
+        xs = [self._geometry(self._rgb(v.flatten(0, 1)), epoch, step) for v in views]
+        if len({tuple(x.shape[-2:]) for x in xs}) > 1:
+            if self.cfg.tile is not None:
+                sizes = sorted({f"{x.shape[-2]}x{x.shape[-1]}" for x in xs})
+                raise ValueError(f"tile={self.cfg.tile!r} needs views of one size, got {', '.join(sizes)}; set "
+                                 "resize=(H, W) to bring each view to the canvas cell")
+            return {slot_key(j): self._finish(x.reshape(b, 1, t, *x.shape[1:]), rows, epoch)[:, 0]
+                    for j, x in enumerate(xs)}
+        if len({x.dtype for x in xs}) > 1:  # some views resized (float), some already at the size (uint8)
+            xs = [x.float() for x in xs]
+        return {IMAGES: self._finish(torch.stack([x.reshape(b, t, *x.shape[1:]) for x in xs], dim=1), rows, epoch)}
+
+    def _rgb(self, flat: torch.Tensor) -> torch.Tensor:
+        """(N, *frame_shape) uint8 as stored -> (N, 3, H, W): a uint8 view for rgb (converted inside
+        the final fused op), float in [0, 255] for nv12."""
+        return nv12_to_rgb_float(flat) if self.layout == "nv12" else flat.permute(0, 3, 1, 2)
+
+    def _geometry(self, x: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
+        """Resize to `cfg.resize` (the way `cfg.resize_mode` says), then crop."""
+        if self.cfg.resize is not None:
+            x = resize_view(x, self.cfg.resize, self.cfg.resize_mode)
+        if self.cfg.crop is not None:
             x = self._crop(x, epoch, step)
+        return x
+
+    def _finish(self, x: torch.Tensor, rows: torch.Tensor | None, epoch: int) -> torch.Tensor:
+        """(B, K, T, 3, H, W) views -> jitter, tiling, scale and mean/std in the output dtype."""
+        cfg, lead = self.cfg, x.shape[:3]
+        x = x.flatten(0, 2)
         if cfg.colour_jitter > 0 and rows is not None:
             x = self._jitter(x.float(), rows, lead, epoch)
         if cfg.tile is not None:  # uint8 (or float after resize/jitter) views -> one canvas per frame

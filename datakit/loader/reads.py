@@ -37,9 +37,11 @@ class ReadPlan:
     owner: np.ndarray  # (R,) sample of each request, to drop samples on a bad shard
 
 
-def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_gap: int) -> dict[int, ShardError]:
+def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int | np.ndarray,
+                coalesce_gap: int) -> dict[int, ShardError]:
     """Fill every `plan.dest`; returns {shard: error} for shards that failed (never raises
-    for a shard itself; the caller decides whether to raise or to drop the owners)."""
+    for a shard itself; the caller decides whether to raise or to drop the owners).
+    `frame_bytes`: the bytes of every frame, or (R,) per request (cameras of different sizes)."""
     failed: dict[int, ShardError] = {}
     if plan.offset.size == 0:
         return failed
@@ -51,7 +53,7 @@ def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_ga
     twins = [(int(order[source[k]]), int(order[k])) for k in np.flatnonzero(dup).tolist()]
     order = order[~dup]
     shard_s, off_s = plan.shard[order], plan.offset[order]
-    end_s = off_s + frame_bytes
+    end_s = off_s + (frame_bytes[order] if isinstance(frame_bytes, np.ndarray) else frame_bytes)
     # a run breaks at a new shard or when the gap to the previous frame is too large
     gap = np.empty_like(off_s)
     gap[0] = 0
@@ -67,8 +69,8 @@ def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_ga
             continue
         try:
             fd = files.fd(shard)
-            _read_run(fd, [plan.dest[i] for i in order[a:b].tolist()], off_s[a:b], gap[a:b], frame_bytes,
-                      memoryview(scratch), files, shard)
+            _read_run(fd, [plan.dest[i] for i in order[a:b].tolist()], off_s[a:b], gap[a:b], memoryview(scratch),
+                      files, shard)
         except ShardError as err:
             failed[shard] = err
     for src, dst in twins:
@@ -76,8 +78,8 @@ def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int, coalesce_ga
     return failed
 
 
-def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, frame_bytes: int,
-              scratch: memoryview, files: OpenShards, shard: int) -> None:
+def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, scratch: memoryview,
+              files: OpenShards, shard: int) -> None:
     """One contiguous byte range: frames scattered to `dests`, gaps to `scratch`."""
     i = 0
     while i < len(dests):

@@ -6,12 +6,20 @@ real cameras would otherwise encode and attend over a black image in every sampl
 batch we keep only slots that at least one sample fills with a real camera and return an
 image mask (B, kept) saying which samples fill which kept slot; pruned slots are not even
 read from disk.
+
+How a batch carries the kept slots' frames: when every slot camera stores one frame shape, one
+tensor `images` (B, K, T, *frame_shape), as always; when the cameras differ in size (a 96x128
+wrist camera beside a 120x160 scene camera), one tensor per kept slot, `images.<j>` (B, T,
+*frame_shape_j) for the j-th kept slot, each at its camera's stored size. `slot_images` reads
+either form; the device normaliser resizes the views to the model's input and stacks them again.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from datakit.loader.tiling import TILE_SLOTS
 from datakit.shards.index import STATUS_REAL, ShardIndex
@@ -46,6 +54,25 @@ def slot_map(index: ShardIndex, slots: tuple[str | None, ...], tile: str | None 
     return SlotMap(names=names, cameras=cams, real=real)
 
 
+def slot_frame_shapes(index: ShardIndex, cameras: tuple[str | None, ...]) -> tuple[tuple[int, ...], ...]:
+    """The stored frame shape of each slot's camera; a slot without a camera (zeros, masked) takes the
+    smallest of them, so it costs the fewest bytes (and the common one when they agree)."""
+    shapes = {c: tuple(index.cameras[c].frame_shape) for c in cameras if c is not None}
+    empty = min(shapes.values(), key=lambda s: (int(np.prod(s)), s)) if shapes else (1,)
+    return tuple(shapes[c] if c is not None else empty for c in cameras)
+
+
+def view_sizes(index: ShardIndex, slots: tuple[str | None, ...] = ()) -> dict[str, tuple[int, int]]:
+    """(height, width) of the RGB view of each slot camera (`slots` empty: every index camera), as
+    stored: what a model's device resize starts from. nv12 frames hold 3/2 rows per view row."""
+    cams = [c for c in (slots or tuple(index.cameras)) if c is not None]
+    out = {}
+    for cam in cams:
+        rows, cols = index.cameras[cam].frame_shape[:2]
+        out[cam] = (rows * 2 // 3, cols) if index.layout == "nv12" else (rows, cols)
+    return out
+
+
 def kept_slots(real: np.ndarray, prune: bool) -> np.ndarray:
     """Indices of the slots a batch keeps, given its (B, S) `real` matrix.
 
@@ -57,3 +84,27 @@ def kept_slots(real: np.ndarray, prune: bool) -> np.ndarray:
         return np.arange(s)
     keep = np.flatnonzero(real.any(axis=0))
     return keep if keep.size else np.arange(min(s, 1))
+
+
+IMAGES = "images"  # the stacked images tensor (B, K, T, *frame_shape)
+
+
+def slot_key(j: int) -> str:
+    """The key of the j-th kept slot's own images tensor (cameras of different sizes)."""
+    return f"{IMAGES}.{j}"
+
+
+def is_slot_key(key: str) -> bool:
+    return key.startswith(IMAGES + ".")
+
+
+def slot_images(batch: Mapping[str, torch.Tensor], *, batched: bool = True) -> list[torch.Tensor]:
+    """The frames of each kept slot, in `slot_index` order: (B, T, *frame_shape_j) each, whether the
+    batch stacks them (`images`) or carries one tensor per slot (`images.<j>`). `batched=False`: a
+    single sample (`ShardDataset[i]`), (T, *frame_shape_j) each. Views, no copy."""
+    if IMAGES in batch:
+        return list(batch[IMAGES].unbind(1 if batched else 0))
+    out = []
+    while slot_key(len(out)) in batch:
+        out.append(batch[slot_key(len(out))])
+    return out

@@ -1,6 +1,8 @@
 """Camera views tiled into one canvas per frame, for models that take a single image (DreamZero).
 
-`LoaderConfig.tile = "wrist_top"` with three slots (wrist, exterior 1, exterior 2), each H x W:
+`LoaderConfig.tile = "wrist_top"` with three slots (wrist, exterior 1, exterior 2), each H x W (cameras
+stored at different sizes are first resized to one, `LoaderConfig.resize`: DreamZero resizes each
+view to its cell; without it the normaliser refuses to tile them):
 
     +---------------------------+
     |  slot 0, widened to 2W    |   rows 0 .. H-1: each wrist column twice (nearest, exact)

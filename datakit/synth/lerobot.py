@@ -78,7 +78,7 @@ def _hf_metadata(state_dim: int, action_dim: int, image_cameras) -> dict:
     return {"info": {"features": feats}}
 
 
-def _episode_table(ep, length, start, task_index, fps, state_dim, action_dim, image_cams, h, w, seed,
+def _episode_table(ep, length, start, task_index, fps, state_dim, action_dim, image_cams, sizes, seed,
                    cam_order) -> pa.Table:
     state, action = synth_state(ep, length, state_dim, seed), synth_action(ep, length, action_dim, seed)
     frame_index = np.arange(length, dtype=np.int64)
@@ -89,6 +89,7 @@ def _episode_table(ep, length, start, task_index, fps, state_dim, action_dim, im
     img_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     for cam in image_cams:
         ci = cam_order.index(cam)
+        h, w = sizes[cam]
         cols[cam] = pa.array([{"bytes": _png(synth_frame(start + i, h, w, camera_seed(seed, ci, ep))),
                                "path": f"frame_{i:06d}.png"} for i in range(length)], type=img_type)
     cols["timestamp"] = pa.array((frame_index / fps).astype(np.float32))
@@ -110,7 +111,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                          width=128, fps=10, codec="av1", channel_first=True, state_dim=6, action_dim=6,
                          tasks=("pick up the cube", "open the drawer"), seed=0,
                          v3_episodes_per_file: int | None = None, v3_task_column=None,
-                         detail: float = 0.0) -> Path:
+                         detail: float = 0.0, camera_sizes: dict[str, tuple[int, int]] | None = None) -> Path:
     """Write a LeRobot dataset of `version` under `root` (replaced if present) and return root.
 
     `cameras` are mp4 video features except those also in `image_cameras` (PNG in the parquet);
@@ -118,7 +119,9 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     file (None: all in one); tasks.parquet stores the text as the pandas index column
     `__index_level_0__` (as `pd.DataFrame({"task_index": ...}, index=tasks).to_parquet` does), or
     as a column named `v3_task_column` (e.g. "task") if given. `detail` > 0 adds a panning
-    multi-scale texture so that the video has a realistic bitrate (benchmarks)."""
+    multi-scale texture so that the video has a realistic bitrate (benchmarks). `camera_sizes`:
+    (height, width) of the cameras it names (a wrist camera smaller than the scene camera); the
+    others are `height` x `width`."""
     if version not in source_paths.LEROBOT_VERSIONS:
         raise ValueError(f"unknown version {version!r}")
     root = Path(root)
@@ -131,7 +134,10 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
     ep_task = [e % len(tasks) for e in range(n_eps)]
     hf_meta = _hf_metadata(state_dim, action_dim, [c for c in cam_order if c in image_cameras])
 
-    cam_shape = [3, height, width] if channel_first else [height, width, 3]
+    unknown = sorted(set(camera_sizes or {}) - set(cam_order))
+    if unknown:
+        raise ValueError(f"camera_sizes names cameras {unknown} that are not in cameras/image_cameras")
+    sizes = {c: tuple((camera_sizes or {}).get(c, (height, width))) for c in cam_order}
     cam_names = ["channel", "height", "width"] if channel_first else ["height", "width", "channel"]
     features = {
         source_paths.LEROBOT_ACTION_KEY: {"dtype": "float32", "shape": [action_dim],
@@ -140,9 +146,11 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                                    "names": [f"motor_{i}" for i in range(state_dim)]},
     }
     for cam in cam_order:
-        ft = {"dtype": "image" if cam in image_cameras else "video", "shape": cam_shape, "names": cam_names}
+        h, w = sizes[cam]
+        ft = {"dtype": "image" if cam in image_cameras else "video", "shape": [3, h, w] if channel_first else [h, w, 3],
+              "names": cam_names}
         if cam in video_cams:
-            ft["info"] = {"video.fps": float(fps), "video.height": height, "video.width": width,
+            ft["info"] = {"video.fps": float(fps), "video.height": h, "video.width": w,
                           "video.channels": 3, "video.codec": codec, "video.pix_fmt": "yuv420p",
                           "video.is_depth_map": False, "has_audio": False}
         features[cam] = ft
@@ -152,7 +160,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
             "total_frames": total, "total_tasks": len(tasks)}
 
     tables = [_episode_table(e, n, starts[e], ep_task[e], fps, state_dim, action_dim, image_cameras,
-                             height, width, seed, cam_order) for e, n in enumerate(episode_lengths)]
+                             sizes, seed, cam_order) for e, n in enumerate(episode_lengths)]
     global_stats = {k: _stats(np.stack(pa.concat_tables(tables)[k].to_numpy(zero_copy_only=False)))
                     for k in (source_paths.LEROBOT_STATE_KEY, source_paths.LEROBOT_ACTION_KEY)}
 
@@ -171,7 +179,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                 if cam in video_cams:
                     vpath = root / source_paths.LEROBOT_V2_VIDEO_PATH.format(
                         episode_chunk=e // chunks, video_key=cam, episode_index=e)
-                    encode_video(vpath, _frames(ci, cam in blank_cameras, e, starts[e], n, height, width,
+                    encode_video(vpath, _frames(ci, cam in blank_cameras, e, starts[e], n, *sizes[cam],
                                                 seed, detail), fps, codec)
         _write_jsonl(root / source_paths.LEROBOT_V2_EPISODES,
                      [{"episode_index": e, "tasks": [tasks[ep_task[e]]], "length": n}
@@ -186,7 +194,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
                 for e, t in enumerate(tables)])
     else:
         _write_v3(root, info, features, tables, episode_lengths, starts, ep_task, tasks, cam_order,
-                  video_cams, blank_cameras, hf_meta, height, width, fps, codec, seed,
+                  video_cams, blank_cameras, hf_meta, sizes, fps, codec, seed,
                   v3_episodes_per_file or n_eps, v3_task_column, detail)
         _write_json(root / source_paths.LEROBOT_STATS, global_stats)
     _write_json(root / source_paths.LEROBOT_INFO, info)
@@ -194,7 +202,7 @@ def make_lerobot_dataset(root, *, version="v2.1", episode_lengths=(24, 31, 17),
 
 
 def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam_order, video_cams,
-              blank_cameras, hf_meta, height, width, fps, codec, seed, per_file, task_column, detail=0.0):
+              blank_cameras, hf_meta, sizes, fps, codec, seed, per_file, task_column, detail=0.0):
     chunks = source_paths.LEROBOT_CHUNKS_SIZE
     n_eps = len(lengths)
     for ft in features.values():
@@ -214,7 +222,7 @@ def _write_v3(root, info, features, tables, lengths, starts, ep_task, tasks, cam
         for ci, cam in enumerate(cam_order):
             if cam in video_cams:
                 frames = (f for e in eps for f in _frames(ci, cam in blank_cameras, e, starts[e], lengths[e],
-                                                          height, width, seed, detail))
+                                                          *sizes[cam], seed, detail))
                 encode_video(root / source_paths.LEROBOT_V3_VIDEO_PATH.format(video_key=cam, **where), frames, fps,
                              codec)
         offset = 0

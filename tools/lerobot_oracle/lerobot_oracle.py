@@ -7,6 +7,8 @@ venv's interpreter, so lerobot's dependencies (torch < 2.12, Python >= 3.12) sta
         --indices 0 5 23 --delta '{"action": [0, 0.1, 0.2]}'
     /tmp/lerobot-venv/bin/python tools/lerobot_oracle/lerobot_oracle.py bench ROOT OUT.json \
         --batch-size 32 --workers 2 --batches 20
+    /tmp/lerobot-venv/bin/python tools/lerobot_oracle/lerobot_oracle.py resize IN.npz OUT.npz --size 224 224
+        # each array of IN.npz ((N, C, h, w) float32 in [0, 1]) through Pi0.5's resize_with_pad_torch
 
 Setup: python3.12 -m venv /tmp/lerobot-venv && /tmp/lerobot-venv/bin/pip install 'lerobot[dataset]==0.6.1'
 """
@@ -58,10 +60,23 @@ def bench(args: argparse.Namespace) -> None:
               open(args.out, "w"))
 
 
+def resize(args: argparse.Namespace) -> None:
+    """LeRobot's Pi0.5 image resize (`PI05Policy._preprocess_images`: `resize_with_pad_torch`) of
+    every array in `root` (an npz), written to `out` under the same names."""
+    import numpy as np
+    import torch
+    from lerobot.policies.common.vla_utils import resize_with_pad_torch
+
+    height, width = args.size
+    with np.load(args.root) as src:
+        out = {k: resize_with_pad_torch(torch.from_numpy(src[k]), height, width).numpy() for k in src.files}
+    np.savez(args.out, **out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cmd", choices=("items", "bench"))
-    p.add_argument("root")
+    p.add_argument("cmd", choices=("items", "bench", "resize"))
+    p.add_argument("root", help="the LeRobot dataset (items, bench); the input npz (resize)")
     p.add_argument("out")
     p.add_argument("--indices", type=int, nargs="*", default=[0])
     p.add_argument("--delta", default=None, help="delta_timestamps as JSON")
@@ -71,8 +86,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--size", type=int, nargs=2, default=(224, 224), help="resize: (height, width)")
     args = p.parse_args()
-    (items if args.cmd == "items" else bench)(args)
+    {"items": items, "bench": bench, "resize": resize}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ Built as the trainer builds it (`trainkit.data.loader_settings`, then the family
 `loader_config`), from the shard index when `data.shards` is a finished local shard folder. Without
 one (unset, not there yet, or a URL: inspect downloads nothing) the preset gets no index, and the
 fields that the index decides are listed in `depends_on_data`: `slots` (data.slots empty: one slot
-per index camera, which the loader then resolves), `resize` (the run drops it when the frames are
-stored at the model's size) and `episodes` (a validation holdout picks them from the index).
+per index camera, which the loader then resolves), `resize` (the run drops it when every camera's
+frames are stored at the model's size) and `episodes` (a validation holdout picks them from the index).
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def format_loader(needs: dict[str, Any]) -> list[str]:
              f"slots [{slots}]" + (" pruned per batch" if c["prune_slots"] else ""),
              f"batch_size {c['batch_size']} per rank (epoch_batch {epoch_batch})", f"image_dtype {c['image_dtype']}"]
     if c["resize"] is not None:
-        shape.append(f"resize {c['resize'][0]}x{c['resize'][1]}")
+        shape.append(f"resize {c['resize'][0]}x{c['resize'][1]} {c['resize_mode']}")
     if c["tile"] is not None:
         shape.append(f"tile {c['tile']}")
     shape += [f"norm {c['norm']}", f"shuffle {c['shuffle']}", f"num_workers {c['num_workers']}"]

@@ -163,6 +163,8 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = 
         ("bytes per sample", f"{_bytes(plan.bytes_per_sample)} (images {_bytes(plan.image_bytes_per_sample)}, "
                              f"state+action {_bytes(plan.numeric_bytes_per_sample)}; "
                              f"{plan.kept_slots_per_step:.2f} slots kept per batch)"),
+        ("images per sample, by camera", ", ".join(f"{cam} {_bytes(n)}" for cam, n in
+                                                   plan.image_bytes_per_sample_by_camera.items())),
         ("read bandwidth per rank", _rate(plan.read_bytes_per_s_per_rank)),
         ("read bandwidth per node", f"{_rate(plan.read_bytes_per_s_per_node)} ({plan.ranks_per_node} ranks)"),
         ("dataset", _bytes(plan.dataset_bytes)),

@@ -15,8 +15,11 @@ Every number follows from the index and the loader's own sampler order, without 
   thrashes within a step; with `cache_bytes` given, an LRU simulation of the node's reads in
   order gives the bytes downloaded per epoch (what `storage.cache.ShardCache` would fetch);
 - host-to-device bytes per step and rank: the batch as the loader hands it over (uint8 images
-  of the kept slots, masks, state, action, indices), mean over the epoch's batches, against
-  the same images as float32.
+  of the kept slots, each camera at its stored frame size, masks, state, action, indices), mean
+  over the epoch's batches, against the same images as float32.
+Cameras may store frames of different sizes (a 96x128 wrist camera beside a 120x160 scene
+camera): every byte count takes each camera's own frame bytes, and the image bytes per sample
+are also given per camera.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import pyarrow as pa
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import StepSampler, block_ids
-from datakit.loader.slots import kept_slots, slot_map
+from datakit.loader.slots import kept_slots, slot_frame_shapes, slot_map
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column
 
 FLOAT32 = 4
@@ -51,6 +54,7 @@ class ThroughputPlan:
     steps_per_s: float  # per rank
     dataset_bytes: int  # all shards
     image_bytes_per_sample: float  # frame bytes the loader reads from shards (kept slots, each frame once per batch)
+    image_bytes_per_sample_by_camera: dict[str, float]  # the same, per slot camera (its own frame size)
     numeric_bytes_per_sample: int
     bytes_per_sample: float
     read_bytes_per_s_per_rank: float
@@ -107,14 +111,15 @@ def distinct_frames(rows: np.ndarray, has_frame: np.ndarray) -> np.ndarray:
 
 def image_reads(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, anchors: np.ndarray, episodes: EpisodeRows,
                 batches: np.ndarray, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
-    """Per batch of anchor positions `batches` (N, B): the image bytes the loader reads from shards,
-    and the (N, S) slots it keeps, by the loader's slot rule (`slot_map`, `kept_slots`)."""
+    """Per batch of anchor positions `batches` (N, B): the image bytes the loader reads from shards
+    for each slot (N, S), each camera's frames at its own frame bytes, and the (N, S) slots it keeps,
+    by the loader's slot rule (`slot_map`, `kept_slots`)."""
     smap = slot_map(index, cfg.slots, cfg.tile)
     n, b = batches.shape
     rows = anchors[batches]  # (N, B) anchor rows
     ep = episodes.of_rows(frames.num_rows)[rows]
     kept = batch_kept(smap.real[ep], cfg.prune_slots)
-    read = np.zeros(n, np.int64)
+    read = np.zeros((n, len(smap.cameras)), np.int64)
     longest = max((len(cfg.offsets_for(c)) for c in smap.cameras if c is not None), default=1)
     step = max(1, chunk // (b * longest))  # batches per chunk: bounded temporaries at any index size
     for s, cam in enumerate(smap.cameras):
@@ -127,7 +132,7 @@ def image_reads(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, anchors:
             r, e = rows[lo:hi].reshape(-1), ep[lo:hi].reshape(-1)
             win, _ = window_rows(r, offsets, episodes.row_start[e], episodes.length[e])
             win = win.reshape(hi - lo, b * len(offsets))
-            read[lo:hi] += fb * kept[lo:hi, s] * distinct_frames(win, has_frame)
+            read[lo:hi, s] = fb * kept[lo:hi, s] * distinct_frames(win, has_frame)
     return read, kept
 
 
@@ -173,7 +178,8 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
     batches = order[pos % m]  # (steps, ranks, batch): anchor position of every sample read
     read_img, kept = image_reads(index, frames, cfg, anchors, episodes, batches.reshape(-1, b))
     numeric = (len(cfg.state_offsets) * len(index.state_names) + cfg.action_horizon * len(index.action_names)) * FLOAT32
-    image_per_sample = float(read_img.mean()) / b
+    image_per_sample = float(read_img.sum(axis=1).mean()) / b
+    by_camera = {cam: float(read_img[:, s].mean()) / b for s, cam in enumerate(smap.cameras) if cam is not None}
     per_sample = image_per_sample + numeric
 
     read = anchor_shard[batches]  # (steps, ranks, batch): shard of every sample read
@@ -196,11 +202,12 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
     if cache_bytes is not None:
         downloaded = max(_lru_download_bytes([np.unique(row) for row in a], sizes, cache_bytes) for a in node_reads)
 
-    # host-to-device: the batch as the loader hands it over, averaged over the epoch's batches
+    # host-to-device: the batch as the loader hands it over, averaged over the epoch's batches; every
+    # kept slot at its camera's frame size (an empty slot at the loader's, `slot_frame_shapes`)
     t = len(cfg.offsets_for(used[0])) if used else len(cfg.frame_offsets)
-    fb = index.cameras[used[0]].frame_bytes if used else 0
+    slot_bytes = np.array([int(np.prod(shape)) for shape in slot_frame_shapes(index, smap.cameras)], np.int64)
     k = float(kept.sum(axis=1).mean())  # kept slots per batch
-    img_u8 = b * k * t * fb
+    img_u8 = b * t * float((kept @ slot_bytes).mean())
     # image_mask, image_is_pad, state/action pads (bool); 5 int64/float64 per sample; slot_index, num_skipped
     other = (b * numeric + b * (k + k * t + len(cfg.state_offsets) + cfg.action_horizon) + 5 * INT64 * b
              + INT64 * (k + 1))
@@ -209,7 +216,8 @@ def plan_throughput(index: ShardIndex, frames: pa.Table, cfg: LoaderConfig, *, s
     return ThroughputPlan(
         samples_per_s=samples_per_s, ranks=w, ranks_per_node=g, nodes=nodes, batch_size=b, shuffle=cfg.shuffle,
         num_anchors=m, steps_per_epoch=steps, epoch_seconds=epoch_s, steps_per_s=steps_per_s,
-        dataset_bytes=int(sizes.sum()), image_bytes_per_sample=image_per_sample, numeric_bytes_per_sample=numeric,
+        dataset_bytes=int(sizes.sum()), image_bytes_per_sample=image_per_sample,
+        image_bytes_per_sample_by_camera=by_camera, numeric_bytes_per_sample=numeric,
         bytes_per_sample=per_sample, read_bytes_per_s_per_rank=samples_per_s / w * per_sample,
         read_bytes_per_s_per_node=samples_per_s * g / w * per_sample,
         working_set_bytes_per_rank=ws_rank, working_set_bytes_per_node=ws_node, peak_step_bytes_per_node=peak,

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from datakit.loader import LoaderConfig
+from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
@@ -37,7 +38,8 @@ def dreamzero_config(**kw: Any) -> LoaderConfig:
 def loader_config(cfg: DreamZeroConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
     """`dreamzero_config` at this model's shapes: `cfg.frames` frames ending at t, the last
     `state_tokens` states, `cfg.horizon` actions, the three slots tiled "wrist_top" (slot 0 the
-    wrist view) and every view resized to `cfg.view` on the device if stored at another size.
+    wrist view) and every view stretched to `cfg.view` (its canvas cell) on the device, each from its
+    own stored size, before tiling: cameras of different sizes make one canvas.
     `kw`: the trainer's loader settings; slot pruning is off (each view keeps its canvas place).
     Without the shard index (`trainkit inspect` with no shards) empty `data.slots` stay empty (the
     loader takes the index's cameras, which must then be 3) and the views' stored size is unknown:
@@ -46,12 +48,8 @@ def loader_config(cfg: DreamZeroConfig, index: ShardIndex | None, **kw: Any) -> 
     if len(slots) not in ((0, 3) if index is None else (3,)):
         raise ModelConfigError(f"data.slots: dreamzero tiles 3 views (wrist, exterior, exterior) into one canvas; "
                                f"got {len(slots)} slot(s) {list(slots)}")
-    if index is None:
-        resize = cfg.view
-    else:
-        cam = next((c for c in slots if c is not None), None)
-        frame_hw = tuple(index.cameras[cam].frame_shape[:2]) if cam is not None else cfg.view
-        resize = None if frame_hw == cfg.view or index.layout != "rgb" else cfg.view
+    stored = set(view_sizes(index, slots).values()) if index is not None else {None}
+    resize = None if stored <= {cfg.view} else cfg.view
     kw["prune_slots"] = False
     return dreamzero_config(slots=slots, tile="wrist_top", frame_offsets=tuple(range(1 - cfg.frames, 1)),
                             state_offsets=tuple(range(1 - cfg.state_tokens, 1)), action_horizon=cfg.horizon,

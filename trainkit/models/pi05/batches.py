@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from datakit.loader import LoaderConfig, Normaliser
+from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.errors import BatchDataError
 from trainkit.errors import TokenizerError
@@ -31,17 +32,16 @@ def pi05_config(**kw: Any) -> LoaderConfig:
 
 
 def loader_config(cfg: Pi05Config, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
-    """`pi05_config` at this model's shapes: `cfg.horizon` actions, and rgb frames of another size
-    resized to `cfg.image_size` on the device. `kw`: the trainer's loader settings (slots, order,
-    workers, norm, ...). Without the shard index (`trainkit inspect` with no shards) the frames'
-    size is unknown: the resize is then kept (the run drops it for frames stored at that size)."""
+    """`pi05_config` at this model's shapes: `cfg.horizon` actions, and each camera view that is not
+    `cfg.image_size` square resized to it on the device, the way `cfg.image_resize` says ("pad":
+    LeRobot's / openpi's aspect-preserving resize-with-pad, datakit/loader/resize.py). Cameras may
+    differ in size: each view is resized from its own. `kw`: the trainer's loader settings (slots,
+    order, workers, norm, ...). Without the shard index (`trainkit inspect` with no shards) the frames'
+    size is unknown: the resize is then kept (the run drops it when every view is stored at that size)."""
     size = (cfg.image_size, cfg.image_size)
-    if index is None:
-        return pi05_config(action_horizon=cfg.horizon, resize=size, **kw)
-    slots = kw.get("slots") or tuple(index.cameras)
-    frame_hw = tuple(index.cameras[next(c for c in slots if c is not None)].frame_shape[:2])
-    return pi05_config(action_horizon=cfg.horizon, resize=None if frame_hw == size or index.layout != "rgb" else size,
-                       **kw)
+    stored = set(view_sizes(index, kw.get("slots") or ()).values()) if index is not None else {None}
+    return pi05_config(action_horizon=cfg.horizon, resize=None if stored <= {size} else size,
+                       resize_mode=cfg.image_resize, **kw)
 
 
 class Pi05Batches:

@@ -23,6 +23,10 @@ class Pi05Config:
     vision_heads: int        # SigLIP attention heads (16; head size = width / heads)
     patch: int = 14          # patch side in pixels (patchify conv kernel = stride)
     image_size: int = 224    # square input side in pixels; (image_size / patch)^2 tokens per image
+    # How a camera view of another size becomes image_size square, on the device: "pad" (LeRobot's and
+    # openpi's resize-with-pad: aspect kept, scaled to fit, centred on black, as the real checkpoints
+    # were trained and are served) or "stretch" (bilinear, antialiased, aspect not kept).
+    image_resize: Literal["pad", "stretch"] = "pad"
     # the projector is one Linear vision_width -> lm_width
     lm_width: int            # Gemma backbone channels (2048)
     lm_depth: int            # MoT layers = len(lm_layers) (18); the action expert has the same depth
@@ -66,6 +70,8 @@ class Pi05Config:
             raise ModelConfigError(f"Pi05Config.heads_q {self.heads_q} is not a multiple of heads_kv {self.heads_kv}")
         if self.head_dim % 2:
             raise ModelConfigError(f"Pi05Config.head_dim {self.head_dim} must be even (RoPE rotates halves)")
+        if self.image_resize not in ("pad", "stretch"):
+            raise ModelConfigError(f"Pi05Config.image_resize must be 'pad' or 'stretch', got {self.image_resize!r}")
         if self.loss_over not in ("all", "real"):
             raise ModelConfigError(f"Pi05Config.loss_over must be 'all' or 'real', got {self.loss_over!r}")
         if self.expert_width % 2:
