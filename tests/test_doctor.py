@@ -161,3 +161,38 @@ def test_droid_missing_camera_and_trajectory_files(dataset):
     rc, rep = doctor(src)
     found = sorted((f["kind"], f["episode"], f["path"]) for f in rep["findings"])
     assert rc == 1 and found == [("missing_file", 0, str(h5)), ("missing_file", 1, str(mp4))]
+
+
+# --- the list of checks (issue 26, item 8) -----------------------------------------------------------
+
+def _kinds_in_the_source() -> set[str]:
+    """Every finding kind the code can emit, read from the source text (the oracle): the literal
+    first argument of Finding(...), a camera tracker's add(...), the packet report(...), and the
+    (frame, kind, message) tuples of the image checks."""
+    import re
+    from pathlib import Path
+
+    pattern = re.compile(r'(?:\bFinding\(\s*|\.add\(\s*|\breport\(\s*|\(i, )"([a-z_]+)"')
+    root = Path(__file__).resolve().parents[1] / "datakit"
+    return {k for p in root.rglob("*.py") for k in pattern.findall(p.read_text())}
+
+
+def test_list_checks_prints_every_kind_the_audit_can_report(capsys):
+    from datakit.cli import main as datakit_main
+
+    assert datakit_main(["doctor", "--list-checks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = [x.split()[0] for x in lines]
+    assert len(listed) == len(set(listed)) and set(listed) == _kinds_in_the_source()
+    by_kind = {x.split()[0]: x.split()[1] for x in lines}
+    assert {by_kind[k] for k in ("blank_camera", "frozen_camera", "constant_column", "unused_task")} == {"warning"}
+    assert {by_kind[k] for k in ("missing_file", "nonfinite", "video_decode_error")} == {"error"}
+    assert all(len(x.split(None, 2)) == 3 for x in lines)  # kind, severity, what it means
+
+
+def test_doctor_without_a_folder_or_list_checks_is_one_line(capsys):
+    assert main(["--no-progress"]) == 2
+    assert capsys.readouterr().err == "datakit doctor: error: the source dataset folder is required (or --list-checks)\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--list-checks" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -107,28 +108,45 @@ def test_an_injected_failure_is_recorded_and_the_search_goes_on(tmp_path):
     assert best["parallel"]["ac_stride"] == dict(result.best.setting.ac_stride)
 
 
-def test_tune_end_to_end_writes_an_overlay_that_trainkit_run_accepts(shards_rgb, tmp_path, capsys):  # noqa: F811
+def test_tune_end_to_end_repeats_and_prints_a_command_that_trainkit_run_accepts(shards_rgb, tmp_path, capsys,  # noqa: F811
+                                                                                monkeypatch):
+    """Real trials (one process each) on a space of two settings: each is run twice, A B A B; the
+    `trainkit run` line printed last, run as printed (shlex-split, through `main`), trains with the
+    overrides tune was given, minus those best.toml replaces (ac_stride, group: the overlay wins)."""
     out = tmp_path / "tune"
-    data = [f"data.shards={shards_rgb}", "data.num_workers=0"]
-    code = main(["tune", str(TINY), "--memory-cap", "1", "--budget-min", "0.4", "--out", str(out), "--steps", "3",
-                 "--micro-batches", "2", "--strides", "0,1", "--groups", "1", "--compile", "off",
-                 *[a for s in data for a in ("--set", s)]])
+    sets = [f"data.shards={shards_rgb}", "data.num_workers=0", "train.steps=3", "parallel.ac_stride={}",
+            "parallel.group={}", "output.dir=runs/my run"]
+    code = main(["tune", str(TINY), "--memory-cap", "1", "--budget-min", "3", "--out", str(out), "--steps", "3",
+                 "--micro-batches", "2", "--strides", "0", "--groups", "1", "--compile", "off",
+                 *[a for s in sets for a in ("--set", s)]])
     printed = capsys.readouterr().out
     assert code == 0, printed
     doc = json.loads((out / "tune.json").read_text())
-    assert doc["best"]["status"] == "ok" and doc["best"]["samples_per_s"] > 0
-    assert "samples/s/GPU" in printed and "best.toml" in printed
-    overlay = out / "best.toml"
-    cfg = load_config(TINY, [*data, f"output.dir={tmp_path / 'r'}"], overlay=overlay)
-    assert cfg.train.micro_batch == doc["best"]["setting"]["train.micro_batch"]
-    assert cfg.parallel.ac_stride == doc["best"]["setting"]["parallel.ac_stride"]
-    run = [*data, f"output.dir={tmp_path / 'run'}", "train.steps=2", "output.progress=false"]
-    assert main(["run", str(TINY), "--overlay", str(overlay), *[a for s in run for a in ("--set", s)]]) == 0
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps_run"] == 2
+    labels = [r["label"] for r in doc["runs"]]
+    assert len(set(labels)) == 2 and labels == labels[:2] * 2, labels  # A B A B
+    assert [r["repeat"] for r in doc["runs"]] == [0, 0, 1, 1]
+    best = doc["best"]
+    assert best["status"] == "ok" and len(best["samples"]) == 2 and best["samples_per_s"] > 0
+    assert best["spread"] == [min(best["samples"]), max(best["samples"])]
+    assert "samples/s/GPU" in printed and "spread" in printed
+    command = printed.strip().splitlines()[-1].strip()
+    assert command == doc["next_command"] and command.startswith(f"trainkit run {TINY} --overlay ")
+    argv = shlex.split(command)
+    kept = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert kept == [s for s in sets if not s.startswith(("parallel.ac_stride", "parallel.group"))]
+    monkeypatch.chdir(tmp_path)  # output.dir is relative, as the user typed it
+    assert main(argv[1:]) == 0
+    summary = json.loads((tmp_path / "runs" / "my run" / "summary.json").read_text())
+    assert summary["steps_run"] == 3
+    overlay = Path(argv[argv.index("--overlay") + 1])
+    cfg = load_config(TINY, kept, overlay=overlay)
+    assert cfg.train.micro_batch == best["setting"]["train.micro_batch"]
+    assert cfg.parallel.ac_stride == best["setting"]["parallel.ac_stride"]
+    assert f"# {command}" in overlay.read_text()
     capsys.readouterr()
     bad = tmp_path / "bad.toml"
     bad.write_text(overlay.read_text() + "compil = true\n")  # a typo in the last section, [parallel]
-    assert main(["run", str(TINY), "--overlay", str(bad), *[a for s in run for a in ("--set", s)]]) == 2
+    assert main(["run", str(TINY), "--overlay", str(bad), *[a for s in kept for a in ("--set", s)]]) == 2
     err = capsys.readouterr().err
     assert f"trainkit: {bad}: parallel.compil: unknown key 'compil'" in err, err
 
@@ -193,11 +211,120 @@ def test_tune_json_is_strict_and_a_nan_speed_is_never_best(tmp_path):
     gpu = NanFirst(cfg)
     cap = max(gpu.truth.values())
     result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, gpu_gib=cap)
-    assert len(result.runs) > 1 and result.best is not None and result.best is not result.runs[0]
+    assert len(result.runs) > 1 and result.best is not None and result.runs[0] not in result.best.runs
     result.runs[1].peak_gib = float("inf")
     write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1, base=None)
     doc = _strict_json(tmp_path / "tune.json")
     by_dir = {r["out_dir"]: r for r in doc["runs"]}
     assert by_dir[result.runs[0].out_dir]["samples_per_s"] is None
     assert by_dir[result.runs[1].out_dir]["peak_gib"] is None
-    assert doc["best"]["out_dir"] == result.best.out_dir and doc["stopped"] is None
+    assert doc["best"]["out_dirs"] == [r.out_dir for r in result.best.runs] and doc["stopped"] is None
+
+
+# Repeats, spread and ties (issue 26, item 9). Oracles: runners whose speeds the test scripts, a
+# clock the runner advances, and the expected order and ties worked out here by hand.
+class Scripted(FakeGPU):
+    """FakeGPU whose k-th distinct setting runs at first[k] samples/s the first time and again[k]
+    on a repeat (1.0 for settings past the script); `wall_s` per run on `clock` when given."""
+
+    def __init__(self, cfg, first: list[float], again: list[float], wall_s: float = 0.1, clock=None,
+                 fail: dict[int, str] | None = None):
+        super().__init__(cfg, fail)
+        self.first, self.again, self.wall_s, self.clock, self.order = first, again, wall_s, clock, []
+
+    def __call__(self, trial: Trial) -> TrialResult:
+        if self.clock is not None:
+            self.clock.now += self.wall_s
+        result = super().__call__(trial)
+        result.wall_s = self.wall_s
+        setting = self.run_settings()[-1]
+        seen = setting in self.order
+        if not seen:
+            self.order.append(setting)
+        k = self.order.index(setting)
+        if result.ok:
+            script = self.again if seen else self.first
+            result.summary["steady"]["samples_per_s_gpu"] = script[k] if k < len(script) else 1.0
+        return result
+
+
+def test_the_top_settings_are_run_again_interleaved(tmp_path):
+    cfg = _cfg()
+    first = [10.0, 40.0, 20.0, 30.0, 50.0]  # by first run: #5 (50), #2 (40), #4 (30) are the top 3
+    gpu = Scripted(cfg, first, again=first)
+    cap = max(gpu.truth.values())
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu, top=3, repeats=3)
+    ran = gpu.run_settings()
+    top = [gpu.order[1], gpu.order[3], gpu.order[4]]  # in the order they first ran
+    assert ran[-6:] == top + top, "A B C A B C"
+    assert len(set(ran[:-6])) == len(ran[:-6])  # every setting once before any repeat
+    assert [r.repeat for r in result.runs[-6:]] == [1, 1, 1, 2, 2, 2]
+    assert [m.setting for m in result.ranked[:3]] == [gpu.order[4], gpu.order[1], gpu.order[3]]
+    assert [len(m.runs) for m in result.ranked[:3]] == [3, 3, 3] and len(result.ranked[3].runs) == 1
+    write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1, base=None)
+    doc = json.loads((tmp_path / "tune.json").read_text())
+    assert len(doc["runs"]) == len(gpu.trials)  # every repeat recorded, in the order run
+    assert [r["repeat"] for r in doc["runs"]][-6:] == [1, 1, 1, 2, 2, 2]
+
+
+def test_the_spread_is_shown_and_a_tie_is_marked(tmp_path):
+    cfg = _cfg()
+    # medians 45 (40-50), 43.5 (43-44), 30.5 (30-31): #1's slowest run (40) is slower than #2's
+    # fastest (44), a tie; #2's slowest (43) beats #3's fastest (31), no tie; the rest ran once at 1.0
+    gpu = Scripted(cfg, first=[50.0, 44.0, 30.0], again=[40.0, 43.0, 31.0])
+    cap = max(gpu.truth.values())
+    result = search(cfg, TINY, cap_gib=cap, budget_s=60, out=tmp_path, space=SPACE, runner=gpu)
+    one, two, three = result.ranked[:3]
+    assert (one.samples, one.samples_per_s, one.spread) == ([50.0, 40.0], 45.0, (40.0, 50.0))
+    assert (two.samples_per_s, two.spread, three.samples_per_s) == (43.5, (43.0, 44.0), 30.5)
+    assert (one.tie, two.tie, three.tie) == (True, False, False)
+    assert result.best is one and [len(m.runs) for m in result.ranked[3:]] == [1] * (len(result.ranked) - 3)
+    table = write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1,
+                          base=None, overrides=["data.shards=x"])
+    rows = table.splitlines()
+    assert rows[0].split()[:5] == ["#", "status", "samples/s/GPU", "spread", "runs"]
+    assert rows[1].split()[:5] == ["1", "ok", "45.00", "40.00-50.00", "2"] and "(tie with #2" in rows[1]
+    assert rows[2].split()[:5] == ["2", "ok", "43.50", "43.00-44.00", "2"] and "tie" not in rows[2]
+    doc = json.loads((tmp_path / "tune.json").read_text())
+    assert doc["best"]["samples"] == [50.0, 40.0] and doc["best"]["tie_with_next"] is True
+    assert doc["ranked"][1]["spread"] == [43.0, 44.0] and not doc["ranked"][1]["tie_with_next"]
+    assert "a tie with #2" in (tmp_path / "best.toml").read_text()
+    assert doc["next_command"] == f"trainkit run {TINY} --overlay {tmp_path / 'best.toml'} --set data.shards=x"
+
+
+class Clock:
+    now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_repeats_are_paid_for_inside_the_budget(tmp_path, monkeypatch):
+    """Runs of 10 s and a 100 s budget: new settings stop while the time left still holds the top
+    three's repeats (6 new ones, then 3 repeats: 90 s); the last repeat, cut by the budget's end,
+    is "cut" and counts for nothing."""
+    from trainkit.trials import tune
+
+    clock = Clock()
+    monkeypatch.setattr(tune, "time", clock)
+    cfg = _cfg()
+    gpu = Scripted(cfg, first=[5.0, 6.0, 7.0, 8.0, 9.0, 10.0], again=[5.0, 6.0, 7.0, 8.0, 9.0, 10.0], wall_s=10.0,
+                   clock=clock, fail={8: "timeout"})
+    cap = max(gpu.truth.values())
+    result = search(cfg, TINY, cap_gib=cap, budget_s=100, out=tmp_path, space=SPACE, runner=gpu,
+                    trial_timeout_s=300)
+    assert [r.repeat for r in result.runs] == [0] * 6 + [1] * 3 and clock.now == 90.0
+    assert all(t.timeout_s <= 100 - 10 * i for i, t in enumerate(gpu.trials))  # never past the budget
+    assert result.runs[-1].status == "cut" and result.runs[-1].setting == gpu.order[5]
+    assert result.best.setting == gpu.order[5] and result.best.status == "ok" and result.best.samples == [10.0]
+    assert [m.setting for m in result.ranked[:3]] == [gpu.order[5], gpu.order[4], gpu.order[3]]
+    assert [len(m.samples) for m in result.ranked[:3]] == [1, 2, 2]
+
+
+@pytest.mark.parametrize("flags", [["--top", "0"], ["--repeats", "0"], ["--repeats", "-2"]])
+def test_top_and_repeats_below_one_are_refused(tmp_path, capsys, flags):
+    out = tmp_path / "tune"
+    assert main(["tune", str(TINY), "--memory-cap", "1", "--out", str(out), *flags, "--set", "data.shards=unused"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainkit: --top and --repeats must be >= 1") and err.count("\n") == 1, err
+    assert not out.exists()

@@ -1,17 +1,21 @@
 """The `trainkit` command.
 
+    trainkit configs                                                       # the shipped presets, one line each
     trainkit run CONFIG.toml [--overlay best.toml] [--set key=value ...]   # one process, or under torchrun:
     torchrun --nproc-per-node 2 -m trainkit.cli run CONFIG.toml --set data.shards=out/
     trainkit inspect CONFIG.toml [--overlay best.toml] [--set key=value ...] [--json] [--world-size N] [--gpu-memory-gib G]
                      [--loader-toml FILE] [--samples-per-s N]   # + the run's LoaderConfig and its `datakit plan` line
-    trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
+    trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR] [--top 3] [--repeats 2]
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
+    trainkit ladder --list-rungs                                            # the rungs, one line each
     trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
 
-Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
-prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
+CONFIG is a TOML file, or the name of a shipped preset (`trainkit run pi05_tiny`; trainkit/configs/):
+a path that exists wins. Bad input (config, shard folder or its index, output.dir, camera mapping,
+world size, memory cap) prints one line naming the key or file and the problem, and exits with code
+2 before any GPU work.
 So do a run that cannot resume (no intact checkpoint, a planted or another run's checkpoint), a
 second run into a live output.dir, and a non-finite step under train.on_nonfinite="stop".
 `tune` and `ladder` stopped by Ctrl-C or SIGTERM stop their running trial, report what finished
@@ -31,6 +35,7 @@ from trainkit.errors import USER_ERRORS, LaunchError, Stopped
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trainkit", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("configs", help="the shipped presets a config argument can name, one line each")
     r = sub.add_parser("run", help="train from a TOML config (torchrun for several GPUs / nodes)")
     r.add_argument("config")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -49,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the run's LoaderConfig (rank 0) as TOML, for `datakit plan SHARDS --loader-config FILE`")
     i.add_argument("--samples-per-s", type=float, default=None, metavar="N",
                    help="the target samples/s (all ranks) to put in the printed `datakit plan` line")
-    t = sub.add_parser("tune", help="the fastest settings under a memory cap, by short measured runs (trainkit/trials/tune.py)")
+    t = sub.add_parser("tune", help="the fastest settings under a memory cap, by short measured runs, the best repeated")
     t.add_argument("config")
     t.add_argument("--memory-cap", type=float, required=True, metavar="GIB", help="peak memory per GPU allowed")
     t.add_argument("--budget-min", type=float, default=10.0, help="wall-clock minutes for the runs (default 10)")
@@ -57,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="new folder for tune.json, best.toml and the runs (default runs/tune-NAME)")
     t.add_argument("--nproc", type=int, default=1, help="GPUs per run (torchrun --standalone for > 1)")
     t.add_argument("--steps", type=int, default=12, help="steps per run (the first quarter is warm-up)")
+    t.add_argument("--top", type=int, default=3, help="settings run again, by their first run's speed (default 3)")
+    t.add_argument("--repeats", type=int, default=2,
+                   help="runs of each top setting, interleaved A B C A B C (default 2; 1: no repeats)")
     t.add_argument("--trial-timeout-s", type=float, default=300.0, help="limit of one run, start-up included")
     t.add_argument("--micro-batches", default=None, help="comma list (default 1,2,4,...,128)")
     t.add_argument("--strides", default=None, help="recompute strides per block list, comma list (default 0,1,2,4)")
@@ -65,13 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--gpu-memory-gib", type=float, default=None,
                    help="what an out-of-memory run had (default: this machine's GPU, else an H200)")
     lad = sub.add_parser("ladder", help="baseline, then each optimisation turned on in turn: step time, MFU, "
-                                        "memory, parity (trainkit/trials/ladder.py)")
-    lad.add_argument("config", help="the baseline config")
+                                        "memory, parity (--list-rungs)")
+    lad.add_argument("config", nargs="?", help="the baseline config (a TOML file or a preset name)")
+    lad.add_argument("--list-rungs", action="store_true", help="print the rungs, one line each, and exit")
     lad.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override for every rung, e.g. data.shards=OUT")
-    lad.add_argument("--target", default=None, help="config the family-specific values come from "
-                     "(default: the baseline's *optimised* sibling)")
-    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; see trainkit/trials/ladder.py)")
+    lad.add_argument("--target", default=None, help="config (file or preset) the family-specific values come "
+                     "from (default: the baseline's *optimised* sibling)")
+    lad.add_argument("--rungs", default=None, help="comma-separated rungs, in order (default: all; `--list-rungs` lists them)")
     lad.add_argument("--steps", type=int, default=20, help="measured steps per rung (default 20)")
     lad.add_argument("--warmup", type=int, default=10, help="steps before the measured ones (default 10)")
     lad.add_argument("--profile-steps", type=int, default=3, help="torch.profiler window inside the warm-up (0: none)")
@@ -115,8 +124,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "ladder" and args.config is None and not args.list_rungs:
+        print("trainkit: ladder: the baseline config is required (or --list-rungs)", file=sys.stderr)
+        return 2
     from trainkit.config import load_config
     try:
+        if args.command == "configs":
+            from trainkit.configs import listing
+            print(listing())
+            return 0
+        if args.command == "ladder" and args.list_rungs:
+            from trainkit.trials.ladder import RUNGS, describe_rung
+            print("\n".join(describe_rung(r) for r in RUNGS))
+            return 0
+        if args.command in ("tune", "ladder"):  # a preset name -> its file: what their child runs read
+            from trainkit.configs import resolve_config
+            args.config_file = resolve_config(args.config)
         if args.command == "tune":
             return _tune(args)
         if args.command == "inspect":
@@ -212,6 +235,7 @@ def _tune(args) -> int:
 
 def _tune_search(args) -> int:
     """Search, print the table, write the files."""
+    import shlex
     from pathlib import Path
 
     from trainkit.config import load_config
@@ -219,7 +243,7 @@ def _tune_search(args) -> int:
     from trainkit.trials.run import WEEK_S, check_flag
     from trainkit.trials.signals import stop_requested
     from trainkit.trials.tune import GROUPS, MICRO_BATCHES, STRIDES, Space, base_setting, prepare_out, search
-    from trainkit.trials.tune_report import write_outputs
+    from trainkit.trials.tune_report import next_command, write_outputs
 
     check_flag("--memory-cap", args.memory_cap)
     check_flag("--budget-min", args.budget_min, high=WEEK_S / 60)
@@ -228,6 +252,8 @@ def _tune_search(args) -> int:
         check_flag("--gpu-memory-gib", args.gpu_memory_gib)
     if args.nproc < 1 or args.steps < 2:
         raise LaunchError(f"--nproc must be >= 1 and --steps >= 2, got {args.nproc} and {args.steps}")
+    if args.top < 1 or args.repeats < 1:
+        raise LaunchError(f"--top and --repeats must be >= 1, got {args.top} and {args.repeats}")
     space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
                   strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
                   compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
@@ -235,15 +261,15 @@ def _tune_search(args) -> int:
     cfg = with_checkpoint_shape(load_config(args.config, args.overrides))[0]  # estimates of init_from's model
     out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
     prepare_out(out)
-    command = "trainkit tune " + " ".join([args.config, f"--memory-cap {args.memory_cap:g}",
-                                          f"--budget-min {args.budget_min:g}", *(f"--set {o}" for o in args.overrides)])
+    command = shlex.join(["trainkit", "tune", args.config, "--memory-cap", f"{args.memory_cap:g}", "--budget-min",
+                          f"{args.budget_min:g}", *(a for o in args.overrides for a in ("--set", o))])
     base = base_setting(cfg, list(family(cfg.model.family).model.BLOCK_LISTS))
-    result = search(cfg, args.config, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
+    result = search(cfg, args.config_file, cap_gib=args.memory_cap, budget_s=60 * args.budget_min, out=out,
                     overrides=tuple(args.overrides), world_size=args.nproc, steps=args.steps,
                     log_every=max(1, args.steps // 4), trial_timeout_s=args.trial_timeout_s, space=space,
-                    gpu_gib=args.gpu_memory_gib, base=base)
+                    gpu_gib=args.gpu_memory_gib, base=base, top=args.top, repeats=args.repeats)
     print(write_outputs(result, out, command=command, config=args.config, cap_gib=args.memory_cap,
-                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base))
+                        budget_s=60 * args.budget_min, world_size=args.nproc, base=base, overrides=args.overrides))
     stop = stop_requested()
     if stop is not None:
         best = f" and {out / 'best.toml'}" if result.best is not None else ""
@@ -253,8 +279,12 @@ def _tune_search(args) -> int:
     if result.best is None:
         print(f"no run finished under the cap; every run is in {out / 'tune.json'}")
         return 1
-    print(f"best: {result.best.setting.label()}: {result.best.samples_per_s:.2f} samples/s per GPU -> "
-          f"{out / 'best.toml'}\n  trainkit run {args.config} --overlay {out / 'best.toml'}")
+    best = result.best
+    low, high = best.spread
+    tie = f"; a tie with #{best.rank + 1} (their runs overlap)" if best.tie else ""
+    print(f"best: {best.setting.label()}: {best.samples_per_s:.2f} samples/s per GPU (median of {len(best.samples)} "
+          f"run(s), {low:.2f}-{high:.2f}){tie} -> {out / 'best.toml'}\n"
+          f"  {next_command(args.config, out / 'best.toml', args.overrides, best.setting)}")
     return 0
 
 
@@ -274,16 +304,17 @@ def _ladder_climb(args, argv: list[str]) -> int:
 
     import torch
 
+    from trainkit.configs import resolve_config
     from trainkit.trials.ladder import LadderSpec, default_target, resolve_rungs, run_ladder
     from trainkit.trials.ladder_report import write_report
     from trainkit.trials.signals import stop_requested
 
-    config = Path(args.config)
+    config = args.config_file
     out = Path(args.out) if args.out else Path("runs") / f"ladder-{config.stem}"
     if out.exists() and any(out.iterdir()) and not (out / "ladder.json").exists():
         raise LaunchError(f"--out {out}: exists and holds no earlier ladder (ladder.json); use another folder")
     spec = LadderSpec(config=config, overrides=tuple(args.overrides),
-                      target=Path(args.target) if args.target else default_target(config), out=out,
+                      target=resolve_config(args.target) if args.target else default_target(config), out=out,
                       warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps, nproc=args.nproc,
                       rung_timeout_s=args.rung_timeout, parity_abs=args.parity_abs, parity_rel=args.parity_rel)
     rungs = resolve_rungs(args.rungs)

@@ -2,6 +2,7 @@
 
     cfg = load_config("trainkit/configs/pi05_tiny.toml", ["train.steps=20", "parallel.group.vision_blocks=4"])
     cfg = load_config("trainkit/configs/pi05_optimised.toml", overlay="best.toml")  # `trainkit tune`'s overlay
+    cfg = load_config("pi05_tiny", ["data.shards=OUT"])  # a shipped preset by name (trainkit/configs/)
 
 Each section is a `@dataclass(kw_only=True)` with a comment per field and checks in
 `__post_init__` (datakit's `LoaderConfig` is the model). Loading is strict: an unknown section or
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from trainkit.configs import resolve_config
 from trainkit.errors import ConfigError
 
 REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
@@ -225,10 +227,11 @@ class RunConfig:
 
 def load_config(path: str | Path | None, overrides: list[str] = (), *, required: bool = True,
                 overlay: str | Path | None = None) -> RunConfig:
-    """The config of TOML file `path` (None: defaults only), then the TOML file `overlay` on top
-    (`trainkit run CONFIG --overlay best.toml`, what `trainkit tune` writes), then `key=value`
-    overrides; `required=False` (inspect) accepts a config without data.shards / output.dir."""
-    raw: dict[str, Any] = _read_toml(path) if path is not None else {}
+    """The config of TOML file `path` (or shipped preset name, trainkit/configs/; None: defaults
+    only), then the TOML file `overlay` on top (`trainkit run CONFIG --overlay best.toml`, what
+    `trainkit tune` writes), then `key=value` overrides; `required=False` (inspect) accepts a config
+    without data.shards / output.dir."""
+    raw: dict[str, Any] = _read_toml(resolve_config(path)) if path is not None else {}
     if overlay is not None:
         _apply_overlay(raw, _read_toml(overlay), str(overlay))
     for item in overrides:

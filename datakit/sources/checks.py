@@ -44,16 +44,49 @@ USTAR_NAME_BYTES = 100
 CAMERA_NAME_BYTES = USTAR_NAME_BYTES - len(FRAME_KEY.format(episode=0, frame=0).rsplit("/", 1)[-1] + "." + ".npy")
 
 
-# every kind of Finding, from these checks and from `datakit doctor` (its docstring says what each
-# means); `doctor --ignore` takes only these, so a typo is refused instead of filtering nothing
-FINDING_KINDS = (
-    "metadata", "empty_dataset", "duplicate_episode", "bad_episode_index", "bad_length", "bad_video_range",
-    "overlapping_video_range", "video_range_off_grid", "shared_video", "episode_count", "episode_gap",
-    "unsafe_camera_name", "missing_file", "table", "length_mismatch", "frame_index", "timestamp", "timestamp_gap",
-    "task_index", "vector_width", "nonfinite", "video_unreadable", "video_fps", "video_size", "video_decode_error",
-    "video_corrupt_frame", "video_frame_count", "video_timestamps", "image_unreadable", "image_size",
-    "blank_camera", "frozen_camera", "constant_column", "unused_task", "duplicate_episode_content", "audit_failed",
-)
+# every kind of Finding, from these checks and from `datakit doctor`: kind -> (its severity, what it
+# means). `doctor --ignore` takes only these, so a typo is refused instead of filtering nothing;
+# `datakit doctor --list-checks` prints this table.
+FINDINGS: dict[str, tuple[str, str]] = {
+    "metadata": (ERROR, "the dataset's metadata cannot be scanned (info.json, episode or task tables)"),
+    "empty_dataset": (ERROR, "the dataset has no episodes"),
+    "duplicate_episode": (ERROR, "two episodes have the same episode_index"),
+    "bad_episode_index": (ERROR, "an episode_index is negative"),
+    "bad_length": (ERROR, "an episode's length is not a positive frame count"),
+    "bad_video_range": (ERROR, "a v3.0 episode's video time range is negative, empty or not finite"),
+    "overlapping_video_range": (ERROR, "two v3.0 episodes overlap in one video file"),
+    "video_range_off_grid": (WARNING, "a v3.0 from_timestamp falls between frames (its first frame is ambiguous)"),
+    "shared_video": (ERROR, "two episodes claim one whole video file"),
+    "episode_count": (ERROR, "total_episodes differs from the episodes the metadata lists"),
+    "episode_gap": (ERROR, "episode_index has gaps (a warning when no total_episodes is declared)"),
+    "unsafe_camera_name": (ERROR, "a camera name cannot be a tar member name (unsafe, reserved or too long)"),
+    "missing_file": (ERROR, "an episode's table or video file is missing"),
+    "table": (ERROR, "an episode table is unreadable or inconsistent"),
+    "length_mismatch": (ERROR, "an episode table's row count differs from the metadata's length"),
+    "frame_index": (ERROR, "frame_index is not 0..n-1 in order"),
+    "timestamp": (ERROR, "a timestamp goes backwards or is not finite"),
+    "timestamp_gap": (WARNING, "timestamps off the fps grid (a gap or dropped frames)"),
+    "task_index": (ERROR, "a task_index names no known task"),
+    "vector_width": (ERROR, "a state or action row has another width than the dataset's"),
+    "nonfinite": (ERROR, "NaN, inf or a value beyond float32 in state or action"),
+    "video_unreadable": (ERROR, "a video file cannot be opened"),
+    "video_fps": (ERROR, "a video's frame rate differs from the dataset's fps"),
+    "video_size": (ERROR, "a video's frame size differs from the declared one"),
+    "video_decode_error": (ERROR, "a frame does not decode"),
+    "video_corrupt_frame": (ERROR, "a frame decodes with concealed damage"),
+    "video_frame_count": (ERROR, ("a video decodes another frame count than the episode's length "
+                                  "(a warning when off by one, or when only the container's count differs)")),
+    "video_timestamps": (ERROR, "packet timestamps repeat, go backwards or skip frames"),
+    "image_unreadable": (ERROR, "an image stored in the table does not decode"),
+    "image_size": (ERROR, "an image stored in the table has another size than the declared one"),
+    "blank_camera": (WARNING, "every frame of a camera is one constant colour"),
+    "frozen_camera": (WARNING, "a camera shows identical frames for --frozen-seconds or longer"),
+    "constant_column": (WARNING, "a state or action column has one value in every frame"),
+    "unused_task": (WARNING, "a task is used by no episode"),
+    "duplicate_episode_content": (WARNING, "an episode has the same state and action values as an earlier one"),
+    "audit_failed": (ERROR, "an unforeseen error while auditing one episode (the others are still audited)"),
+}
+FINDING_KINDS = tuple(FINDINGS)
 
 
 @dataclass(frozen=True)
@@ -308,6 +341,6 @@ def check_episode_table(spec: DatasetSpec, ref: EpisodeRef, table: EpisodeTable,
     return out
 
 
-__all__ = ["ERROR", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset",
+__all__ = ["ERROR", "FINDINGS", "FINDING_KINDS", "WARNING", "Finding", "NONFINITE_POLICIES", "check_dataset",
            "check_episode_table", "camera_name_problem", "finding_from_error", "member_name_problem",
            "raise_first_error"]

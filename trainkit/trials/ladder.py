@@ -38,7 +38,7 @@ from typing import Any, Literal
 from trainkit.config import ModelConfig, RunConfig, load_config
 from trainkit.errors import ConfigError, LaunchError
 from trainkit.errors import ModelConfigError
-from trainkit.trials.run import WEEK_S, Trial, TrialError, TrialResult, check_flag, run_trial
+from trainkit.trials.run import WEEK_S, Trial, TrialError, TrialResult, check_flag, run_trial, toml_value
 from trainkit.trials.signals import Interrupted
 
 FROM_TARGET = "<target>"  # a rung value taken from the target config (family-specific)
@@ -160,6 +160,17 @@ def resolve_rungs(names: str | None) -> list[Rung]:
         what = f"unknown rung {unknown[0]!r}" if unknown else "no rung named"
         raise LaunchError(f"--rungs: {what}; known: {', '.join(BY_NAME)}")
     return [BY_NAME[n] for n in picked]
+
+
+def describe_rung(rung: Rung) -> str:
+    """One line of `trainkit ladder --list-rungs`: the rung's name, what it is, the keys it sets."""
+    fixed = [f"{k} = {toml_value(v)}" for k, v in rung.sets.items() if v != FROM_TARGET]
+    target = [k for k, v in rung.sets.items() if v == FROM_TARGET]
+    sets = ", ".join([*fixed, *([f"{', '.join(target)} from the target config"] if target else [])])
+    notes = [*(["needs CUDA"] if rung.needs_cuda else []),
+             *{"abs": [], "rel": ["losses held to a relative bound"], "none": ["no loss parity: another batch"]}[rung.parity]]
+    width = max(len(r.name) for r in RUNGS)
+    return f"{rung.name.ljust(width)}  {rung.title}: {sets}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def default_target(config: Path) -> Path | None:

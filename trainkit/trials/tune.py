@@ -11,15 +11,33 @@ memory cap, by short measured runs, each in its own process (trainkit/trials/run
    to its own that the estimate fits under the cap (`reference`: what the hand-written config
    does under this cap, the search's yardstick; without one, the best-predicted setting). Its
    measured peak over the estimate's micro-batch part (`memory.dynamic_gib`) scales that part for
-   every later setting. Then the rest run best-first by predicted speed until the budget ends.
+   every later setting. Then the rest run best-first by predicted speed while the budget allows
+   (below).
    Each run's peak can only raise the scale (the largest ratio seen wins, so a cap is not crossed
    by trusting a low one); an out-of-memory run raises it until that setting is estimated at the
    GPU's memory, which prunes it and everything needing more. Compile errors, crashes and
    time-outs are recorded; the search goes on. A SIGINT / SIGTERM (trainkit/trials/signals.py)
    stops the running trial and ends the search with the runs that finished.
-4. Output under --out (trainkit/trials/tune_report.py): tune.json (every run, the counts pruned, the
-   scale), best.toml (an overlay for `trainkit run CONFIG.toml --overlay best.toml`, its measured
-   samples/s and peak beside it), one folder per run; the ranked table on the terminal.
+4. Repeats: one short run's speed is noise on a busy machine (two runs of identical losses took 33
+   and 455 ms a step on a loaded host), so the `top` settings (default 3) by their first run are
+   run again, in rounds in the order they first ran (A B C A B C, never A A B B: a slow spell of
+   the machine then costs every setting alike), until each has `repeats` runs (default 2). A
+   setting's speed is the median of its runs, its spread their min-max; a setting whose slowest run
+   is no faster than the next setting's fastest is a tie with it (`Measured.tie`): the order of the
+   two is not established. A setting any of whose runs failed or went over the cap is not best.
+5. Output under --out (trainkit/trials/tune_report.py): tune.json (every run in the order run,
+   repeats included, each setting's runs together, the counts pruned, the scale), best.toml (an
+   overlay for `trainkit run CONFIG --overlay best.toml`, its median samples/s, spread and peak
+   beside it), one folder per run; the ranked table on the terminal.
+
+The budget (`budget_s`, wall clock, start-ups and compiles included) is split so that repeats
+are paid for, not hoped for: a new setting is started only while the time left covers one more
+run (the mean wall time of the runs so far) plus the repeats the current top settings need ((repeats
+- 1) x their first runs' wall times); then the repeats run. A repeat is started only when its first
+run's wall time fits the time left, so a budget that ends early leaves a setting with fewer runs
+(the table's `runs` column) rather than a run killed half-way. Every run's time limit is also the
+time left: one stopped by that limit, not by --trial-timeout-s, is recorded as "cut" and counts
+for nothing. With runs of a minute, a 10-minute budget buys about 6 settings, 3 of them run twice.
 
 Why a sorted sweep and not Optuna: a 10-minute budget buys 5-8 runs of a full preset (each
 compiles and warms up for most of its minute). A sampler learns nothing in that many trials
@@ -34,8 +52,9 @@ import dataclasses
 import itertools
 import math
 import time
+import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +79,8 @@ GROUPS = (1, 2, 4)  # blocks per FSDP unit
 STEP_OVERHEAD_SAMPLES = 6.0
 COMPILE_GAIN = 1.16
 RECOMPUTE_COST = 0.227  # added time per recomputed block, as a fraction of its share of the step
+TOP = 3  # settings run again, by their first run's speed
+REPEATS = 2  # runs of each of them, the first included
 
 
 @dataclass(frozen=True)
@@ -115,10 +136,85 @@ class Run:
     wall_s: float = 0.0
     error: str | None = None
     out_dir: str = ""
+    repeat: int = 0  # 0: the setting's first run; 1, 2, ...: its repeats
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         return {**d, "setting": self.setting.overlay(), "label": self.setting.label()}
+
+    @property
+    def speed(self) -> float | None:
+        """Its samples/s when it measured one (ok and finite), else None."""
+        v = self.samples_per_s
+        return v if self.status == "ok" and v is not None and math.isfinite(v) else None
+
+
+STATUS_ORDER = {"ok": 0, "over_cap": 1}  # then every failure
+
+
+@dataclass
+class Measured:
+    """One setting over all its runs: what the table ranks and best.toml holds. Its status is "ok"
+    only when every run that counts is ("cut" runs, stopped by the budget, do not count)."""
+
+    setting: Setting
+    runs: list[Run]
+    tie: bool = False  # its slowest run is no faster than the next setting's fastest (ranked order)
+    rank: int = 0  # 1 = fastest
+
+    @property
+    def counted(self) -> list[Run]:
+        return [r for r in self.runs if r.status != "cut"] or self.runs
+
+    @property
+    def status(self) -> str:
+        return next((r.status for r in self.counted if r.status != "ok"), "ok")
+
+    @property
+    def samples(self) -> list[float]:
+        return [r.speed for r in self.runs if r.speed is not None]
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """The median of its runs' samples/s (None: none measured one)."""
+        return statistics.median(self.samples) if self.samples else None
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        return (min(self.samples), max(self.samples)) if self.samples else None
+
+    @property
+    def peak_gib(self) -> float | None:
+        peaks = [r.peak_gib for r in self.runs if r.peak_gib is not None and math.isfinite(r.peak_gib)]
+        return max(peaks, default=None)
+
+    @property
+    def error(self) -> str | None:
+        return next((r.error for r in self.counted if r.error), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "setting": self.setting.overlay(), "label": self.setting.label(),
+                "status": self.status, "samples_per_s": self.samples_per_s, "samples": self.samples,
+                "spread": None if self.spread is None else list(self.spread), "runs": len(self.runs),
+                "tie_with_next": self.tie, "peak_gib": self.peak_gib, "estimate_gib": self.runs[0].estimate_gib,
+                "error": self.error, "out_dirs": [r.out_dir for r in self.runs]}
+
+
+def measured(runs: list[Run]) -> list[Measured]:
+    """Each setting's runs together, ranked: measured settings fastest first (by median), then
+    those over the cap, then failures in run order; a measured setting whose spread reaches the
+    next measured one's is marked a tie."""
+    by: dict[Setting, Measured] = {}
+    for r in runs:
+        by.setdefault(r.setting, Measured(setting=r.setting, runs=[])).runs.append(r)
+    ranked = sorted(by.values(), key=lambda m: (STATUS_ORDER.get(m.status, 2),
+                                                -(m.samples_per_s if m.status == "ok" and m.samples else 0.0)))
+    ok = [m for m in ranked if m.status == "ok" and m.samples]
+    for a, b in itertools.pairwise(ok):
+        a.tie = a.spread[0] <= b.spread[1]
+    for i, m in enumerate(ranked, 1):
+        m.rank = i
+    return ranked
 
 
 @dataclass
@@ -133,14 +229,15 @@ class Space:
 
 @dataclass
 class TuneResult:
-    runs: list[Run]
+    runs: list[Run]  # in the order run, repeats included
     scale: float  # the micro-batch part's correction after the last run (1.0: no peak measured)
     calibrated: bool  # a run measured its peak (not on CPU)
     settings: int  # in the space
     never_run_over_cap: int  # settings never run because their estimate was above the cap
-    best: Run | None
+    best: Measured | None  # the fastest setting (median) whose runs all finished under the cap
     reference: Setting | None = None  # the config's own setting under the cap, run first
     stopped: str | None = None  # the signal that stopped the search ("SIGINT"); runs holds what finished
+    ranked: list[Measured] = field(default_factory=list)  # `measured(runs)`
 
 
 def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
@@ -232,67 +329,136 @@ def reference(pool: list[Candidate], base: Setting, cap_gib: float) -> Candidate
 def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s: float, out: Path,
            overrides: tuple[str, ...] = (), world_size: int = 1, steps: int = 12, log_every: int = 3,
            trial_timeout_s: float = 300.0, space: Space | None = None, gpu_gib: float | None = None,
-           base: Setting | None = None, runner: Callable[[Trial], TrialResult] | None = None) -> TuneResult:
-    """Run the search (module docstring); with `base` (the config's own setting) the first run is
+           base: Setting | None = None, runner: Callable[[Trial], TrialResult] | None = None,
+           top: int = TOP, repeats: int = REPEATS) -> TuneResult:
+    """Run the search (module docstring): new settings best-first, then the `top` ones again until
+    each has `repeats` runs; with `base` (the config's own setting) the first run is
     `reference(...)`, so the table compares the search with the hand-written config under the same
     cap; `runner` runs one trial (default run_trial; tests pass their own)."""
-    runner = runner or run_trial
     pool = candidates(cfg, space or Space(), world_size)
     first = None if base is None else reference(pool, base, cap_gib)
-    gpu_gib = gpu_gib or gpu_memory()[1]
-    ratios: list[float] = []  # measured micro-batch part / estimated, per run with a peak
-    floor = 0.0  # what out-of-memory runs say the scale is at least
-    runs: list[Run] = []
-    seen: dict[tuple, int] = {}  # runs per core (settings equal up to grouping)
-
-    def scale() -> float:
-        return max(max(ratios, default=1.0), floor)
-
-    deadline = time.monotonic() + budget_s
-    pending = list(pool)
+    trials = _Trials(runner=runner or run_trial, config=config_path, out=out, cap_gib=cap_gib,
+                     gpu_gib=gpu_gib or gpu_memory()[1], deadline=time.monotonic() + budget_s,
+                     trial_timeout_s=trial_timeout_s, world_size=world_size,
+                     sets=(*overrides, f"train.steps={steps}", f"output.log_every={log_every}", "output.resume=false",
+                           "output.checkpoint_every=0", "output.profile_steps=0"))
     stopped: str | None = None
-    while pending and deadline - time.monotonic() > 1:
-        fits = undominated([c for c in pending if c.peak(scale()) <= cap_gib])
-        if not fits:
-            break
-        pick = first if first is not None and not runs else \
-            min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(scale())))
-        pending.remove(pick)
-        trial = Trial(config=config_path, out_dir=out / "runs" / f"{len(runs):02d}", name=pick.setting.label(),
-                      overrides=(*overrides, f"train.steps={steps}", f"output.log_every={log_every}",
-                                 "output.resume=false", "output.checkpoint_every=0", "output.profile_steps=0"),
-                      overlay=pick.setting.overlay(), nproc=world_size,
-                      timeout_s=max(1.0, min(trial_timeout_s, deadline - time.monotonic())))
-        run = Run(setting=pick.setting, status="", estimate_gib=round(pick.peak(scale()), 6),
-                  inspect_gib=round(pick.peak(1.0), 6), predicted=round(pick.speed, 4), out_dir=str(trial.out_dir))
-        try:
-            result = runner(trial)
-        except Interrupted as stop:  # SIGINT / SIGTERM: the trial is stopped; report the runs that finished
-            stopped = stop.name
-            break
+    try:
+        by_setting = {c.setting: c for c in pool}
+        _explore(trials, by_setting, first, top, repeats)
+        _repeat(trials, by_setting, top, repeats)
+    except Interrupted as stop:  # SIGINT / SIGTERM: the trial is stopped; report the runs that finished
+        stopped = stop.name
+    runs = trials.runs
+    ran = {r.setting for r in runs}
+    never = sum(1 for c in pool if c.setting not in ran and c.peak(trials.scale()) > cap_gib)
+    ranked = measured(runs)
+    best = next((m for m in ranked if m.status == "ok" and m.samples), None)
+    return TuneResult(runs=runs, scale=trials.scale(), calibrated=bool(trials.ratios), settings=len(pool),
+                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting,
+                      stopped=stopped, ranked=ranked)
+
+
+@dataclass
+class _Trials:
+    """What one search has measured and how it runs the next trial: the runs, the memory model's
+    calibration (every run's peak feeds it), the clock."""
+
+    runner: Callable[[Trial], TrialResult]
+    config: str | Path
+    out: Path
+    cap_gib: float
+    gpu_gib: float
+    deadline: float  # time.monotonic() at which the budget ends
+    trial_timeout_s: float
+    world_size: int
+    sets: tuple[str, ...]  # every trial's --set before its setting's overlay
+    runs: list[Run] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # measured micro-batch part / estimated, per peak
+    floor: float = 0.0  # what out-of-memory runs say the scale is at least
+
+    def scale(self) -> float:
+        return max(max(self.ratios, default=1.0), self.floor)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def measure(self, pick: Candidate, repeat: int = 0) -> Run:
+        """Run `pick` once (raises Interrupted on a stop), record it and calibrate on its peak."""
+        limit = max(1.0, min(self.trial_timeout_s, self.left()))
+        trial = Trial(config=self.config, out_dir=self.out / "runs" / f"{len(self.runs):02d}",
+                      name=pick.setting.label(), overrides=self.sets, overlay=pick.setting.overlay(),
+                      nproc=self.world_size, timeout_s=limit)
+        run = Run(setting=pick.setting, status="", estimate_gib=round(pick.peak(self.scale()), 6),
+                  inspect_gib=round(pick.peak(1.0), 6), predicted=round(pick.speed, 4), out_dir=str(trial.out_dir),
+                  repeat=repeat)
+        result = self.runner(trial)
         run.wall_s, run.status = round(result.wall_s, 1), result.status
         run.error = None if result.error is None else f"{result.error.type}: {result.error.message}"
+        if result.status == "timeout" and limit < self.trial_timeout_s:  # the budget's end, not the run's fault
+            run.status, run.error = "cut", f"the budget ended during the run ({limit:.0f} s left)"
         # a ratio below 1/4 would mean a peak under the weights and states: not a measurement to trust
         if result.ok:
             run.samples_per_s, run.peak_gib = result.metric("steady.samples_per_s_gpu"), result.metric("steady.peak_mem_gib")
             if run.peak_gib is not None:  # off CUDA no peak: the estimate stays uncalibrated
-                ratios.append(max(0.25, (run.peak_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12)))
-                if run.peak_gib > cap_gib:
+                self.ratios.append(max(0.25, (run.peak_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12)))
+                if run.peak_gib > self.cap_gib:
                     run.status = "over_cap"
         elif result.status == "oom":  # it needed more than the GPU has: estimate it there at least
-            floor = max(floor, (gpu_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12))
+            self.floor = max(self.floor, (self.gpu_gib - pick.static_gib) / max(pick.dynamic_gib, 1e-12))
+        self.runs.append(run)
+        return run
+
+
+def _to_repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int) -> list[Run]:
+    """The first runs of the `top` fastest settings by that first run, in the order they ran; only
+    settings still estimated under the cap (an out-of-memory run since may have raised the scale):
+    no run, repeat or not, starts above it."""
+    fit = {s for s, c in by_setting.items() if c.peak(trials.scale()) <= trials.cap_gib}
+    firsts = [(i, r) for i, r in enumerate(trials.runs) if r.repeat == 0 and r.speed is not None and r.setting in fit]
+    fastest = sorted(firsts, key=lambda ir: -ir[1].speed)[:top]
+    return [r for _, r in sorted(fastest, key=lambda ir: ir[0])]
+
+
+def _explore(trials: _Trials, by_setting: dict[Setting, Candidate], first: Candidate | None, top: int,
+             repeats: int) -> None:
+    """New settings, best-predicted first (the reference first of all), while the time left covers
+    one more run and the repeats the current top settings will need."""
+    seen: dict[tuple, int] = {}  # runs per core (settings equal up to grouping)
+    pending = list(by_setting.values())
+    while pending:
+        walls = [r.wall_s for r in trials.runs]
+        reserve = (repeats - 1) * sum(r.wall_s for r in _to_repeat(trials, by_setting, top))
+        if trials.left() - reserve - (sum(walls) / len(walls) if walls else 0.0) <= 1:
+            break
+        fits = undominated([c for c in pending if c.peak(trials.scale()) <= trials.cap_gib])
+        if not fits:
+            break
+        pick = first if first is not None and not trials.runs else \
+            min(fits, key=lambda c: (seen.get(_core(c.setting), 0), -c.speed, c.units, c.peak(trials.scale())))
+        pending.remove(pick)
+        run = trials.measure(pick)
         seen[_core(pick.setting)] = seen.get(_core(pick.setting), 0) + 1
-        runs.append(run)
         if run.status in ("ok", "over_cap"):  # measured: more recompute at this point is never needed
             pending = [c for c in pending if _but_recompute(c.setting) != _but_recompute(pick.setting)
                        or c.speed > pick.speed]
-    ran = {r.setting for r in runs}
-    never = sum(1 for c in pool if c.setting not in ran and c.peak(scale()) > cap_gib)
-    ok = [r for r in runs if r.status == "ok" and r.samples_per_s is not None and math.isfinite(r.samples_per_s)]
-    best = max(ok, key=lambda r: r.samples_per_s, default=None)
-    return TuneResult(runs=runs, scale=scale(), calibrated=bool(ratios), settings=len(pool),
-                      never_run_over_cap=never, best=best, reference=None if first is None else first.setting,
-                      stopped=stopped)
+
+
+def _repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int, repeats: int) -> None:
+    """The top settings again, round after round in the order they first ran (A B C A B C), until
+    each has `repeats` runs; a setting whose repeat failed, or that an out-of-memory run since has
+    put over the cap, is dropped, and the rounds end when the next repeat's first wall time no
+    longer fits the time left."""
+    order = _to_repeat(trials, by_setting, top)
+    for round_ in range(1, repeats):
+        for first_run in order:
+            mine = [r for r in trials.runs if r.setting == first_run.setting]
+            pick = by_setting[first_run.setting]
+            if any(r.status not in ("ok", "cut") for r in mine) or pick.peak(trials.scale()) > trials.cap_gib:
+                continue  # failed or went over the cap once; or now estimated over it
+            if trials.left() - first_run.wall_s <= 1:
+                return
+            trials.measure(pick, repeat=round_)
 
 
 def base_setting(cfg: RunConfig, lists: list[str]) -> Setting:

@@ -3,6 +3,7 @@
     datakit doctor data/my_lerobot_ds                 # table of findings; exit 0 clean, 1 findings
     datakit doctor data/droid --workers 8 --json report.json
     datakit doctor data/ds --json - --ignore blank_camera   # JSON on stdout, table on stderr
+    datakit doctor --list-checks                      # every kind of finding: severity, meaning
 
 Every frame of every camera is decoded (FFmpeg via PyAV, packet by packet, so damage is pinned to
 a frame) and every table is read, one episode per task on a process pool (`--workers`, default
@@ -11,7 +12,8 @@ file, the episode and the frame. Input that is not a dataset folder at all exits
 metadata cannot be scanned gives one `metadata` finding (exit 1).
 
 Kinds of finding (severity "error": convert rejects it; "warning": convert accepts it but it
-silently hurts training). Metadata and table invariants come from `datakit.sources.checks`, the
+silently hurts training), registered with their severity and meaning in
+`datakit.sources.checks.FINDINGS` (what `--list-checks` prints). Metadata and table invariants come from `datakit.sources.checks`, the
 same functions convert applies:
 - metadata: `metadata` (scan failed), `empty_dataset`, `duplicate_episode`, `bad_episode_index`,
   `bad_length`, `bad_video_range`, `overlapping_video_range`, `video_range_off_grid` (a v3.0

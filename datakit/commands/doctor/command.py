@@ -17,7 +17,7 @@ from datakit.commands.doctor.report import print_report, write_json
 from datakit.errors import DatakitError
 from datakit.commands.flag_types import names_of, positive
 from datakit.machine import available_cpus
-from datakit.sources.checks import FINDING_KINDS
+from datakit.sources.checks import FINDING_KINDS, FINDINGS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -30,7 +30,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "raw DROID dataset, and list every defect convert would reject or that would silently hurt "
                     "training, each with its file, episode and frame.",
         epilog="Exit code 0: no findings; 1: findings; 2: SRC is not a usable dataset folder.")
-    p.add_argument("src", type=Path, help="source dataset folder")
+    p.add_argument("src", type=Path, nargs="?", help="source dataset folder")
+    p.add_argument("--list-checks", action="store_true",
+                   help="print every kind of finding the audit reports, its severity and meaning, and exit")
     p.add_argument("--format", choices=["auto", "lerobot", "droid"], default="auto", help="source format (default auto)")
     p.add_argument("--workers", type=positive(int), default=None, help="parallel episode workers (default: all cores)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE ('-': stdout, "
@@ -40,13 +42,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--ignore", action="append", default=[], metavar="KIND",
                    type=names_of(FINDING_KINDS, "finding kind"),
                    help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
-                        "are listed in `python -m pydoc datakit.commands.doctor`)")
+                        "are listed by `datakit doctor --list-checks`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the audit for parsed arguments; print the table (and JSON); return the exit code."""
+    if args.list_checks:
+        print(list_checks())
+        return EXIT_CLEAN
+    if args.src is None:
+        print("datakit doctor: error: the source dataset folder is required (or --list-checks)", file=sys.stderr)
+        return EXIT_UNUSABLE
     workers = args.workers if args.workers is not None else available_cpus()
     ignore = {k for kinds in args.ignore for k in kinds}
     try:
@@ -69,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CLEAN if report.clean else EXIT_FINDINGS
 
 
+def list_checks() -> str:
+    """`datakit doctor --list-checks`: one line per kind of finding (datakit.sources.checks.FINDINGS)."""
+    width = max(map(len, FINDINGS))
+    return "\n".join(f"{kind.ljust(width)}  {severity:<7}  {what}" for kind, (severity, what) in FINDINGS.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     """`datakit doctor` without the rest of the CLI (tests, `python -m datakit.commands.doctor`)."""
     parser = argparse.ArgumentParser(prog="datakit")
@@ -76,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)]))
 
 
-__all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "add_parser", "main", "run"]
+__all__ = ["EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_UNUSABLE", "add_parser", "list_checks", "main", "run"]
