@@ -7,6 +7,7 @@
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR]   # -> DIR/best.toml
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
+                    [--tokenizer-name NAME]
 
 Bad input (config, shard folder or its index, output.dir, camera mapping, world size, memory cap)
 prints one line naming the key or file and the problem, and exits with code 2 before any GPU work.
@@ -88,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
     e.add_argument("--force", action="store_true",
                    help="replace an existing non-empty OUT whole (removed only once the new export is complete)")
+    e.add_argument("--tokenizer-name", default=None, metavar="NAME",
+                   help="the tokenizer LeRobot's pipeline loads (default: the run's model.tokenizer, copied to "
+                   "OUT/tokenizer and named by that path; e.g. google/paligemma-3b-pt-224 for a Hub upload)")
     return p
 
 
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             return _ladder(args, argv if argv is not None else sys.argv[1:])
         if args.command == "export":
             from trainkit.weights.export import export_run
-            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force)
+            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force,
+                              tokenizer_name=args.tokenizer_name)
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
         from trainkit.train import SigtermStop, run

@@ -75,6 +75,11 @@ class Weights:
     export_tensors: Callable[[Any, Mapping[str, torch.Tensor], str], dict[str, torch.Tensor]]
     # (config, {"cameras", "state_dim", "action_dim"}) -> the checkpoint's config.json
     config_json: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+    # (config, config.json, tokenizer name or None for the family's default) -> (LeRobot's processor
+    # pipelines for the policy by file stem, {"policy_preprocessor": [step entries], ...}, notes on where
+    # they differ from training); None: LeRobot has no pipeline for it (trainkit/weights/lerobot_processors.py)
+    lerobot_processors: Callable[[Any, Mapping[str, Any], str | None],
+                                 tuple[dict[str, list[dict[str, Any]]], list[str]]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

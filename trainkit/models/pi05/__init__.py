@@ -16,6 +16,7 @@ FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flo
                 tokens_per_sample=tokens_per_sample, activations=activations, max_slots=lambda cfg: cfg.max_slots,
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
                 weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
-                                export_tensors=weights.export_tensors, config_json=weights.policy_config))
+                                export_tensors=weights.export_tensors, config_json=weights.policy_config,
+                                lerobot_processors=weights.lerobot_processors))
 
 __all__ = ["FAMILY", "PRESETS", "Pi05", "Pi05Batch", "Pi05Config", "flops_per_sample", "sample_flow", "tokens_per_sample"]
