@@ -9,6 +9,7 @@
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit ladder --list-rungs                                            # the rungs, one line each
     trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
+                    [--tokenizer-name NAME]
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
 
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
     e.add_argument("--force", action="store_true",
                    help="replace an existing non-empty OUT whole (removed only once the new export is complete)")
+    e.add_argument("--tokenizer-name", default=None, metavar="NAME",
+                   help="the tokenizer LeRobot's pipeline loads (default: the run's model.tokenizer, copied to "
+                   "OUT/tokenizer and named by that path; e.g. google/paligemma-3b-pt-224 for a Hub upload)")
     pr = sub.add_parser("predict", help="open-loop action error of a checkpoint on held-out episodes: table, "
                                         "predict.json, predict.png (trainkit/predict/)")
     pr.add_argument("source", metavar="RUN_DIR|CKPT", help="a run folder, or a checkpoint folder (model.safetensors "
@@ -150,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             return _predict(args)
         if args.command == "export":
             from trainkit.weights.export import export_run
-            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force)
+            path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force,
+                              tokenizer_name=args.tokenizer_name)
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
             return 0
         from trainkit.train import SigtermStop, run

@@ -14,7 +14,8 @@ all-channel loss for every parameter (named as in `model.safetensors`).
 `--roundtrip CKPT` loads each checkpoint folder (a `trainkit export`) with `PI05Policy.from_pretrained`,
 refusing any load that LeRobot does not report as complete (it prints a warning and returns random
 weights otherwise), and adds its velocity prediction for the same batch (`roundtrip/<i>`) and the statistics LeRobot's
-`PolicyProcessorPipeline.from_pretrained` reads from its processor files (`roundtrip_stats/<i>/...`).
+`PolicyProcessorPipeline.from_pretrained` reads from its processor files (`roundtrip_stats/<i>/...`; the
+normaliser steps, the tokenizer step given a stand-in).
 `--full-shapes` also writes the key -> shape table of the full-size policy (on the meta device)
 and its config.json, before the tiny patch. One process for all of it: importing LeRobot costs most of the ~10 s.
 The shapes below are trainkit's `tiny` preset with `heads_q=8, vocab=1024`.
@@ -197,10 +198,24 @@ def make(args: argparse.Namespace) -> None:
             from lerobot.processor import PolicyProcessorPipeline
 
             for name in ("policy_preprocessor", "policy_postprocessor"):
-                pipe = PolicyProcessorPipeline.from_pretrained(path, config_filename=f"{name}.json")
-                for key, t in pipe.steps[0].state_dict().items():
+                pipe = PolicyProcessorPipeline.from_pretrained(path, config_filename=f"{name}.json",
+                                                               overrides=no_tokenizer(path, name))
+                step = next(s for s in pipe.steps if type(s).__name__ in ("NormalizerProcessorStep",
+                                                                            "UnnormalizerProcessorStep"))
+                for key, t in step.state_dict().items():
                     out[f"roundtrip_stats/{i}/{name}/{key}"] = t.numpy()
     np.savez(os.path.join(args.dir, "oracle.npz"), **out)
+
+
+def no_tokenizer(path: str, name: str) -> dict:
+    """Overrides giving a pipeline's tokenizer step a stand-in: an export of a run without
+    model.tokenizer names the Hub's PaliGemma, which cannot be loaded offline (only the
+    statistics are read here; pi05_serve_oracle.py serves an export with its tokenizer)."""
+    import json
+
+    steps = json.load(open(os.path.join(path, f"{name}.json")))["steps"]
+    return {"tokenizer_processor": {"tokenizer": object()}} \
+        if any(s.get("registry_name") == "tokenizer_processor" for s in steps) else {}
 
 
 def full_shapes(path: str) -> None:

@@ -95,6 +95,12 @@ class Weights:
     # config -> model.safetensors' __metadata__ on export: what its tensors cannot say (head counts)
     metadata: Callable[[Any], dict[str, str]] | None = None
 
+    # (config, config.json, tokenizer name or None for the family's default) -> (LeRobot's processor
+    # pipelines for the policy by file stem, {"policy_preprocessor": [step entries], ...}, notes on where
+    # they differ from training); None: LeRobot has no pipeline for it (trainkit/weights/lerobot_processors.py)
+    lerobot_processors: Callable[[Any, Mapping[str, Any], str | None],
+                                 tuple[dict[str, list[dict[str, Any]]], list[str]]] | None = None
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sampler:

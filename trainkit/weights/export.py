@@ -10,8 +10,11 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
-the run's dataset index when it is still there (else the model's slots and 32 channels, said so),
-and the normalisation statistics the run trained with go beside it (trainkit/weights/norm_stats.py).
+the run's dataset index when it is still there (else the model's slots and 32 channels, said so).
+Beside them what serving needs (trainkit/weights/serving.py): for LeRobot its processor pipelines
+with the statistics the run trained with, so that `make_pre_post_processors(cfg, pretrained_path=OUT)`
+and `select_action` run on a raw observation; for openpi its norm_stats.json; the run's tokenizer;
+a README.txt on what else LeRobot or openpi need.
 
 Failing safe (issue 25): OUT inside the run directory (its rotation would delete it) or the dataset
 is refused; OUT is written under a working name and renamed when complete, an existing non-empty
@@ -43,8 +46,9 @@ from trainkit.config import RunConfig, config_from_dict
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
 from trainkit.weights.load import WEIGHTS_NAME, write_weights
-from trainkit.weights.norm_stats import LEROBOT_MODE, stats_files, with_checkpoint_stats
+from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
 from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
+from trainkit.weights.serving import serving_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -172,10 +176,12 @@ def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
 
 
 def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model",
-               force: bool = False) -> Path:
+               force: bool = False, tokenizer_name: str | None = None) -> Path:
     """Write the export of `run_dir`'s newest checkpoint to `out` (its trained weights, or with
     `weights = "ema"` its weight EMA), replacing an existing non-empty `out` only with `force`;
-    returns the checkpoint exported. OUT appears complete or not at all (publish.py)."""
+    returns the checkpoint exported. OUT appears complete or not at all (publish.py). Beside the
+    weights, what serving needs (serving.py); `tokenizer_name`: the tokenizer LeRobot's pipeline
+    loads (default: the run's model.tokenizer, carried in OUT/tokenizer)."""
     out = check_out(Path(out), Path(run_dir), force)
     with ExitStack() as held, staged(out, force) as tmp:
         model, cfg, path = load_run_model(run_dir, weights, hold=held)
@@ -196,10 +202,12 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         config["dtype"] = dtype
         mode = LEROBOT_MODE[cfg.data.norm]
         config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
-        _write(out, tmp, tensors, config, stats_files(stats, fmt, cfg.data.norm) if stats else {},
-               fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
+        side, notes = serving_files(fam, model.cfg, config, stats, cfg.data.norm, fmt, out, tokenizer_name)
+        _write(out, tmp, tensors, config, side, fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
         seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
                         "weights": weights, "export_format": fmt, "dtype": dtype})
+    for note in notes:  # once the export is in place: a failed one says only why it failed
+        print(f"trainkit: note: {note}", file=sys.stderr)
     return path
 
 

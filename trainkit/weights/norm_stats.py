@@ -41,17 +41,17 @@ from typing import Any
 
 from datakit.shards.index import ShardIndex
 from trainkit.errors import CheckpointError, DataError
+from trainkit.weights.lerobot_processors import LEROBOT_KEYS, Stats, statistics_only
 from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import load_checked
 
-Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
 KeyName = Callable[[str, str], str]  # (part, stat) -> how the file names it, for error lines
 PREPROCESSOR, POSTPROCESSOR = "policy_preprocessor.json", "policy_postprocessor.json"
 NEEDED = {"quantile": ("q01", "q99"), "mean_std": ("mean", "std"), "none": ()}
-_LEROBOT_KEYS = {"state": "observation.state", "action": "action"}
 _OPENPI_KEYS = {"state": "state", "action": "actions"}
 LEROBOT_MODE = {"quantile": "QUANTILES", "mean_std": "MEAN_STD", "none": "IDENTITY"}  # data.norm -> LeRobot's
 EPS = 1e-8  # the floor datakit's normaliser (and LeRobot's) puts under a zero range
+OPENPI_STATS = "assets/trainkit/norm_stats.json"  # an export's, in openpi's assets/<asset id>/ layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,10 +132,10 @@ def _read_lerobot(folder: Path, path: Path) -> _Found:
     out: Stats = {"state": {}, "action": {}}
     for key, tensor in load_checked(values).items():
         feature, _, stat = key.rpartition(".")
-        for ours, theirs in _LEROBOT_KEYS.items():
+        for ours, theirs in LEROBOT_KEYS.items():
             if feature == theirs:
                 out[ours][stat] = tensor.flatten().double().tolist()
-    return _Found(out, path, values, lambda part, name: f"{_LEROBOT_KEYS[part]}.{name}")
+    return _Found(out, path, values, lambda part, name: f"{LEROBOT_KEYS[part]}.{name}")
 
 
 def stats_problem(stats: Stats, data: Stats, norm: str, key: KeyName) -> str | None:
@@ -236,29 +236,12 @@ def with_checkpoint_stats(index: ShardIndex, folder: str | Path, norm: str) -> t
 
 
 def stats_files(stats: Stats, fmt: str, norm: str) -> dict[str, bytes]:
-    """The files an export carries its statistics in (`norm`: the run's data.norm): LeRobot's
-    normalizer / unnormalizer steps, or openpi's `assets/trainkit/norm_stats.json` (the other
-    processor steps, tokenizer and device, are not written)."""
+    """The files a folder carries its statistics in (`norm`: the run's data.norm): openpi's
+    `assets/trainkit/norm_stats.json`, or LeRobot's normalizer / unnormalizer steps alone (`trainkit
+    export --format lerobot` writes LeRobot's whole pipeline with them: lerobot_processors.py)."""
     if fmt == "openpi":
         keep = ("mean", "std", "q01", "q99")
         body = {"norm_stats": {"state": {k: v for k, v in stats["state"].items() if k in keep},
                                "actions": {k: v for k, v in stats["action"].items() if k in keep}}}
-        return {"assets/trainkit/norm_stats.json": (json.dumps(body, indent=1) + "\n").encode()}
-    import torch
-    from safetensors.torch import save
-
-    tensors = {f"{_LEROBOT_KEYS[part]}.{name}": torch.tensor(values, dtype=torch.float32)
-               for part, d in stats.items() if part in _LEROBOT_KEYS for name, values in d.items()}
-    features = {_LEROBOT_KEYS[p]: {"type": "STATE" if p == "state" else "ACTION", "shape": [len(stats[p]["mean"])]}
-                for p in _LEROBOT_KEYS if stats.get(p, {}).get("mean")}
-    mode = LEROBOT_MODE[norm]
-    files = {}
-    for name, registry, pipeline in (("policy_preprocessor", "normalizer_processor", PREPROCESSOR),
-                                     ("policy_postprocessor", "unnormalizer_processor", POSTPROCESSOR)):
-        state_file = f"{name}_step_0_{registry}.safetensors"
-        config = {"eps": 1e-8, "features": features,
-                  "norm_map": {"STATE": mode, "ACTION": mode, "VISUAL": "IDENTITY"}}
-        body = {"name": name, "steps": [{"registry_name": registry, "config": config, "state_file": state_file}]}
-        files[pipeline] = (json.dumps(body, indent=2) + "\n").encode()
-        files[state_file] = save(tensors)
-    return files
+        return {OPENPI_STATS: (json.dumps(body, indent=1) + "\n").encode()}
+    return statistics_only(stats, LEROBOT_MODE[norm])

@@ -17,7 +17,8 @@ FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flo
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
                 weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
                                 export_tensors=weights.export_tensors, config_json=weights.policy_config,
-                                config_from=weights.config_from_checkpoint, metadata=weights.shape_metadata),
+                                config_from=weights.config_from_checkpoint, metadata=weights.shape_metadata,
+                                lerobot_processors=weights.lerobot_processors),
                 robot_dims={"state": "max_state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))

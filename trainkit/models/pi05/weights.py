@@ -1,5 +1,6 @@
 """The `pi05` family's mapping to the checkpoints users have: LeRobot's `PI05Policy` and openpi's
-PyTorch converter (`lerobot/pi05_base`), both ways.
+PyTorch converter (`lerobot/pi05_base`), both ways; and the processor pipeline LeRobot serves a
+PI05Policy with (`lerobot_processors`, written into an export by trainkit/weights/lerobot_processors.py).
 
 Layouts (detected from the keys of `model.safetensors`):
 - "lerobot": `save_pretrained`'s keys, prefixed `model.` (`model.paligemma_with_expert...`);
@@ -385,3 +386,46 @@ def _positive(config: Mapping[str, Any], key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise WeightsError(f"{key} is {value!r}, not a positive integer", CONFIG)
     return value
+
+
+PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"  # the Hub tokenizer LeRobot's pi05 pipeline names
+LEROBOT_STATE_BINS = 256  # Pi05PrepareStateTokenizerProcessorStep's bins (np.linspace(-1, 1, 257)), fixed there
+
+
+def lerobot_processors(cfg: Pi05Config, policy: Mapping[str, Any],
+                       tokenizer_name: str | None) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """(the step entries of `policy_preprocessor.json` and `policy_postprocessor.json`, what in
+    them differs from this model's training). The steps are those LeRobot 0.6.1's
+    `make_pi05_pre_post_processors` builds for `policy` (the export's config.json), as its
+    `save_pretrained` writes them: rename, batch, relative actions (off), normalise, the state
+    discretised into the prompt (after the normaliser: it bins values in [-1, 1]), the tokenizer
+    step (`tokenizer_name`, None: LeRobot's PaliGemma from the Hub) at this model's prompt length,
+    padded right, then the device; after the model, unnormalise, absolute actions (off), the CPU.
+    The two normaliser steps carry only their registry name: trainkit/weights/lerobot_processors.py
+    writes their features, modes and statistics. LeRobot's prompt is openpi's (pi05/tokenizer.py PaligemmaPromptTokenizer); a model
+    trained with another (the built-in tokenizer, another bin count) gets these steps and a note."""
+    device = {"registry_name": "device_processor", "config": {"device": policy.get("device") or "cpu",
+                                                              "float_dtype": None}}
+    tokenizer_name = tokenizer_name or PALIGEMMA_TOKENIZER
+    tokenizer = {"max_length": cfg.text_len, "task_key": "task", "padding_side": "right", "padding": "max_length",
+                 "truncation": True, "tokenizer_name": tokenizer_name}
+    pre = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+           {"registry_name": "to_batch_processor", "config": {}},
+           {"registry_name": "relative_actions_processor",
+            "config": {"enabled": False, "exclude_joints": ["gripper"], "action_names": None}},
+           {"registry_name": "normalizer_processor"},
+           {"registry_name": "pi05_prepare_state_tokenizer_processor_step", "config": {}},
+           {"registry_name": "tokenizer_processor", "config": tokenizer},
+           device]
+    post = [{"registry_name": "unnormalizer_processor"},
+            {"registry_name": "absolute_actions_processor", "config": {"enabled": False}},
+            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}]
+    notes = []
+    if not cfg.tokenizer:
+        notes.append("the run trained with trainkit's built-in prompt tokenizer (no model.tokenizer), which LeRobot "
+                     f"does not have: its tokenizer step ({tokenizer_name}) builds other prompts than the ones "
+                     "this policy learned; train with model.tokenizer=PaliGemma's tokenizer.model to serve it")
+    if cfg.state_bins != LEROBOT_STATE_BINS:
+        notes.append(f"the run discretised the state into {cfg.state_bins} bins; LeRobot's pi05 prompt uses "
+                     f"{LEROBOT_STATE_BINS}, so its prompts differ from the ones this policy learned")
+    return {"policy_preprocessor": pre, "policy_postprocessor": post}, notes
