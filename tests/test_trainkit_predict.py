@@ -203,6 +203,7 @@ def test_bad_input_is_one_line_and_exit_2(case, pi05_run, shards_rgb, shards_3ca
     (tmp_path / "empty_run").mkdir()
     if case == "folder_with_another_norm":
         assert main(["export", str(pi05_run), str(tmp_path / "real"), "--format", "lerobot"]) == 0
+        capsys.readouterr()  # the export's own lines (its notes) are not predict's
     source, shards, flags, says = {
         "empty_run": (tmp_path / "empty_run", shards_rgb, (), "no checkpoint to predict from"),
         "missing": (tmp_path / "nope", shards_rgb, (), "not a run folder"),
