@@ -246,9 +246,10 @@ def test_under_torchrun_a_sigterm_to_one_rank_stops_every_rank_at_the_same_step(
             proc.communicate()
     said = [x for x in err.splitlines() if x.startswith("trainkit: ")]
     assert len(said) == 2 and said[0] == said[1] and "SIGTERM" in said[0], err[-3000:]
-    # torchrun reports the first rank to exit (143); the other has printed the same line and sealed the
-    # same checkpoint, but torchrun signals it while it exits and may report that signal instead
-    assert "exitcode  : 143" in err, err[-3000:]
+    # torchrun's report: rank 1 exits 143; so does rank 0, unless torchrun's own SIGTERM to the ranks
+    # still running after the first exit reaches it after it printed its line and left the handler
+    # (in the process group's shutdown): then -15, its checkpoint and line already written
+    assert err.count("exitcode  : 143") + err.count("exitcode  : -15") == 2 and "exitcode  : 143" in err, err[-3000:]
     last = [x["step"] for x in step_lines(out)][-1]
     final = out / "checkpoints" / f"step-{last + 1:06d}"
     manifest = json.loads((final / "trainkit.json").read_text())

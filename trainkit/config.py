@@ -191,7 +191,11 @@ class ParallelConfig:
 class OutputConfig:
     dir: str = ""  # metrics.jsonl, checkpoints/ and profile files go here
     log_every: int = 10  # steps between metric lines (each one synchronises the GPU once)
-    checkpoint_every: int = 0  # steps between checkpoints; 0 = only none
+    checkpoint_every: int = 0  # steps between checkpoints; 0: none on the way (see save_last)
+    # A checkpoint of the last step (train.steps reached, or a SIGTERM's step) when none was written
+    # for it, so every run leaves one to export or extend (LeRobot saves "after the last training
+    # step" too); false: only the every-N ones (`trainkit tune`/`ladder` and bench trials set it).
+    save_last: bool = True
     keep_checkpoints: int = 3  # the newest N checkpoints are kept, older ones deleted; 0 = keep all
     resume: bool = True  # continue from the newest intact checkpoint in dir, if any (trainkit/checkpoint/dcp.py)
     progress: bool = True  # a progress bar on rank 0, when stderr is a terminal (a log gets the step lines alone)

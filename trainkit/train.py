@@ -14,11 +14,12 @@ which order and why), materialised on the device and initialised from the seed; 
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
 schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
 weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
-written every `output.checkpoint_every` steps, the newest `output.keep_checkpoints` kept, and a run
-resumes from the newest intact one in `output.dir` under the rules of resume_rules.py.
+written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
+newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
+under the rules of resume_rules.py.
 Under `trainkit run` a SIGTERM (`SigtermStop`) ends the run at the next step boundary, the same on
-every rank: the step under way finishes, a checkpoint of it is written where the run checkpoints,
-one line, exit 143.
+every rank: the step under way finishes, a checkpoint of it is written (`checkpoint_due`), one
+line, exit 143.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
-from trainkit.config import RunConfig
+from trainkit.config import OutputConfig, RunConfig
 from trainkit.data import Shards, TrainData, read_run_shards
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
@@ -199,6 +200,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     # a fresh run from the weights users have, before anything copies the weights (a resume reloads
     # its own checkpoint below, never init_from)
     found = find_checkpoint(out) if cfg.output.resume else None
+    if found is not None and found.manifest.step >= cfg.train.steps:  # a finished run, rerun (output.save_last)
+        say(f"{found.path} is step {found.manifest.step} of train.steps={cfg.train.steps}: nothing to train "
+            f"(raise train.steps to continue it, or use another output.dir for a new run)")
+        return RunResult(losses={}, history=[], plan=plan, start_step=found.manifest.step)
     init = load_weights(model, fam, cfg.model.init_from, say) if cfg.model.init_from and found is None else None
     if init is not None and fixed:  # after the load: a refused checkpoint prints its one line only
         say(f"model shape from model.init_from {cfg.model.init_from}: {describe(fixed)}")
@@ -286,7 +291,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
             if stopping:
                 metrics.close()  # before the save's collectives: no rank exits before rank 0 has logged
             saved = None
-            if cfg.output.checkpoint_every and ((step + 1) % cfg.output.checkpoint_every == 0 or stopping):
+            if checkpoint_due(cfg.output, step + 1, cfg.train.steps, stopping=stopping):
                 check_state(step, model, opt, device)  # a non-finite state is never saved
                 saved = save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
                                         keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
@@ -321,10 +326,21 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                      profile=profiler.summary, summary=summary)
 
 
+def checkpoint_due(out: OutputConfig, done: int, steps: int, *, stopping: bool) -> bool:
+    """Whether the state after `done` of `steps` steps is saved: every output.checkpoint_every steps,
+    and with output.save_last the last step and a SIGTERM's step (a run that checkpoints every N
+    saves a SIGTERM's step anyway: its rerun would otherwise redo up to N - 1 steps)."""
+    if out.checkpoint_every and done % out.checkpoint_every == 0:
+        return True
+    if stopping:
+        return bool(out.checkpoint_every or out.save_last)
+    return done == steps and out.save_last
+
+
 def stopped(done: int, steps: int, saved: Path | None) -> Stopped:
     """The one line of a run stopped by SIGTERM after `done` steps (the same on every rank)."""
     then = (f"checkpoint {saved} written: rerun the same command to resume from it" if saved is not None else
-            "no checkpoint (output.checkpoint_every=0): a rerun starts over")
+            "no checkpoint (output.save_last=false, output.checkpoint_every=0): a rerun starts over")
     return Stopped(signal.SIGTERM, f"stopped by SIGTERM after {done} of {steps} steps; {then}")
 
 

@@ -25,7 +25,8 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   sharded_all_gathers_per_microbatch.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
 - `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/estimate/memory.py has the model):
-  fp32 parameters and AdamW states (sharded over the world size; frozen parameters replicated by
+  fp32 parameters and AdamW states, with train.ema_decay the weight EMA in optimizer_gib too
+  (sharded over the world size; frozen parameters replicated by
   `parallel.frozen = "replicate"` cost param_dtype bytes each, whole, and are never gathered),
   fp32 gradients only under
   gradient accumulation, gathered parameters in param_dtype, saved activations of one micro-batch
@@ -182,7 +183,8 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
                         micro=micro, world=world, sharded=mode != "none", act_bytes=act_bytes,
                         compiled=bool(getattr(par, "compile", False)), accum=accum, calib=fam.memory,
                         replicated=replicated, units=reduced, root=root_unit, reshard=reshard, graphs=graphs,
-                        reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")])
+                        reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")],
+                        ema=bool(getattr(train, "ema_decay", 0.0)))
 
     memory = memory_at(world_size)
     memory.update(slots=slots_max, calibrated=bool(fam.memory.measured), estimate=True)

@@ -7,7 +7,7 @@ block's backward has begun, and no gradient exists yet (the trainer drops them w
 The one-GPU run in bench/results/memory.md shows it: world size 1 adds exactly the 12 bytes per
 parameter of fp32 weights and AdamW states that sharding over 2 GPUs saved, not 16. So the peak is
 
-    fp32 parameters + AdamW m and v (12 B/param, sharded over the world size)
+    fp32 parameters + AdamW m and v (12 B/param, sharded over the world size; + 4 B for the weight EMA)
     + fp32 gradients, only under gradient accumulation (they live across micro-batches)
     + gathered parameters in param_dtype (the FSDP units alive at the turn, `gathered_params`)
     + saved activations: inputs of recomputed blocks as counted; the rest (blocks, root) as the
@@ -208,14 +208,15 @@ def later_moments(*, trained: float, units: Sequence[Unit], root: Unit | None, k
 def estimate(*, total: int, trainable: int, gathered: int, table: Activations, recompute: Mapping[str, list[int]],
              micro: int, world: int, sharded: bool, act_bytes: int, compiled: bool, accum: int,
              calib: MemoryCalibration, replicated: int = 0, units: Sequence[Unit] = (), root: Unit | None = None,
-             reshard: bool = True, graphs: bool = False, reduce_bytes: int = 4) -> dict[str, Any]:
+             reshard: bool = True, graphs: bool = False, reduce_bytes: int = 4, ema: bool = False) -> dict[str, Any]:
     """The parts of the turn in GiB (params_gib .. backward_transient_gib, their sum `turn_gib`),
     the later moments' parts (`later`: "reduce", "optimizer_step", each with its `peak_gib`), the
     peak (`peak_gib`, the largest moment, named by `moment`) and its part that scales with the
     micro-batch (`dynamic_gib`), and the saved activations the same micro-batch would keep with no
     / every block recomputed. `replicated`: frozen parameters of `total` held whole on every rank
     in param_dtype, out of FSDP (parallel/frozen.py). `units`, `root`: the FSDP units
-    (`fsdp_units`; root None without FSDP: no reduce-scatter)."""
+    (`fsdp_units`; root None without FSDP: no reduce-scatter). `ema`: train.ema_decay > 0, whose fp32
+    average of the trained parameters (optim/ema.py) lives beside AdamW's states, counted with them."""
     sharded_total = total - replicated
     shard, trained = (sharded_total / world, trainable / world) if sharded else (sharded_total, trainable)
     ratio = calib.saved_compiled if compiled else calib.saved_eager
@@ -225,7 +226,7 @@ def estimate(*, total: int, trainable: int, gathered: int, table: Activations, r
         return saved_elements(table, rec, ratio, calib.saved_eager, calib.backward_block)  # the root is never compiled
 
     kept, most = saved(recompute)
-    parts = {"params_gib": (4 * shard + act_bytes * replicated) / GIB, "optimizer_gib": 8 * trained / GIB,
+    parts = {"params_gib": (4 * shard + act_bytes * replicated) / GIB, "optimizer_gib": (12 if ema else 8) * trained / GIB,
              "grads_gib": 4 * trained / GIB if accum > 1 else 0.0,
              "gathered_params_gib": act_bytes * gathered / GIB, "activations_gib": kept * per,
              "backward_transient_gib": (most - kept) * per}

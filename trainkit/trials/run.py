@@ -73,8 +73,10 @@ class Trial:
             raise ValueError(f"Trial.timeout_s must be in (0, {WEEK_S:g}] seconds, got {self.timeout_s}")
 
     def sets(self) -> list[str]:
-        """Every `--set` of the child, in order: overrides, the overlay, then this trial's output."""
-        return [*self.overrides, *(f"{k}={toml_value(v)}" for k, v in self.overlay.items()),
+        """Every `--set` of the child, in order: no final checkpoint (a trial measures; at Pi0.5 `full`
+        one is ~39 GB of fp32 weights and Adam moments, 52 with the EMA), which the overrides may
+        turn back on, the overrides, the overlay, then this trial's output."""
+        return ["output.save_last=false", *self.overrides, *(f"{k}={toml_value(v)}" for k, v in self.overlay.items()),
                 f"output.dir={Path(self.out_dir)}", "output.progress=false"]
 
 
