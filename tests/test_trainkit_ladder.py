@@ -3,8 +3,8 @@
 The baseline is the tiny config with the CPU-capable switches of the rungs off; the rungs turn
 them on again in turn. Oracles: every rung's losses against baseline's (fp32 on CPU: the switches
 change how, not what, is computed), each rung's metrics.jsonl read back here for its step time, a
-rung that crashes mid-run (a model whose action channels do not fit the data) recorded with its
-error while the ladder goes on without its switch, the CUDA-only rungs refused with the reason, a
+rung that fails (a model whose action channels do not fit the data: refused at launch since the
+robot-dims check, issue 26; it crashed in the first forward before) recorded with its error while the ladder goes on without its switch, the CUDA-only rungs refused with the reason, a
 switch trainkit or the family lacks skipped with the reason, and the report files parsed back.
 """
 from __future__ import annotations
@@ -71,8 +71,8 @@ def test_a_rung_that_raises_is_recorded_and_the_ladder_goes_on(ladder):
     _, r, lines, _ = ladder
     boom = r["boom"]
     assert boom.status == "failed" and boom.measured is None and boom.parity is None
-    assert (boom.error.kind, boom.error.type, boom.error.rank) == ("crash", "RuntimeError", 0), boom.error
-    assert any(line.startswith("ladder:  2 boom: FAILED (crash: ") for line in lines), lines
+    assert (boom.error.kind, boom.error.type, boom.error.rank) == ("refused", "DataError", 0), boom.error
+    assert any(line.startswith("ladder:  2 boom: FAILED (refused: ") for line in lines), lines
 
 
 def test_cuda_only_rungs_are_refused_and_missing_switches_skipped(ladder):
@@ -89,7 +89,7 @@ def test_the_report_files(ladder):
     doc = json.loads((spec.out / "ladder.json").read_text())
     assert [x["name"] for x in doc["rungs"]] == ["baseline", "slot_pruning", "boom", "block_fsdp",
                                                  "missing", "cuda_graphs", "fp8"]
-    assert doc["rungs"][2]["error"]["kind"] == "crash" and doc["settings"]["warmup"] == WARMUP
+    assert doc["rungs"][2]["error"]["kind"] == "refused" and doc["settings"]["warmup"] == WARMUP
     md = (spec.out / "ladder.md").read_text()
     assert md.count("\n| ") == 1 + 7 and "parity vs baseline" in md
     for png in ("ladder_waterfall.png", "ladder_losses.png"):
