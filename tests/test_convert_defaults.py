@@ -109,6 +109,19 @@ def test_default_workers_come_from_the_plan_and_the_cores(plan, asked, want):
     assert (wp.workers, wp.clamped_from) == (want, None)
 
 
+@pytest.mark.parametrize("plan,cameras,want", [
+    ((8,), 2, 1),  # one shard, 2 cameras on 2 cores: camera threads fill the cores, no split (issue 27)
+    ((8,), 1, 2),  # one camera: only the split keeps both cores busy
+    ((12, 4), 2, 1),  # two uneven shards: one pool worker would take 3/4 of the work
+    ((6, 6), 2, 2),  # two even shards: a worker each
+    ((3, 3, 3, 3, 3, 3), 3, 2),
+])
+def test_default_workers_on_two_cores_weigh_camera_threads_against_a_pool(plan, cameras, want):
+    wp = plan_workers(ConvertConfig(), _plan(*plan), cores=2, cameras=cameras)
+    assert wp.workers == want, wp.why
+    assert f"{cameras} camera(s) on 2 usable cores" in wp.why
+
+
 def test_workers_above_the_cores_are_clamped_with_a_one_line_warning(src, tmp_path, caplog):
     cores = available_cpus()
     assert plan_workers(ConvertConfig(workers=8), _plan(5, 5), cores=2).clamped_from == 8

@@ -8,9 +8,11 @@ What it holds:
 - the dataset's declared schema: format, version, fps, cameras, state/action names, tasks;
 - per episode: its index and rows, its table file's size and SHA-256 (the content, so a copy of
   the dataset still matches), and each camera's video file size and mtime (a content hash of
-  every video would cost a read of the whole dataset);
-- the decoder order actually used: `--decoder auto` ranks backends from a file in the home
-  folder (`datakit bench-decoders` writes it), hidden state that changes the decoded bytes.
+  every video would cost a read of the whole dataset).
+
+Not the decoder: every backend decodes to the same bytes (tests/test_convert_decoder_identity.py),
+so `--decoder` and the ranking file `--decoder auto` reads change neither the shards nor the
+index. Fingerprints recorded before that (they held a "decoder" entry) still match.
 
 Table hashing runs on a thread pool (hashlib releases the GIL); a file shared by many episodes
 (LeRobot v3.0) is hashed once.
@@ -23,27 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from datakit.decoders import backend_order, recommendations_path
 from datakit.durable import file_sha256
 from datakit.errors import SourceError
 from datakit.machine import available_cpus
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 FINGERPRINT_VERSION = 1
-
-
-def decoder_order(decoder: str) -> dict[str, Any]:
-    """The backends `--decoder NAME` will try, per codec ("*": any codec not ranked)."""
-    if decoder != "auto":
-        return {"requested": decoder, "order": {"*": [decoder]}}
-    try:
-        ranked = json.loads(recommendations_path().read_text())["conversion"]  # what auto reads
-        codecs = sorted(c for c in ranked if isinstance(c, str))
-    except (OSError, KeyError, ValueError, TypeError):
-        codecs = []
-    order = {c: backend_order(c) for c in codecs}
-    order["*"] = backend_order("")
-    return {"requested": "auto", "order": order}
 
 
 def _table_files(source: Path) -> list[Path]:
@@ -79,8 +66,8 @@ def _video_print(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
-def source_fingerprint(spec: DatasetSpec, decoder: str) -> dict[str, Any]:
-    """The fingerprint of a scanned source converted with `--decoder decoder` (plain JSON data)."""
+def source_fingerprint(spec: DatasetSpec) -> dict[str, Any]:
+    """The fingerprint of a scanned source (plain JSON data)."""
     sources = list(dict.fromkeys(Path(r.source) for r in spec.episodes))
     with ThreadPoolExecutor(min(8, available_cpus())) as ex:
         tables = dict(zip(sources, ex.map(_table_print, sources)))
@@ -95,8 +82,7 @@ def source_fingerprint(spec: DatasetSpec, decoder: str) -> dict[str, Any]:
         "state_names": list(spec.state_names), "action_names": list(spec.action_names),
         "tasks_sha256": hashlib.sha256(json.dumps(spec.tasks).encode()).hexdigest(),
     }
-    return {"version": FINGERPRINT_VERSION, "dataset": dataset, "decoder": decoder_order(decoder),
-            "episodes": episodes}
+    return {"version": FINGERPRINT_VERSION, "dataset": dataset, "episodes": episodes}
 
 
 def _short(v: Any) -> str:
@@ -123,6 +109,8 @@ def _episode_diff(old: list, new: list, ref: EpisodeRef, cams: list[str]) -> str
 def fingerprint_diff(old: Any, new: dict[str, Any], spec: DatasetSpec) -> str | None:
     """None when `old` (read from OUT: untrusted, any shape) equals `new`, else what differs
     first, naming the episode and file, and how many episodes differ in all."""
+    if isinstance(old, dict) and "decoder" in old:  # recorded before the decoder left the identity
+        old = {k: v for k, v in old.items() if k != "decoder"}
     if old == new:
         return None
     try:
@@ -131,9 +119,6 @@ def fingerprint_diff(old: Any, new: dict[str, Any], spec: DatasetSpec) -> str | 
         for key, v in new["dataset"].items():
             if old["dataset"].get(key) != v:
                 return f"dataset {key} differs: {_short(old['dataset'].get(key))} before, {_short(v)} now"
-        if old["decoder"] != new["decoder"]:
-            return (f"decoder order differs: {_short(old['decoder'])} before, {_short(new['decoder'])} now "
-                    f"(--decoder auto reads {recommendations_path()})")
         if len(old["episodes"]) != len(new["episodes"]):
             return f"{len(old['episodes'])} episodes before, {len(new['episodes'])} now"
         cams = list(new["dataset"]["cameras"])
@@ -152,4 +137,4 @@ def fingerprint_digest(fp: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["decoder_order", "fingerprint_diff", "fingerprint_digest", "source_fingerprint"]
+__all__ = ["fingerprint_diff", "fingerprint_digest", "source_fingerprint"]

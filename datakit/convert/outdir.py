@@ -189,7 +189,7 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
             idx = load_index(out)
         except Exception as e:
             raise OutputError(out / MANIFEST_NAME, f"unreadable index ({e})") from None
-        if idx.options != options:
+        if _comparable(idx.options) != options:
             raise OutputError(out, f"holds a finished conversion made with other options {idx.options}; "
                               f"use a new folder, or --force to start over")
         why = fingerprint_diff(idx.source.get("fingerprint") if isinstance(idx.source, dict) else None,
@@ -205,7 +205,7 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
         staging.mkdir(exist_ok=True)
         if opt_path.exists():
             old = _read_json(opt_path)
-            if old != options:
+            if _comparable(old) != options:
                 raise OutputError(out, "holds an unfinished conversion made with other options; "
                                   f"rerun with those ({opt_path}), use a new folder, or --force to start over")
             why = fingerprint_diff(_read_json(fp_path) if fp_path.exists() else None, fingerprint, spec)
@@ -219,6 +219,14 @@ def open_output(out: Path, options: dict[str, Any], fingerprint: dict[str, Any],
     except OSError as e:
         raise output_error(getattr(e, "filename", None) or staging, e) from e
     return False
+
+
+def _comparable(recorded: Any) -> Any:
+    """Options recorded by an earlier run, without the decoder that older runs recorded (it never
+    changed the bytes: ConvertConfig.output_options)."""
+    if isinstance(recorded, dict) and "decoder" in recorded:
+        return {k: v for k, v in recorded.items() if k != "decoder"}
+    return recorded
 
 
 def _read_json(path: Path) -> Any:

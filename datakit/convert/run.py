@@ -81,7 +81,7 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
     with output_lock(out, command):
         if force:
             remove_ours(out)
-        fingerprint = source_fingerprint(spec, cfg.decoder)
+        fingerprint = source_fingerprint(spec)
         if open_output(out, cfg.output_options(), fingerprint, spec):
             shutil.rmtree(out / STAGING, ignore_errors=True)  # a crash after the checksums left it behind
             return ConvertSummary(load_index(out), time.perf_counter() - t0, already_complete=True)
@@ -91,7 +91,7 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
         _remove_unfinished(out)  # left by a killed run
         jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
         if cfg.engine == "local":
-            wp = plan_workers(cfg, [refs for _, refs in jobs])
+            wp = plan_workers(cfg, [refs for _, refs in jobs], cameras=len(spec.cameras))
             if wp.clamped_from is not None:
                 logging.getLogger("datakit").warning(f"datakit convert: warning: --workers {wp.clamped_from} is "
                                                      f"more than the {wp.workers} usable cores; using {wp.workers}")

@@ -110,9 +110,11 @@ def encode_video(path: str | Path, frames: Iterable[np.ndarray], fps: float, cod
                  gop: int | None = None, crf: int | None = None) -> Path:
     """Encode RGB uint8 frames (H, W, 3) into an mp4 at `path` (written to a temp name, then
     renamed). codec "av1": LeRobot's settings (libsvtav1, yuv420p, g=2, crf=30); "h264": libx264,
-    yuv420p, the encoder's default GOP unless `gop` is given. Frame i has pts i / fps.
+    yuv420p, the encoder's default GOP unless `gop` is given; "hevc": libx265 likewise. Frame i has
+    pts i / fps.
 
-    Determinism: both encoders run single-threaded (x264 threads=1, SVT-AV1 lp=1) so the same
+    Determinism: the encoders run single-threaded (x264 threads=1, SVT-AV1 lp=1, x265 pools=1
+    frame-threads=1) so the same
     frames give the same bytes on the same machine/library build. x264 also runs with mbtree=0:
     with macroblock-tree rate control its asm paths gave run-to-run different bytes (seen with
     x264 core 165); without it, repeated runs are byte-identical."""
@@ -137,8 +139,14 @@ def encode_video(path: str | Path, frames: Iterable[np.ndarray], fps: float, cod
                    "x264-params": "mbtree=0"}
         if gop is not None:
             options["g"] = str(gop)
+    elif codec == "hevc":
+        name = "libx265"
+        options = {"crf": str(28 if crf is None else crf), "preset": "veryfast",
+                   "x265-params": "pools=1:frame-threads=1:log-level=error"}
+        if gop is not None:
+            options["g"] = str(gop)
     else:
-        raise ValueError(f"unknown codec {codec!r} (av1 or h264)")
+        raise ValueError(f"unknown codec {codec!r} (av1, h264 or hevc)")
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only, not its banner per file
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

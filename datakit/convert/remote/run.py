@@ -123,7 +123,7 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
     from datakit.sources import scan
 
     spec = scan(local_src, cfg.format)
-    fingerprint = source_fingerprint(spec, cfg.decoder)
+    fingerprint = source_fingerprint(spec)
     with tempfile.TemporaryDirectory(prefix="datakit-index-") as tmp:
         for name in INDEX_ORDER:
             try:
