@@ -4,10 +4,17 @@ training step with 1, 2 and 4 DataLoader workers, per loader variant.
 
     python3 bench/bench_loader_gpu.py --fixtures .loader-fixtures/bench/out-nv12 --out $OUT/loader_gpu.json
     python3 bench/bench_loader_gpu.py ... --parts wait --variants default ring_off --profile $OUT/profile.txt
+    python3 bench/bench_loader_gpu.py --synth /tmp/lfx --out $OUT/w.json --parts wait --workers 2 --step-ms 30
+    python3 bench/bench_loader_gpu.py --synth /tmp/lfx ... --mixture 0.7 0.3   # + the rows of a 2-source mixture
     python3 bench/bench_loader_gpu.py --compare before.json after.json     # the data-wait table of both
 
-The fixture is made on a machine with a video decoder (`bench/bench_loader.py --device-fixture`):
-3 cameras at 224x224 (one blank), stored NV12. The dummy consumer launches bf16 matmuls
+Fixtures: `--fixtures DIR [DIR]`, made on a machine with a video decoder (`bench/bench_loader.py
+--device-fixture`: 3 cameras at 224x224, one blank, stored NV12); or `--synth DIR`, made here with
+no video decoder (a GPU host has none): LeRobot v2.1 datasets whose 2 cameras are PNG image columns
+at 224x224 (`datakit.synth`), converted to NV12 shards by `datakit convert` (cached in DIR), the
+same bytes per sample as the pruned decoder fixture. `--mixture W1 W2` adds the data-wait rows of
+a loader reading the fixtures as a weighted mixture (`ShardLoader({dir: weight, ...})`, issue 27);
+a checkout whose loader reads one source records why not and measures the single source alone. The dummy consumer launches bf16 matmuls
 sized to a target step time, reads the batch, and synchronises once per step as a training
 loop logging its loss does. Data wait = host time blocked in `next()` of the device batch
 iterator, as a share of the whole step. Timings use CUDA events or synchronised wall clocks.
@@ -38,7 +45,9 @@ from datakit.machine import available_cpus  # noqa: E402
 from datakit.loader import LoaderConfig, Normaliser, ShardLoader  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
-CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+SYNTH_CAMS = ("observation.images.top", "observation.images.wrist")
+SYNTH_EPISODES = ((8, 40), (3, 40))  # (episodes, frames) of the two synthetic sources
+
 # Pi0.5-shaped samples: the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
 PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
 # LoaderConfig overrides; `ring_off`: stage every batch into the pinned ring (the copy before)
@@ -110,11 +119,40 @@ def make_step(target_ms: float):
     return step
 
 
-def data_wait(fixture: Path, workers: int, target_ms: float, steps: int, variant: str) -> dict:
+def make_synth(root: Path) -> list[Path]:
+    """The two synthetic sources (PNG image columns -> NV12 shards), made once under `root`."""
+    from datakit.convert import convert
+    from datakit.convert.config import ConvertConfig
+    from datakit.synth import make_lerobot_dataset
+
+    outs = []
+    for k, (episodes, frames) in enumerate(SYNTH_EPISODES):
+        out = root / f"source{k}-nv12"
+        if not (out / "checksums.json").exists():
+            src = make_lerobot_dataset(root / f"source{k}-src", version="v2.1", episode_lengths=(frames,) * episodes,
+                                       height=224, width=224, cameras=(), image_cameras=SYNTH_CAMS, blank_cameras=(),
+                                       seed=k)
+            convert(src, out, ConvertConfig(layout="nv12", workers=min(4, available_cpus()), progress=False),
+                    force=True)
+        outs.append(out)
+    return outs
+
+
+def source_of(fixtures: list[Path], mixture: list[float] | None):
+    """What ShardLoader reads: the first fixture, or the weighted mixture of all of them."""
+    return fixtures[0] if mixture is None else {str(f): w for f, w in zip(fixtures, mixture)}
+
+
+def slots_of(fixtures: list[Path]) -> tuple[str, ...]:
+    return tuple(load_index(fixtures[0]).cameras)
+
+
+def data_wait(fixtures: list[Path], workers: int, target_ms: float, steps: int, variant: str,
+              mixture: list[float] | None = None) -> dict:
     step = make_step(target_ms)
-    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4,
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=slots_of(fixtures), prefetch_factor=4,
                        **VARIANTS[variant])
-    loader = ShardLoader(fixture, cfg)
+    loader = ShardLoader(source_of(fixtures, mixture), cfg)
     it = loader.device_batches("cuda")
     for _ in range(5):  # workers start, allocator warms
         step(next(it))
@@ -128,13 +166,14 @@ def data_wait(fixture: Path, workers: int, target_ms: float, steps: int, variant
         waits.append(t1 - t0)
         totals.append(t2 - t0)
     waits_ms = sorted(1e3 * w for w in waits)
-    return {"variant": variant, "workers": workers, "target_step_ms": target_ms, "steps": steps,
+    return {"variant": variant, "source": "one" if mixture is None else "mixture " + "/".join(f"{w:g}" for w in mixture),
+            "workers": workers, "target_step_ms": target_ms, "steps": steps,
             "step_ms_median": 1e3 * statistics.median(totals), "wait_ms_median": statistics.median(waits_ms),
             "wait_ms_p90": waits_ms[int(0.9 * len(waits_ms))], "wait_ms_max": waits_ms[-1],
             "wait_fraction": sum(waits) / sum(totals), "kept_slots": int(batch["images"].shape[1])}
 
 
-def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
+def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
     """What the training thread's `next()` is made of (workers 2, 30 ms steps): perf_counter
     around the parts it calls - the queue of finished batches, a stream's wait on the batch's
     event, the loader's bookkeeping (`_delivered` in older checkouts, `_took` now) - the garbage
@@ -209,9 +248,9 @@ def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
     gc.callbacks.append(on_gc)
     try:
         step = make_step(30.0)
-        cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=2, slots=CAMS, prefetch_factor=4,
+        cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=2, slots=slots_of(fixtures), prefetch_factor=4,
                            **VARIANTS[variant])
-        it = ShardLoader(fixture, cfg).device_batches("cuda")
+        it = ShardLoader(fixtures[0], cfg).device_batches("cuda")
         for _ in range(5):
             step(next(it))
         rows, windows = [], []
@@ -250,9 +289,10 @@ def profile_wait(fixture: Path, variant: str, steps: int = 100) -> str:
     return "\n".join(lines)
 
 
-def throughput(fixture: Path, workers: int, batches: int, variant: str) -> dict:
+def throughput(fixtures: list[Path], workers: int, batches: int, variant: str) -> dict:
     """Device batches per second with no consumer: the loader's own ceiling on this machine."""
-    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, prefetch_factor=4,
+    fixture = fixtures[0]
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=slots_of(fixtures), prefetch_factor=4,
                        **VARIANTS[variant])
     it = ShardLoader(fixture, cfg).device_batches("cuda")
     for _ in range(5):
@@ -264,7 +304,7 @@ def throughput(fixture: Path, workers: int, batches: int, variant: str) -> dict:
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     # host bytes per sample: the slots kept in the batch x the stored frame size from the index
-    frame_bytes = open_shards(fixture).index.cameras[CAMS[0]].frame_bytes
+    frame_bytes = open_shards(fixture).index.cameras[slots_of(fixtures)[0]].frame_bytes
     kept = int(b["images"].shape[1])
     return {"variant": variant, "workers": workers, "items_per_s": batches * 32 / dt,
             "image_bytes_per_s_host": batches * 32 * kept * frame_bytes / dt}
@@ -276,7 +316,8 @@ def compare(paths: list[Path]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     rows = [(p.stem, r) for p in paths for r in json.loads(p.read_text())["data_wait"]]
     for label, r in sorted(rows, key=lambda x: (-x[1]["target_step_ms"], x[1]["workers"])):
-        lines.append(f"| {r['target_step_ms']:.0f} ms | {r['workers']} | {label} {r.get('variant', 'default')} | "
+        source = "" if r.get("source", "one") == "one" else f", {r['source']}"
+        lines.append(f"| {r['target_step_ms']:.0f} ms | {r['workers']} | {label} {r.get('variant', 'default')}{source} | "
                      f"{r['wait_ms_median']:.3f} ms | {r.get('wait_ms_p90', float('nan')):.3f} ms | "
                      f"{r['wait_ms_max']:.2f} ms | {100 * r['wait_fraction']:.2f}% |")
     return "\n".join(lines)
@@ -284,7 +325,11 @@ def compare(paths: list[Path]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fixtures", type=Path)
+    fx = p.add_mutually_exclusive_group()
+    fx.add_argument("--fixtures", type=Path, nargs="+", help="shard folders (the first is the single source)")
+    fx.add_argument("--synth", type=Path, help="make (or reuse) the two synthetic sources here, no video decoder needed")
+    p.add_argument("--mixture", type=float, nargs="+", default=None,
+                   help="weights, one per fixture: also measure the data wait of their mixture")
     p.add_argument("--out", type=Path)
     p.add_argument("--parts", nargs="+", default=["h2d", "normalise", "throughput", "wait"],
                    choices=["h2d", "normalise", "throughput", "wait"])
@@ -298,6 +343,9 @@ def main() -> None:
     if args.compare:
         return print(compare(args.compare))
     assert torch.cuda.is_available(), "needs CUDA"
+    fixtures = make_synth(args.synth) if args.synth else args.fixtures
+    if args.mixture is not None and len(args.mixture) != len(fixtures):
+        p.error(f"--mixture has {len(args.mixture)} weights for {len(fixtures)} fixtures")
     res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": available_cpus(),
            "loadavg": [float(x) for x in open("/proc/loadavg").read().split()[:3]]}
@@ -309,14 +357,22 @@ def main() -> None:
             "float32_all_3slots": ((32, 3, 1, 3, 224, 224), torch.float32),
         })
     if "normalise" in args.parts:
-        res["normalise"] = normalise_timing(load_index(args.fixtures))
+        res["normalise"] = normalise_timing(load_index(fixtures[0]))
     if "throughput" in args.parts:
-        res["throughput"] = [throughput(args.fixtures, w, 60, v) for v in args.variants for w in args.workers]
+        res["throughput"] = [throughput(fixtures, w, 60, v) for v in args.variants for w in args.workers]
     if "wait" in args.parts:
-        res["data_wait"] = [data_wait(args.fixtures, w, ms, max(40, round(1e3 * args.seconds / ms)), v)
+        res["fixtures"] = [str(f) for f in fixtures]
+        res["data_wait"] = [data_wait(fixtures, w, ms, max(40, round(1e3 * args.seconds / ms)), v)
                             for v in args.variants for ms in args.step_ms for w in args.workers]
+        if args.mixture is not None:
+            try:
+                res["data_wait"] += [data_wait(fixtures, w, ms, max(40, round(1e3 * args.seconds / ms)), v,
+                                               args.mixture)
+                                     for v in args.variants for ms in args.step_ms for w in args.workers]
+            except Exception as e:  # a loader that reads one source: say so, keep the single-source rows
+                res["mixture_error"] = f"{type(e).__name__}: {e}"
     if args.profile is not None:
-        args.profile.write_text("\n\n".join(profile_wait(args.fixtures, v) for v in args.variants) + "\n")
+        args.profile.write_text("\n\n".join(profile_wait(fixtures, v) for v in args.variants) + "\n")
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
 
