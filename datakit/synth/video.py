@@ -114,8 +114,7 @@ def encode_video(path: str | Path, frames: Iterable[np.ndarray], fps: float, cod
     pts i / fps.
 
     Determinism: the encoders run single-threaded (x264 threads=1, SVT-AV1 lp=1, x265 pools=1
-    frame-threads=1) so the same
-    frames give the same bytes on the same machine/library build. x264 also runs with mbtree=0:
+    frame-threads=1) so the same frames give the same bytes on the same machine/library build. x264 also runs with mbtree=0:
     with macroblock-tree rate control its asm paths gave run-to-run different bytes (seen with
     x264 core 165); without it, repeated runs are byte-identical."""
     import av
