@@ -236,6 +236,9 @@ def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
     saved = [(gpu_batch, "queue", gpu_batch.queue), (torch.cuda.Stream, "wait_event", torch.cuda.Stream.wait_event),
              (torch.cuda, "current_stream", torch.cuda.current_stream),
              (Loader, "_stream", Loader._stream), *[(Loader, n, getattr(Loader, n)) for n in books]]
+    if hasattr(torch._C, "_cuda_getCurrentRawStream"):  # the per-batch stream check since issue 27
+        saved.append((torch._C, "_cuda_getCurrentRawStream", torch._C._cuda_getCurrentRawStream))
+        torch._C._cuda_getCurrentRawStream = timed("cuda raw stream", torch._C._cuda_getCurrentRawStream)
     if hasattr(Batcher, "_launch"):
         saved.append((Batcher, "_launch", Batcher._launch))
         Batcher._launch = feeder_timed("launch", Batcher._launch)
@@ -268,7 +271,8 @@ def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
         gc.callbacks.remove(on_gc)
         for obj, name, val in saved:
             setattr(obj, name, val)
-    names = ["total", "ready.get", "stream.wait_event", "cuda.current_stream", *[f"ShardLoader.{n}" for n in books],
+    names = ["total", "ready.get", "stream.wait_event", "cuda.current_stream", "cuda raw stream",
+             *[f"ShardLoader.{n}" for n in books],
              "gc"]
     lines = [f"variant {variant}: next() of the training thread, workers 2, 30 ms steps, {steps} steps (ms)",
              f"  {'part':<24} {'median':>8} {'mean':>8} {'p90':>8} {'max':>8}"]
