@@ -13,7 +13,7 @@ silently trains with a default. `--set` values are parsed as TOML values (`true`
 
 A mixture of datasets is `data.shards = {"droid/" = 0.7, "libero/" = 0.3}` (also as an override:
 `--set 'data.shards={"a/" = 0.7, "b/" = 0.3}'`) or `[[data.sources]]` tables with per-source slots
-and prompt (`SourceConfig`); `mixture_sources` turns either into the loader's `MixtureSource` list.
+and prompt (`SourceConfig`); `loader_sources` turns either into the loader's `MixtureSource` list.
 One file giving both forms is refused; an override or overlay of one form replaces the other.
 """
 from __future__ import annotations
@@ -155,7 +155,7 @@ def source_name(root: str) -> str:
     return PurePosixPath(root.rstrip("/").split("://")[-1]).name or root
 
 
-def mixture_sources(dcfg: DataConfig) -> list[MixtureSource]:
+def loader_sources(dcfg: DataConfig) -> list[MixtureSource]:
     """data.shards / data.sources as the loader's sources (datakit.loader.mixture): each
     [[data.sources]] table with its name filled in, slots "" -> None, prompt "" -> None; one folder
     is one source of weight 1 (its name is the one the per-source metrics use)."""

@@ -60,6 +60,7 @@ from trainkit.observe.profile import StepProfiler
 from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, recorded_config, resume_changes
 from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
+from trainkit.observe.source_loss import SourceLoss
 from trainkit.observe.trackers import check_tracker, open_tracker
 from trainkit.observe.summary import format_summary, run_summary
 from trainkit.validation import Validation, holdout
@@ -150,7 +151,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
-    out = check_output_dir(cfg.output.dir, cfg.data.shards)
+    out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
     if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
@@ -242,7 +243,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
-    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs)  # forward + backward, maybe a graph
+    mixture = tuple(s.label for s in cfg.data.sources)  # a mixture's source names: their loss is logged apart
+    # forward + backward, maybe a graph; with a mixture also the per-item losses
+    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture))
+    per_source = SourceLoss(mixture, device) if mixture else None
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
@@ -262,8 +266,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                     sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
                 guard.add(batch.rows, batch.actions)
                 b, slots = batch.samples, batch.slots
-                loss = step_fn(batch.model)
+                loss, items = step_fn(batch.model)
                 loss_sum = loss_sum + loss / accum
+                if per_source is not None:
+                    per_source.add(items, batch.source)
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
@@ -276,18 +282,21 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                     ema.update()
             sched.step()
             step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
+            if per_source is not None:
+                per_source.end_step(applied)
             if applied:
                 metrics.record(StepRecord(step=step, loss=guard.mean_loss, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
                                           image_slots=slots))
             profiler.after_step(step - start)
-            if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
-                metrics.flush()
+            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
+            if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
+                # the per-source all-reduce: at log steps only, on every rank alike
+                metrics.flush(per_source.reduce() if per_source is not None else None)
             if val is not None and (step + 1 == cfg.train.steps or cfg.train.eval_every and
                                     (step + 1) % cfg.train.eval_every == 0):
                 with metrics.paused():
                     metrics.log_eval(val.record(step, model, cast, ema))
-            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
             if stopping:
                 metrics.close()  # before the save's collectives: no rank exits before rank 0 has logged
             saved = None

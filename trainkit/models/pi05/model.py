@@ -178,10 +178,12 @@ class Pi05(nn.Module):
         scale, shift = self.final_ada(cond).unsqueeze(1).chunk(2, dim=-1)
         return self.action_out(ada_rms_norm(xs, scale, shift)).float()
 
-    def forward(self, batch: Pi05Batch) -> torch.Tensor:
+    def forward(self, batch: Pi05Batch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Scalar flow-matching MSE loss (fp32) of the batch, averaged over every action channel
-        (`loss_over = "all"`, openpi) or the robot's real ones (`"real"`, LeRobot's PI05Policy)."""
+        (`loss_over = "all"`, openpi) or the robot's real ones (`"real"`, LeRobot's PI05Policy);
+        `per_item`: (that loss, each sample's (B,), detached), the family contract's per-source loss."""
         pred, target = self.velocity(batch), batch.noise.float() - batch.actions.float()
         if self.cfg.loss_over == "real" and batch.action_dims:
             pred, target = pred[..., :batch.action_dims], target[..., :batch.action_dims]
-        return F.mse_loss(pred, target)
+        loss = F.mse_loss(pred, target)
+        return (loss, (pred.detach() - target).square().mean(dim=(1, 2))) if per_item else loss
