@@ -225,7 +225,9 @@ def test_a_mixture_table_and_sources_tables_give_the_same_sources(tmp_path):
      [], "data.sources: two sources are named 'droid' (/x/droid, /y/droid/)"),
     ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\nname = "n"\n[[data.sources]]\nshards = "/b"\n'
      'weight = 1\nname = "n"\n', [], "data.sources: two sources are named 'n'"),
-    ("", ['data.shards={"/a" = 1}', "data.val_episodes=[2]"], "data.val_episodes: names episodes of one dataset"),
+    ("", ['data.shards={"/a" = 1}', "data.val_episodes=[2]"], "data.val_episodes: a mixture (data.sources) has no"),
+    ("", ['data.shards={"/a" = 1}', "data.val_fraction=0.1"], "data.val_fraction: a mixture (data.sources) has no"),
+    ("", ['data.shards={"/a" = 1}', "data.norm_from=checkpoint"], "data.norm_from: 'checkpoint' gives every source"),
     ("", ["data.shards=/d", "data.fps=-10"], "data.fps: must be a frame rate >= 0"),
 ])
 def test_a_bad_mixture_is_one_line_naming_the_key(tmp_path, toml, overrides, message):

@@ -20,10 +20,11 @@ def test_each_source_gets_the_mean_of_its_items_over_the_applied_steps():
     per.end_step(False)
     per.add(torch.tensor([6.0]), torch.tensor([0]))
     per.end_step(True)
-    assert per.reduce() == {"loss/droid": (1 + 3 + 6) / 3, "loss/libero": (2 + 4 + 5) / 3}  # aloha: no sample
-    per.add(torch.tensor([7.0, 9.0]), None)  # no `source` in the batch: all source 0
+    assert per.reduce() == {"loss/droid": (1 + 3 + 6) / 3, "loss/libero": (2 + 4 + 5) / 3,  # aloha: no sample
+                            "samples/droid": 3, "samples/libero": 3, "samples/aloha": 0}
+    per.add(torch.tensor([7.0, 9.0]), torch.tensor([2, 2]))
     per.end_step(True)
-    assert per.reduce() == {"loss/droid": 8.0}  # a new interval
+    assert per.reduce() == {"loss/aloha": 8.0, "samples/droid": 0, "samples/libero": 0, "samples/aloha": 2}
 
 
 def test_the_summary_shows_each_sources_first_and_last_interval():

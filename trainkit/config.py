@@ -132,9 +132,12 @@ class DataConfig:
                 raise ConfigError("data.sources", f"two sources are named {s.label!r} ({names[s.label]}, {s.shards}); "
                                   f"give each a distinct name ([[data.sources]] name = ...)")
             names[s.label] = s.shards
-        if self.sources and self.val_episodes:
-            raise ConfigError("data.val_episodes", "names episodes of one dataset; a mixture holds out "
-                              "data.val_fraction of each source's episodes")
+        if self.sources and (self.val_episodes or self.val_fraction):
+            raise ConfigError("data.val_episodes" if self.val_episodes else "data.val_fraction",
+                              "a mixture (data.sources) has no validation holdout yet; hold out episodes of one folder")
+        if self.sources and self.norm_from == "checkpoint":
+            raise ConfigError("data.norm_from", "'checkpoint' gives every source one robot's statistics; a mixture "
+                              "normalises each source with its own (\"dataset\")")
         _finite("data.fps", self.fps, low=0.0, what="a frame rate >= 0 (0: the sources' own)")
         _finite("data.val_fraction", self.val_fraction, low=0.0, high=0.99, what="a number in [0, 0.99]")
         if self.val_episodes and self.val_fraction:

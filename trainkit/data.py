@@ -210,7 +210,7 @@ class TrainData:
         except ValueError as e:  # e.g. fewer samples than one global batch, sources at different fps
             raise DataError(shards.sources[0].root if mixed else dcfg.shards, str(e)) from None
         self.normaliser = self.loader.normaliser()  # the float32 path's host normaliser
-        self.adapter = fam.batches(model_cfg, index, self.cfg)
+        self.adapter = fam.batches(model_cfg, index, self.normaliser)
 
     @property
     def sources(self) -> tuple[MixtureSource, ...]:

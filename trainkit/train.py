@@ -41,8 +41,8 @@ from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
-from trainkit.config import OutputConfig, RunConfig
-from trainkit.data import Shards, TrainData, read_run_shards
+from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
+from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
@@ -162,16 +162,18 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
-    shards = read_run_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
+    shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
     try:
-        check_robot_dims(shards.index, fam.robot_dims, model.cfg, cfg.data.shards, from_checkpoint=set(fixed))
-        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
+        for part, root in shard_parts(shards, cfg.data):
+            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_checkpoint=set(fixed))
+        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with (one folder)
             if not cfg.model.init_from:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
             shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
             say(f"normalisation statistics from {source}")
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
-            check_dataset_stats(shards.index, cfg.data.norm, cfg.data.shards)
+            for part, root in shard_parts(shards, cfg.data):
+                check_dataset_stats(part.index, cfg.data.norm, root)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
         check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
@@ -186,8 +188,22 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
 
 
-def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device: torch.device, out: Path,
-          accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
+def open_shards(dcfg: DataConfig, max_slots: int) -> Shards | MixtureShards:
+    """data.shards, or every source of data.sources (opened and checked as one folder is)."""
+    if dcfg.sources:
+        return read_mixture_shards(dcfg, loader_sources(dcfg), max_slots, fps=dcfg.fps)
+    return read_run_shards(dcfg, max_slots)
+
+
+def shard_parts(shards: Shards | MixtureShards, dcfg: DataConfig) -> list[tuple[Shards, str]]:
+    """(each opened folder, its data.shards / source root): what the launch checks run over."""
+    if isinstance(shards, MixtureShards):
+        return [(part, src.root) for part, src in zip(shards.parts, shards.sources)]
+    return [(shards, dcfg.shards)]
+
+
+def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | MixtureShards, device: torch.device,
+          out: Path, accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours
     (`fixed`: the model fields model.init_from's checkpoint fixed, said once its weights loaded)."""
     rank, world_size, _ = world()
@@ -212,15 +228,17 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init
-    split = holdout(cfg.data, shards.index)  # whole episodes out of the training stream (validation.py)
+    # whole episodes out of the training stream (validation.py; one folder only: data.val_* refuse a mixture)
+    split = holdout(cfg.data, shard_parts(shards, cfg.data)[0][0].index)
     data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=split.train)
     val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
                      image_dtype=compute_dtype(cfg.parallel)) if split.val else None
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    record = RunRecord(config=recorded_config(cfg.to_dict()), dataset=dataset_identity(shards.folder),
-                       global_batch=global_batch)
+    identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
+    record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
+                       dataset=identity[0] if not cfg.data.sources else {"sources": identity})
     start = 0
     if found is not None:
         for line in found.skip_lines("resuming from"):
@@ -269,7 +287,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                 loss, items = step_fn(batch.model)
                 loss_sum = loss_sum + loss / accum
                 if per_source is not None:
-                    per_source.add(items, batch.source)
+                    per_source.add(items, batch.sources)
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]

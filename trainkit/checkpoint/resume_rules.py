@@ -5,12 +5,13 @@ identity, its global batch). On resume the current run is compared with it, key 
 
 - Refused, in one line naming the key: another dataset, another model (`model.*`), seed
   (`train.seed`), global batch, image slots, normalisation or sample order (`data.slots`,
-  `data.norm`, `data.shuffle`, the validation holdout `data.val_*`). They decide what the restored weights, Adam moments and sampler
+  `data.norm`, `data.shuffle`, the validation holdout `data.val_*`, a mixture's `data.fps` and its
+  sources' weights, names, slots and prompts `data.sources[i].*`). They decide what the restored weights, Adam moments and sampler
   position mean; going on under others would be a different run started from a state not its own.
   The dataset is compared by identity, not path: the `sha256` entries of its `checksums.json`
   (index.json and frames.arrow, and through the index every shard's hash), so a moved or
   downloaded copy is the same dataset and a re-conversion of other data with the same frame count
-  is not.
+  is not; a mixture's identity is its sources', in order.
 - Applied from the resumed step on, and said in one line: the optimiser and its schedule
   (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`,
   `train.ema_decay` (an average the checkpoint lacks starts at the resumed weights).
@@ -18,7 +19,7 @@ identity, its global batch). On resume the current run is compared with it, key 
   moments and step count are restored, the hyperparameters always come from the config.
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
   loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
-  the path in `data.shards`), `train.micro_batch` and the world size (the global batch is what
+  the path in `data.shards` or `data.sources[i].shards`), `train.micro_batch` and the world size (the global batch is what
   counts; see checkpoint.py), `train.memory_cap_gib`.
 """
 from __future__ import annotations
@@ -31,8 +32,9 @@ from typing import Any
 from datakit.shards.index import CHECKSUMS_NAME
 from trainkit.errors import CheckpointError, DataError
 
-REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_")
+REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_", "data.fps", "data.sources")
 APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite", "train.ema_decay")
+FREE = ("].shards",)  # a mixture source's path (its identity is its checksums.json, as for data.shards)
 # the way out of every refused resume (output.resume=false would leave the old checkpoints beside
 # the new run's, for a later resume to pick up)
 START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"
@@ -51,10 +53,13 @@ def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` (RunConfig.to_dict()) as a checkpoint records it: data.shards resolved to an absolute
     path (a URL as it is), so a reader in another directory (`trainkit export`) finds the dataset's
     statistics. The path is free on resume, so a manifest with a relative one still resumes."""
-    shards = config["data"]["shards"]
-    if not shards or "://" in shards:
-        return config
-    return {**config, "data": {**config["data"], "shards": str(Path(shards).resolve())}}
+    data = config["data"]
+    sources = [{**s, "shards": _absolute(s["shards"])} for s in data.get("sources", [])]
+    return {**config, "data": {**data, "shards": _absolute(data["shards"]), "sources": sources}}
+
+
+def _absolute(shards: str) -> str:
+    return shards if not shards or "://" in shards else str(Path(shards).resolve())
 
 
 def dataset_identity(index_folder: Path) -> dict[str, Any]:
@@ -74,6 +79,9 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     for k, v in tree.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
+        elif k == "sources" and isinstance(v, list):  # data.sources[i].weight, ...: each key on its own
+            for i, source in enumerate(v):
+                out.update(_flat(source, f"{prefix}{k}[{i}]."))
         else:
             out[prefix + k] = v
     return out
@@ -83,7 +91,7 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
     """The applied changes ("optim.lr 0.003 -> 0.001", ...) of resuming checkpoint `where` with
     this run; CheckpointError, one line, for a refused one (the first found is named)."""
     if saved.dataset != now.dataset:
-        shards = now.config["data"]["shards"]
+        shards = now.config["data"]["shards"] or ", ".join(s["shards"] for s in now.config["data"]["sources"])
         raise CheckpointError(str(where), f"written for another dataset than data.shards {shards} "
                               f"(their checksums.json differ); resume with the checkpoint's dataset, or {START_OVER}")
     if saved.global_batch != now.global_batch:
@@ -92,7 +100,7 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
                               f"same train.global_batch (world size and micro_batch may change), or {START_OVER}")
     old, new = _flat(saved.config), _flat(now.config)
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-    refused = [k for k in changed if k.startswith(REFUSED)]
+    refused = [k for k in changed if k.startswith(REFUSED) and not k.endswith(FREE)]
     if refused:
         k = refused[0]
         more = f" (and {', '.join(refused[1:])})" if len(refused) > 1 else ""

@@ -28,7 +28,7 @@ short (`keep_rows_before`), then appends; a fresh run (k = 0) starts it empty.
   measured against, or null), peak_mem_gib (max allocated since start; null off CUDA, where the
   allocator keeps no count), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
   loss, image_slots; with a mixture (data.sources) `loss/<source name>`: the mean per-item loss of the
-  source's samples in the interval, over all ranks (source_loss.py).
+  source's samples in the interval, over all ranks, and `samples/<source name>`: their count (source_loss.py).
 - `"kind": "eval"`: step (the last trained), val_loss (trainkit/validation.py), val_loss_ema (with
   train.ema_decay), samples (over all ranks); its wall time is left out of the interval's step time.
 """
@@ -251,7 +251,7 @@ class Metrics:
                     f"{step_s * 1e3:.0f} ms/step | {summary['samples_per_s_gpu']:.1f} samples/s/GPU | "
                     f"MFU {format_mfu(summary['mfu'])} | mem {format_mem(summary['peak_mem_gib'])} | "
                     f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}"
-                    + "".join(f" | {k} {v:.4f}" for k, v in (per_source or {}).items()))
+                    + "".join(f" | {k} {v:.4f}" for k, v in (per_source or {}).items() if k.startswith("loss/")))
             (self._bar.write if self._bar is not None else print)(line)
         self._t0 = time.perf_counter()
         self._gathers0 = self.counter.count if self.counter else 0
