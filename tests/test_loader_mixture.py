@@ -13,24 +13,7 @@ from damage import rehash
 from datakit.loader import LoaderConfig, MixtureSource, ShardLoader
 from datakit.loader.mixture import SourceOrders, schedule
 from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME
-from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-
-B_CAMS = ("cam.front", "cam.hand")
-
-
-@pytest.fixture(scope="session")
-def shards_b(tmp_path_factory):
-    """A second, smaller dataset: other camera names, 4 state and 3 action channels, one task."""
-    from datakit.convert import convert
-    from datakit.convert.config import ConvertConfig
-    from datakit.synth import make_lerobot_dataset
-
-    root = tmp_path_factory.mktemp("mix_b")
-    src = make_lerobot_dataset(root / "src", episode_lengths=(12, 9), height=32, width=64, cameras=B_CAMS,
-                               blank_cameras=(), state_dim=4, action_dim=3, tasks=("stack the blocks",), seed=1)
-    convert(src, root / "out", ConvertConfig(workers=1, progress=False, layout="rgb"))
-    return root / "out"
-
+from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures
 
 def sources(a, b, **b_kw):
     return [MixtureSource(root=str(a), weight=0.7, name="a"),
