@@ -13,24 +13,7 @@ from damage import rehash
 from datakit.loader import LoaderConfig, MixtureSource, ShardLoader
 from datakit.loader.mixture import SourceOrders, schedule
 from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME
-from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-
-B_CAMS = ("cam.front", "cam.hand")
-
-
-@pytest.fixture(scope="session")
-def shards_b(tmp_path_factory):
-    """A second, smaller dataset: other camera names, 4 state and 3 action channels, one task."""
-    from datakit.convert import convert
-    from datakit.convert.config import ConvertConfig
-    from datakit.synth import make_lerobot_dataset
-
-    root = tmp_path_factory.mktemp("mix_b")
-    src = make_lerobot_dataset(root / "src", episode_lengths=(12, 9), height=32, width=64, cameras=B_CAMS,
-                               blank_cameras=(), state_dim=4, action_dim=3, tasks=("stack the blocks",), seed=1)
-    convert(src, root / "out", ConvertConfig(workers=1, progress=False, layout="rgb"))
-    return root / "out"
-
+from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures
 
 def sources(a, b, **b_kw):
     return [MixtureSource(root=str(a), weight=0.7, name="a"),
@@ -150,3 +133,27 @@ def test_mixture_refuses_other_fps_unless_set_and_reads_at_the_set_rate(shards_r
     loader.close()
     with pytest.raises(ValueError, match=r"share the name\(s\) \['out'\]"):  # two folders named out/
         ShardLoader({str(shards_rgb): 1.0, str(shards_b): 1.0}, LoaderConfig(**cfg))
+
+
+def test_plan_of_a_mixture_weights_its_sources(shards_rgb, shards_b, capsys):  # noqa: F811
+    import argparse
+
+    from datakit.commands.plan.command import add_parser, run
+    from datakit.commands.plan.model import plan_throughput
+    from datakit.shards.index import load_frames, load_index
+
+    cfg = LoaderConfig(batch_size=4, action_horizon=3)
+    alone = [plan_throughput(load_index(f), load_frames(f), cfg, samples_per_s=100.0, ranks=2) for f in (shards_rgb, shards_b)]
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    args = parser.parse_args([str(shards_rgb), str(shards_b), "--weights", "3,1", "--samples-per-s", "100", "--ranks",
+                              "2", "--batch-size", "4", "--action-horizon", "3", "--json"])
+    assert run(args) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert [s["weight"] for s in plan["sources"]] == [0.75, 0.25]
+    assert plan["sources"][1]["plan"]["samples_per_s"] == 25.0
+    want = 0.75 * alone[0].bytes_per_sample + 0.25 * alone[1].bytes_per_sample
+    assert plan["bytes_per_sample"] == pytest.approx(want)
+    assert plan["read_bytes_per_s_per_node"] == pytest.approx(100.0 * want)
+    assert plan["working_set_bytes_per_node"] == sum(p.working_set_bytes_per_node for p in alone)
+    with pytest.raises(ValueError, match="--weights gives 1 weights for 2 folders"):
+        run(parser.parse_args([str(shards_rgb), str(shards_b), "--weights", "1", "--samples-per-s", "1"]))
