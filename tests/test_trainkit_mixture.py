@@ -11,8 +11,7 @@ import math
 
 import pytest
 
-from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
-from test_loader_mixture import shards_b  # noqa: F401 - session fixture (other cameras, 4 state / 3 action)
+from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures (b: other cameras, 4 state / 3 action)
 from trainkit_harness import tiny_config
 
 STEPS = 12
