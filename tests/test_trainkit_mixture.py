@@ -8,6 +8,7 @@ their sample counts are the step's mean loss, pi05's samples being of one size),
 """
 import json
 import math
+import re
 
 import pytest
 
@@ -66,3 +67,35 @@ def test_the_summary_table_shows_the_loss_per_source(mixture_run, capsys):
     _, _, out = mixture_run
     table = format_summary(json.loads((out / "summary.json").read_text()))
     assert [line.split()[0] for line in table.splitlines() if line.startswith("  ") and "->" in line] == ["sim", "out"]
+
+
+def test_inspect_plans_the_mixtures_storage_per_source(shards_rgb, shards_b, capsys):  # noqa: F811
+    """The mixture's figures follow from its sources' by the rules stated (plan/mixture.py): bytes
+    per sample share-weighted, working sets added; each source's own bytes are `datakit plan`'s of it alone."""
+    from datakit.cli import main as datakit_main
+    from trainkit.cli import main
+
+    sources = (f'data.sources=[{{shards = "{shards_rgb}", weight = 3, name = "a"}}, '
+               f'{{shards = "{shards_b}", weight = 1, name = "b"}}]')
+    sets = [a for o in (sources, "output.dir=/tmp/unused") for a in ("--set", o)]
+    assert main(["inspect", "pi05_tiny", *sets, "--samples-per-s", "100", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["loader"]["mixture"]
+    a, b = m["sources"]
+    assert (a["weight"], b["weight"]) == (0.75, 0.25) and a["bytes_per_sample"] != b["bytes_per_sample"]
+    assert m["bytes_per_sample"] == pytest.approx(0.75 * a["bytes_per_sample"] + 0.25 * b["bytes_per_sample"])
+    assert m["working_set_bytes_per_node"] == a["working_set_bytes_per_node"] + b["working_set_bytes_per_node"]
+    assert m["measure"] is None  # the sources map different cameras: no one `datakit plan --measure` line
+    # each source alone through `datakit plan` with the run's loader config (b: its own cameras as slots)
+    toml = shards_b.parent / "loader.toml"
+    assert main(["inspect", "pi05_tiny", *sets, "--loader-toml", str(toml)]) == 0
+    capsys.readouterr()
+    text = toml.read_text()
+    for src, folder, cams in ((a, shards_rgb, None), (b, shards_b, '["cam.front", "cam.hand"]')):
+        if cams:
+            text = re.sub(r"(?m)^slots = .*$", f"slots = {cams}", text)
+        toml.write_text(text)
+        assert datakit_main(["plan", str(folder), "--loader-config", str(toml), "--samples-per-s", "1", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["plan"]["bytes_per_sample"] == src["bytes_per_sample"]
+    assert main(["inspect", "pi05_tiny", *sets, "--samples-per-s", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "mixture: " in text and "source b (25.0%)" in text and "ceiling" in text
