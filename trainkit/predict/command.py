@@ -57,6 +57,9 @@ def predict(args: PredictArgs) -> tuple[dict[str, Any], list[Path]]:
     src = open_source(args.source, weights=args.weights, config=args.config, overrides=args.overrides)
     if src.fam.sampler is None:
         raise LaunchError(f"family {src.fam.name!r} has no action sampler (Family.sampler)")
+    if src.cfg.data.sources:  # which source's slots, prompt and statistics: not decided yet
+        raise LaunchError(f"{args.source}: trained on a mixture (data.sources); `trainkit predict` takes a run "
+                          "of one shard folder for now")
     dcfg = dataclasses.replace(src.cfg.data, shards=str(args.shards), num_workers=0)
     shards = read_run_shards(dcfg, src.fam.max_slots(src.model.cfg))
     try:
