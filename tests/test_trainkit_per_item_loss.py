@@ -45,3 +45,18 @@ def test_per_item_losses_are_each_samples_own_loss_and_leave_the_loss_unchanged(
     assert len(set(items.tolist())) == 3  # three different samples, three different losses
     if name != "gr00t":  # equal-sized samples: the batch loss is their mean (GR00T's is over the whole mask)
         torch.testing.assert_close(items.mean(), loss, rtol=1e-5, atol=0)
+
+
+def test_pi05_real_action_channels_of_a_mixture_are_each_items_own():
+    """loss_over = "real" with a mixture's action mask: each item averages over its own robot's channels
+    (a 7-channel robot's item alone is LeRobot's reduction over [..., :7]); the batch loss over all real ones."""
+    torch.manual_seed(0)
+    model = build_model("pi05", "tiny", {"loss_over": "real"})
+    batch = pi05_batch(model.cfg, b=2, text_valid=30)
+    dims = (7, 4)
+    mask = torch.arange(model.cfg.action_dim)[None] < torch.tensor(dims)[:, None]
+    with torch.no_grad():
+        loss, items = model(dataclasses.replace(batch, action_mask=mask), per_item=True)
+        alone = [model(dataclasses.replace(_sample(batch, i), action_dims=d)) for i, d in enumerate(dims)]
+    torch.testing.assert_close(items, torch.stack(alone), rtol=1e-5, atol=0)
+    torch.testing.assert_close(loss, (items * torch.tensor(dims)).sum() / sum(dims), rtol=1e-5, atol=0)

@@ -76,6 +76,8 @@ class Pi05Batches:
         actions = b["action"]
         if actions.shape[-1] < c.action_dim:  # datasets have fewer action dims: zero-padded to 32
             actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
+        # a mixture: each item's own robot's channels (the loader's mask), padded as the actions are
+        mask = F.pad(b["action_mask"], (0, c.action_dim - b["action_mask"].shape[-1])) if "action_mask" in b else None
         return Pi05Batch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
                          token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"],
-                         action_dims=b["action"].shape[-1])
+                         action_dims=b["action"].shape[-1], action_mask=mask)
