@@ -42,6 +42,9 @@ def test_schedule_shares_and_windows_of_four_global_batches():
     epochs = small[: small.size // 37 * 37].reshape(-1, 37)
     assert all(sorted(e) == list(range(37)) for e in epochs) and not np.array_equal(epochs[0], epochs[1])
     assert np.unique(large).size == large.size
+    batched = [orders.schedule(np.arange(p, p + 8)) for p in range(0, 4096, 8)]  # the loader's chunked path
+    assert np.array_equal(np.concatenate([s for s, _ in batched]), schedule(w, block, 5, np.arange(4096))[0])
+    assert np.array_equal(np.concatenate([k for _, k in batched]), schedule(w, block, 5, np.arange(4096))[1])
 
 
 def take(loader, steps):

@@ -37,7 +37,7 @@ def mix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def hash_keys(seed: int, epoch: int, salt: int, ids: np.ndarray) -> np.ndarray:
+def _keys(seed: int, epoch: int, salt: int, ids: np.ndarray) -> np.ndarray:
     base = mix64(np.array([seed & (2**64 - 1)], np.uint64)) ^ mix64(np.array([(epoch << 8) | salt], np.uint64))
     return mix64(ids.astype(np.uint64) ^ base)
 
@@ -63,13 +63,13 @@ def epoch_order(n: int, *, seed: int, epoch: int, mode: str, blocks: np.ndarray 
     ids = np.arange(n, dtype=np.int64)
     if mode == "sequential":
         return ids
-    inner = hash_keys(seed, epoch, 1, ids)
+    inner = _keys(seed, epoch, 1, ids)
     if mode == "random":
         return np.argsort(inner, kind="stable")
     if mode == "shard_block":
         if blocks is None:
             raise ValueError("shard_block order needs the block of each anchor")
-        outer = hash_keys(seed, epoch, 2, blocks)
+        outer = _keys(seed, epoch, 2, blocks)
         return np.lexsort((inner, outer))
     raise ValueError(f"unknown shuffle mode {mode!r}")
 
