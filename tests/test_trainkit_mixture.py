@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures (b: other cameras, 4 state / 3 action)
+# session fixtures; shards_b: other cameras, 4 state / 3 action channels
+from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401
 from trainkit_harness import tiny_config
 
 STEPS = 12
@@ -99,3 +100,28 @@ def test_inspect_plans_the_mixtures_storage_per_source(shards_rgb, shards_b, cap
     assert main(["inspect", "pi05_tiny", *sets, "--samples-per-s", "100"]) == 0
     text = capsys.readouterr().out
     assert "mixture: " in text and "source b (25.0%)" in text and "ceiling" in text
+
+
+def test_a_resume_refuses_changed_weights_and_takes_a_moved_source(tmp_path):
+    """resume_rules: a mixture's weights, slots, prompt and fps decide its samples; a source's path does not."""
+    from trainkit.checkpoint.resume_rules import RunRecord, recorded_config, resume_changes
+    from trainkit.config import load_config
+    from trainkit.errors import CheckpointError
+
+    def record(*sets):
+        cfg = load_config("pi05_tiny", ['data.sources=[{shards = "a/", weight = 0.7}, {shards = "b/", weight = 0.3}]',
+                                        "output.dir=/o", *sets])
+        return RunRecord(config=recorded_config(cfg.to_dict()), dataset={"sources": [{"x": 1}, {"x": 2}]},
+                         global_batch=4)
+
+    saved = record()
+    assert resume_changes(tmp_path, saved, 1, record(), 1) == []
+    moved = record('data.sources=[{shards = "c/a/", weight = 0.7, name = "a"}, {shards = "b/", weight = 0.3}]')
+    assert resume_changes(tmp_path, saved, 1, moved, 1) == []
+    for change, key in (('data.sources=[{shards = "a/", weight = 0.5}, {shards = "b/", weight = 0.5}]',
+                         "data.sources[0].weight"),
+                        ('data.sources=[{shards = "a/", weight = 0.7, prompt = "go"}, {shards = "b/", weight = 0.3}]',
+                         "data.sources[0].prompt"),
+                        ("data.fps=5", "data.fps")):
+        with pytest.raises(CheckpointError, match=rf"written with {re.escape(key)}="):
+            resume_changes(tmp_path, saved, 1, record(change), 1)

@@ -6,12 +6,12 @@ identity, its global batch). On resume the current run is compared with it, key 
 - Refused, in one line naming the key: another dataset, another model (`model.*`), seed
   (`train.seed`), global batch, image slots, normalisation or sample order (`data.slots`,
   `data.norm`, `data.shuffle`, the validation holdout `data.val_*`, a mixture's `data.fps` and its
-  sources' weights, names, slots and prompts `data.sources[i].*`). They decide what the restored weights, Adam moments and sampler
-  position mean; going on under others would be a different run started from a state not its own.
-  The dataset is compared by identity, not path: the `sha256` entries of its `checksums.json`
-  (index.json and frames.arrow, and through the index every shard's hash), so a moved or
-  downloaded copy is the same dataset and a re-conversion of other data with the same frame count
-  is not; a mixture's identity is its sources', in order.
+  sources' weights, slots and prompts `data.sources[i].*`). They decide what the restored
+  weights, Adam moments and sampler position mean; going on under others would be a different run
+  started from a state not its own. The dataset is compared by identity, not path: the `sha256`
+  entries of its `checksums.json` (index.json and frames.arrow, and through the index every shard's
+  hash), so a moved or downloaded copy is the same dataset and a re-conversion of other data with
+  the same frame count is not; a mixture's identity is its sources', in order.
 - Applied from the resumed step on, and said in one line: the optimiser and its schedule
   (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`,
   `train.ema_decay` (an average the checkpoint lacks starts at the resumed weights).
@@ -19,8 +19,8 @@ identity, its global batch). On resume the current run is compared with it, key 
   moments and step count are restored, the hyperparameters always come from the config.
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
   loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
-  the path in `data.shards` or `data.sources[i].shards`), `train.micro_batch` and the world size (the global batch is what
-  counts; see checkpoint.py), `train.memory_cap_gib`.
+  the path in `data.shards` or `data.sources[i].shards`, a source's `name`), `train.micro_batch` and the world size
+  (the global batch is what counts; see checkpoint.py), `train.memory_cap_gib`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from trainkit.errors import CheckpointError, DataError
 
 REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_", "data.fps", "data.sources")
 APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite", "train.ema_decay")
-FREE = ("].shards",)  # a mixture source's path (its identity is its checksums.json, as for data.shards)
+# a mixture source's path (its identity is its checksums.json, as for data.shards) and name (its metrics')
+FREE = ("].shards", "].name")
 # the way out of every refused resume (output.resume=false would leave the old checkpoints beside
 # the new run's, for a later resume to pick up)
 START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"

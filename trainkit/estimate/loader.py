@@ -158,8 +158,8 @@ def format_mixture(m: dict[str, Any]) -> list[str]:
         return [f"mixture: no storage plan: {m['error']}"]
     at = f" at {m['samples_per_s']:g} samples/s" if m["samples_per_s"] else " per sample/s (--samples-per-s N)"
     lines = [f"mixture: {_mib(m['bytes_per_sample'])} per sample (share-weighted, images "
-             f"{_mib(m['image_bytes_per_sample'])}), cache working set per node {_mib(m['working_set_bytes_per_node'])} "
-             f"(every source's own epoch at once), reads {_mib(m['read_bytes_per_s_per_node'])}/s per node{at}"]
+             f"{_mib(m['image_bytes_per_sample'])}), cache working set per node "
+             f"{_mib(m['working_set_bytes_per_node'])} (every source's own epoch at once), reads {_mib(m['read_bytes_per_s_per_node'])}/s per node{at}"]
     for s in m["sources"]:
         every = f", one pass every {s['epoch_seconds']:.1f} s" if s["epoch_seconds"] else ""
         lines.append(f"  source {s['name']} ({s['weight']:.1%}): {s['samples']} samples, {_mib(s['bytes_per_sample'])} "
