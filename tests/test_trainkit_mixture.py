@@ -17,6 +17,9 @@ from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401
 from trainkit_harness import tiny_config
 
 STEPS = 12
+# interval figures that are wall-clock measurements, not functions of the samples
+TIMING = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "model_flops_per_s_gpu", "data_wait_s",
+          "data_wait_frac")
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +29,33 @@ def mixture_run(shards_rgb, shards_b, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("mixture") / "run"
     sources = (f'[{{shards = "{shards_rgb}", weight = 0.7, name = "sim"}}, '
                f'{{shards = "{shards_b}", weight = 0.3, slots = ["cam.hand", "", "cam.front"]}}]')
-    cfg = tiny_config(shards_rgb, out, f"data.sources={sources}", f"train.steps={STEPS}", "output.log_every=1",
-                      "parallel.fsdp=none", "parallel.ac_stride={}", "optim.schedule=constant")
-    result = run(cfg)
+    sets = (f"data.sources={sources}", "output.log_every=1", "parallel.fsdp=none", "parallel.ac_stride={}",
+            "optim.schedule=constant")
+    result = run(tiny_config(shards_rgb, out, *sets, f"train.steps={STEPS}"))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return result, rows, out
+    resumed = out.with_name("resumed")  # stopped at half-way with a checkpoint, then resumed to the end
+    run(tiny_config(shards_rgb, resumed, *sets, f"train.steps={STEPS // 2}"))
+    second = run(tiny_config(shards_rgb, resumed, *sets, f"train.steps={STEPS}"))
+    return result, rows, out, second
 
 
 def test_a_mixture_trains_with_falling_loss(mixture_run):
-    result, _, _ = mixture_run
+    result, *_ = mixture_run
     losses = [result.losses[s] for s in range(STEPS)]
     assert all(math.isfinite(x) for x in losses)
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4, losses
 
 
+def test_a_resumed_mixture_run_gives_the_unbroken_runs_losses_per_source(mixture_run):
+    unbroken, _, _, second = mixture_run
+    assert second.start_step == STEPS // 2
+    assert second.losses == {s: unbroken.losses[s] for s in range(STEPS // 2, STEPS)}
+    assert second.history == [{**h, **{k: second.history[i][k] for k in TIMING}} for i, h in
+                              enumerate(unbroken.history[STEPS // 2:])]
+
+
 def test_each_log_step_holds_the_loss_of_each_source(mixture_run):
-    result, rows, _ = mixture_run
+    result, rows, *_ = mixture_run
     steps = {r["step"]: r for r in rows if r["kind"] == "step"}
     intervals = [r for r in rows if r["kind"] == "interval"]
     assert [r["step"] for r in intervals] == list(range(STEPS))
@@ -65,7 +79,7 @@ def test_each_log_step_holds_the_loss_of_each_source(mixture_run):
 def test_the_summary_table_shows_the_loss_per_source(mixture_run, capsys):
     from trainkit.observe.summary import format_summary
 
-    _, _, out = mixture_run
+    _, _, out, _ = mixture_run
     table = format_summary(json.loads((out / "summary.json").read_text()))
     assert [line.split()[0] for line in table.splitlines() if line.startswith("  ") and "->" in line] == ["sim", "out"]
 
