@@ -12,8 +12,9 @@ The model is built on the meta device, parallelized (parallel/__init__.py says i
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
-schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
-weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
+schedule, and hands each step to `Metrics`; a mixture of datasets (`data.sources`) opens and checks
+every source as one folder, and logs each source's loss at log steps (observe/source_loss.py). A
+fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.
