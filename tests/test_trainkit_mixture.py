@@ -9,6 +9,7 @@ their sample counts are the step's mean loss, pi05's samples being of one size),
 import json
 import math
 import re
+import shutil
 
 import pytest
 
@@ -139,3 +140,27 @@ def test_a_resume_refuses_changed_weights_and_takes_a_moved_source(tmp_path):
                         ("data.fps=5", "data.fps")):
         with pytest.raises(CheckpointError, match=rf"written with {re.escape(key)}="):
             resume_changes(tmp_path, saved, 1, record(change), 1)
+
+
+def test_predict_on_each_source_of_a_mixture_run_with_its_own_slots(mixture_run, shards_rgb, shards_b, tmp_path,  # noqa: F811
+                                                                    capsys):
+    """Each source's dataset predicts with the source's own slots (shards_b's cameras are not the run's
+    data.slots) and statistics; a dataset that is none of the sources is refused in one line."""
+    from trainkit.cli import main
+
+    _, _, out, _ = mixture_run
+    for name, folder in (("sim", shards_rgb), ("out", shards_b)):
+        assert main(["predict", str(out), "--shards", str(folder), "--out", str(tmp_path / name), "--device", "cpu",
+                     "--episodes", "0", "--steps", "2"]) == 0, capsys.readouterr().err
+        body = json.loads((tmp_path / name / "predict.json").read_text())
+        assert body["stats_from"] == f"{folder} (the run's dataset)" and body["trained_on"] == [0]
+    other = tmp_path / "other"
+    shutil.copytree(shards_b, other)
+    sums = json.loads((other / "checksums.json").read_text())
+    key = next(iter(sums["sha256"]))
+    sums["sha256"][key] = "0" * 64  # another dataset, by its identity
+    (other / "checksums.json").write_text(json.dumps(sums))
+    capsys.readouterr()
+    assert main(["predict", str(out), "--shards", str(other), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainkit: {other}: none of the datasets of the run's mixture") and err.count("\n") == 1
