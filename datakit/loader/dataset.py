@@ -38,7 +38,7 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
-from datakit.loader.reads import ReadPlan, read_frames
+from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
 from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
@@ -181,24 +181,25 @@ class ShardDataset(torch.utils.data.Dataset):
         b = rows.size
         flat, images, cells = batch_images(b, self.num_frames, [self.slot_shapes[s] for s in keep.tolist()],
                                            self.stacked, alloc)
-        image_is_pad, ok = self.read_frames_into(rows, keep, cells, memoryview(flat.numpy()), np.arange(b))
+        image_is_pad, plan, frame_bytes = self.frame_plan(rows, keep, cells, memoryview(flat.numpy()), np.arange(b))
+        ok = self.read_planned(self.files, plan, frame_bytes, b)
         batch = {
             **images,
             "image_mask": torch.from_numpy(real[:, keep]),
             "image_is_pad": torch.from_numpy(image_is_pad),
             "slot_index": torch.from_numpy(keep.astype(np.int64)),
-            **self.numeric(rows),
+            **{k: torch.from_numpy(v) for k, v in self.numeric(rows).items()},
         }
         return drop_failed(batch, ok)
 
-    def read_frames_into(self, rows: np.ndarray, slots: np.ndarray, cells: list[tuple[np.ndarray, int]],
-                         view: memoryview, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Read the frames of anchor `rows` (n,) for this folder's slots `slots` (K,) into `cells`: per kept
-        slot j, (its (B, T, frame bytes) numpy view of the batch buffer, its first byte in `view`); item i
-        fills batch row `owner[i]` (a mixture's batch interleaves its sources' items). A slot entry -1 or
-        a slot without a camera is zeros. Returns image_is_pad (n, K, T) and ok (n,): False for an item
-        whose shard failed (`on_error="skip"`; "raise" raises)."""
-        cfg, n, t = self.cfg, rows.size, self.num_frames
+    def frame_plan(self, rows: np.ndarray, slots: np.ndarray, cells: list[tuple[np.ndarray, int]],
+                   view: memoryview, owner: np.ndarray) -> tuple[np.ndarray, ReadPlan, np.ndarray]:
+        """The reads of anchor `rows`' (n,) frames for this folder's slots `slots` (K,) into `cells`: per
+        kept slot j, (its (B, T, frame bytes) numpy view of the batch buffer, its first byte in `view`);
+        item i fills batch row `owner[i]` (a mixture's batch interleaves its sources' items), the plan's
+        owners are those batch rows. A slot entry -1, a slot without a camera or a missing frame is zeros
+        now. Returns image_is_pad (n, K, T), the plan and each read's frame bytes."""
+        n, t = rows.size, self.num_frames
         ep = self.ep_of_row[rows]
         start, length = self.episodes.row_start[ep], self.episodes.length[ep]
         image_is_pad = np.zeros((n, slots.size, t), bool)
@@ -220,42 +221,39 @@ class ShardDataset(torch.utils.data.Dataset):
             bi, ti = np.nonzero(~missing)
             shards.append(self.shard[r[bi, ti]])
             offs.append(off[bi, ti])
-            owners.append(bi)
-            if not self.stacked:
-                sizes.append(np.full(bi.size, fb, np.int64))
+            owners.append(owner[bi])
+            sizes.append(np.full(bi.size, fb, np.int64))
             at = first + owner[bi] * cells_j.strides[0] + ti * cells_j.strides[1]
             dests += [view[a : a + fb] for a in at.tolist()]
-        plan = ReadPlan(
-            shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
-            offset=np.concatenate(offs) if offs else np.zeros(0, np.int64),
-            dest=dests,
-            owner=np.concatenate(owners) if owners else np.zeros(0, np.int64),
-        )
-        frame_bytes = np.concatenate(sizes) if sizes else self.slot_bytes[0]  # per frame: cameras' own sizes
-        failed = read_frames(self.files, plan, frame_bytes, cfg.coalesce_gap)
-        ok = np.ones(n, bool)
+        empty = np.zeros(0, np.int64)
+        plan = ReadPlan(shard=np.concatenate(shards) if shards else empty,
+                        offset=np.concatenate(offs) if offs else empty, dest=dests,
+                        owner=np.concatenate(owners) if owners else empty)
+        return image_is_pad, plan, np.concatenate(sizes) if sizes else empty
+
+    def read_planned(self, files: ShardFiles, plan: ReadPlan, frame_bytes: np.ndarray, b: int) -> np.ndarray:
+        """Run `plan` (`reads.read_frames`); (b,) ok: False for a batch row whose shard failed
+        (`on_error="skip"`; "raise" raises). `files`: what maps the plan's shard numbers to files."""
+        # one frame size: the scalar lets read_frames skip a gather
+        sizes = int(frame_bytes[0]) if frame_bytes.size and (frame_bytes == frame_bytes[0]).all() else frame_bytes
+        failed = read_frames(files, plan, sizes, self.cfg.coalesce_gap)
+        ok = np.ones(b, bool)
         if failed:
-            if cfg.on_error == "raise":
+            if self.cfg.on_error == "raise":
                 raise next(iter(failed.values()))
             ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
             self.num_skipped += int((~ok).sum())
-        return image_is_pad, ok
+        return ok
 
-    def numeric(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
+    def numeric(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The batch's table columns for anchor `rows`: state and action windows with their pad masks, and
         the row's own episode, frame, task, timestamp."""
         ep = self.ep_of_row[rows]
         start, length = self.episodes.row_start[ep], self.episodes.length[ep]
         rs, pad_s = window_rows(rows, self.state_offsets, start, length)
         ra, pad_a = window_rows(rows, self.action_offsets, start, length)
-        return {
-            "state": torch.from_numpy(self.state[rs]),
-            "state_is_pad": torch.from_numpy(pad_s),
-            "action": torch.from_numpy(self.action[ra]),
-            "action_is_pad": torch.from_numpy(pad_a),
-            "row": torch.from_numpy(rows),
-            **{k_: torch.from_numpy(np.ascontiguousarray(v[rows])) for k_, v in self.meta.items()},
-        }
+        return {"state": self.state[rs], "state_is_pad": pad_s, "action": self.action[ra], "action_is_pad": pad_a,
+                "row": rows, **{k_: np.ascontiguousarray(v[rows]) for k_, v in self.meta.items()}}
 
 
 def batch_images(b: int, t: int, shapes: list[tuple[int, ...]], stacked: bool,

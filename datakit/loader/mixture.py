@@ -156,10 +156,16 @@ class SourceOrders:
     def __call__(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         source, k = self.schedule(np.asarray(positions, np.int64))
         local = np.empty_like(k)
-        for s in np.unique(source).tolist():
+        for s, n in enumerate(self.sizes):
             at = np.flatnonzero(source == s)
-            epoch, j = np.divmod(k[at], self.sizes[s])
-            for e in np.unique(epoch).tolist():
+            if not at.size:
+                continue
+            epoch, j = np.divmod(k[at], n)
+            first, last = int(epoch.min()), int(epoch.max())
+            if first == last:  # the usual batch: one epoch of the source
+                local[at] = self.order(s, first)[j]
+                continue
+            for e in range(first, last + 1):
                 local[at[epoch == e]] = self.order(s, e)[j[epoch == e]]
         return source, local
 

@@ -21,8 +21,11 @@ the frame shape of each slot's cameras, and fps unless `LoaderConfig.fps` sets t
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +34,7 @@ import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, batch_images, drop_failed
+from datakit.loader.reads import ReadPlan
 from datakit.loader.mixture import MixtureSource, SourceOrders, normalised_weights
 from datakit.loader.sampler import block_ids
 from datakit.loader.slots import kept_slots
@@ -103,6 +107,7 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.stacked = len(set(self.slot_shapes)) == 1
         self.slot_bytes = tuple(int(np.prod(s)) for s in self.slot_shapes)
         self.num_frames = self.parts[0].num_frames
+        self.files = SourceFiles(self.parts)
         self.state_dim = max(p.state.shape[-1] for p in self.parts)
         self.action_dim = max(p.action.shape[-1] for p in self.parts)
         self.tasks: list[str] = []
@@ -126,10 +131,6 @@ class MixtureDataset(torch.utils.data.Dataset):
     def indexes(self) -> tuple[ShardIndex, ...]:
         return tuple(p.index for p in self.parts)
 
-    @property
-    def num_skipped(self) -> int:
-        return sum(p.num_skipped for p in self.parts)
-
     def __len__(self) -> int:
         return self.epoch_len
 
@@ -152,49 +153,85 @@ class MixtureDataset(torch.utils.data.Dataset):
 
     def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """The batch of global `positions` (see the module docstring for its keys)."""
+        """The batch of global `positions` (see the module docstring for its keys): every source's frames
+        planned into the one buffer, then read in one `read_frames` (its shards numbered `SourceFiles`'s
+        way), so a mixed batch costs the reads of one folder's."""
         source, local = self.orders(np.asarray(positions, np.int64))
         b, t = source.size, self.num_frames
+        groups = [(s, idx) for s in range(len(self.parts)) if (idx := np.flatnonzero(source == s)).size]
         rows = np.empty(b, np.int64)
         real = np.zeros((b, self.num_slots), bool)
-        groups = []
-        for s in np.unique(source).tolist():
-            idx = np.flatnonzero(source == s)
+        for s, idx in groups:
             p = self.parts[s]
             rows[idx] = p.anchors[local[idx]]
             real[idx, : len(p.slots.cameras)] = p.slots.real[p.ep_of_row[rows[idx]]]
-            groups.append((s, idx))
         keep = kept_slots(real, self.cfg.prune_slots if prune is None else prune)
         flat, images, cells = batch_images(b, t, [self.slot_shapes[j] for j in keep.tolist()], self.stacked, alloc)
         view = memoryview(flat.numpy())
         image_is_pad = np.zeros((b, keep.size, t), bool)
-        ok = np.ones(b, bool)
-        numeric: dict[str, np.ndarray] = {}
+        plans, sizes, numeric = [], [], []
         for s, idx in groups:
             p = self.parts[s]
-            image_is_pad[idx], ok[idx] = p.read_frames_into(rows[idx], self.slot_of[s][keep], cells, view, idx)
-            for key, v in p.numeric(rows[idx]).items():
-                v = v.numpy()
-                if key in ("state", "action"):
-                    width = self.state_dim if key == "state" else self.action_dim
-                    if key not in numeric:
-                        numeric[key] = np.zeros((b, *v.shape[1:-1], width), np.float32)
-                        numeric[f"{key}_mask"] = np.zeros((b, width), bool)
-                    numeric[key][idx, ..., : v.shape[-1]] = v
-                    numeric[f"{key}_mask"][idx, : v.shape[-1]] = True
-                    continue
-                if key == "task_index":
-                    v = np.full_like(v, self.task_base[s]) if self.sources[s].prompt is not None \
-                        else v + self.task_base[s]
-                if key not in numeric:
-                    numeric[key] = np.zeros((b, *v.shape[1:]), v.dtype)
-                numeric[key][idx] = v
+            image_is_pad[idx], plan, frame_bytes = p.frame_plan(rows[idx], self.slot_of[s][keep], cells, view, idx)
+            plans.append(dataclasses.replace(plan, shard=plan.shard + self.files.base[s]))
+            sizes.append(frame_bytes)
+            numeric.append(p.numeric(rows[idx]))
+        plan = ReadPlan(shard=np.concatenate([q.shard for q in plans]), offset=np.concatenate([q.offset for q in plans]),
+                        dest=[d for q in plans for d in q.dest], owner=np.concatenate([q.owner for q in plans]))
+        ok = self.parts[0].read_planned(self.files, plan, np.concatenate(sizes), b)
         batch = {
             **images,
             "image_mask": torch.from_numpy(real[:, keep]),
             "image_is_pad": torch.from_numpy(image_is_pad),
             "slot_index": torch.from_numpy(keep.astype(np.int64)),
-            **{k: torch.from_numpy(v) for k, v in numeric.items()},
+            **self._numeric(groups, numeric, b),
             "source": torch.from_numpy(source),
         }
         return drop_failed(batch, ok)
+
+    def _numeric(self, groups: list[tuple[int, np.ndarray]], parts: list[dict[str, np.ndarray]],
+                 b: int) -> dict[str, torch.Tensor]:
+        """The sources' table columns in batch order: state/action zero-padded to the widest source with
+        their channel masks, task_index into `tasks`."""
+        order = np.concatenate([idx for _, idx in groups])
+        back = np.empty(b, np.int64)
+        back[order] = np.arange(b)  # batch row -> its place in the sources' concatenation
+        for (s, _), cols in zip(groups, parts):
+            cols["task_index"] = (np.full_like(cols["task_index"], self.task_base[s])
+                                  if self.sources[s].prompt is not None else cols["task_index"] + self.task_base[s])
+        out = {}
+        for key in parts[0]:
+            if key in ("state", "action"):
+                width = self.state_dim if key == "state" else self.action_dim
+                padded = [c[key] if c[key].shape[-1] == width else
+                          np.pad(c[key], ((0, 0),) * (c[key].ndim - 1) + ((0, width - c[key].shape[-1]),))
+                          for c in parts]
+                mask = np.zeros((b, width), bool)
+                for (_, idx), c in zip(groups, parts):
+                    mask[idx, : c[key].shape[-1]] = True
+                out[f"{key}_mask"] = torch.from_numpy(mask)
+                out[key] = torch.from_numpy(np.concatenate(padded)[back])
+            else:
+                out[key] = torch.from_numpy(np.concatenate([c[key] for c in parts])[back])
+        return out
+
+
+class SourceFiles:
+    """The sources' open shards under one numbering, source s's shard i as `base[s] + i`, so one
+    `read_frames` serves a whole mixed batch (`reads.ShardFiles`)."""
+
+    def __init__(self, parts: list[ShardDataset]):
+        self.parts = parts
+        self.base = list(itertools.accumulate((len(p.index.shards) for p in parts), initial=0))
+
+    def _of(self, shard: int) -> tuple[ShardDataset, int]:
+        s = bisect.bisect_right(self.base, shard) - 1  # per read run: no numpy call
+        return self.parts[s], shard - self.base[s]
+
+    def fd(self, shard: int) -> int:
+        part, i = self._of(shard)
+        return part.files.fd(i)
+
+    def path(self, shard: int) -> str | Path:
+        part, i = self._of(shard)
+        return part.files.path(i)
