@@ -164,3 +164,14 @@ def test_predict_on_each_source_of_a_mixture_run_with_its_own_slots(mixture_run,
     assert main(["predict", str(out), "--shards", str(other), "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"trainkit: {other}: none of the datasets of the run's mixture") and err.count("\n") == 1
+
+
+def test_a_checkpoint_from_before_mixtures_resumes(tmp_path):
+    """A key its trainkit lacked (data.fps, data.sources) had its default then: not a change."""
+    from trainkit.checkpoint.resume_rules import RunRecord, recorded_config, resume_changes
+    from trainkit.config import load_config
+
+    now = recorded_config(load_config("pi05_tiny", ["output.dir=/o"]).to_dict())
+    before = {**now, "data": {k: v for k, v in now["data"].items() if k not in ("fps", "sources")}}
+    record = lambda config: RunRecord(config=config, dataset={"sha256": {}}, global_batch=4)  # noqa: E731
+    assert resume_changes(tmp_path, record(before), 1, record(now), 1) == []

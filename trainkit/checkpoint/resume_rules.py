@@ -24,12 +24,15 @@ identity, its global batch). On resume the current run is compared with it, key 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datakit.shards.index import CHECKSUMS_NAME
+from trainkit.config import RunConfig
 from trainkit.errors import CheckpointError, DataError
 
 REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_", "data.fps", "data.sources")
@@ -75,6 +78,13 @@ def dataset_identity(index_folder: Path) -> dict[str, Any]:
     return {"sha256": dict(sorted(sums.items()))}
 
 
+def _defaults() -> dict[str, Any]:
+    """Every config key's default value, flattened as `_flat` flattens a config."""
+    sections = typing.get_type_hints(RunConfig)
+    return _flat({name: {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                         for f in dataclasses.fields(sections[name])} for name in sections})
+
+
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in tree.items():
@@ -99,7 +109,9 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
         raise CheckpointError(str(where), f"written by {saved_world} ranks with global batch {saved.global_batch}, "
                               f"this run has {world} ranks and global batch {now.global_batch}; a resume needs the "
                               f"same train.global_batch (world size and micro_batch may change), or {START_OVER}")
-    old, new = _flat(saved.config), _flat(now.config)
+    # a key the checkpoint's trainkit lacked (data.fps before mixtures) had its default value then
+    defaults = _defaults()
+    old, new = {**defaults, **_flat(saved.config)}, {**defaults, **_flat(now.config)}
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
     refused = [k for k in changed if k.startswith(REFUSED) and not k.endswith(FREE)]
     if refused:
