@@ -219,6 +219,7 @@ def test_a_mixture_table_and_sources_tables_give_the_same_sources(tmp_path):
     ('[data]\n[[data.sources]]\nshards = "/a"\nweight = -0.5\n', [], "data.sources[0]: weight must be a number > 0"),
     ('[data]\n[[data.sources]]\nshards = "/a"\n', [], "data.sources[0]: weight must be a number > 0"),
     ('[data]\n[[data.sources]]\nweight = 1\n', [], "data.sources[0]: shards is required"),
+    ('[data.sources]\nshards = "/a"\nweight = 1\n', [], "data.sources: expected [[data.sources]] tables"),
     ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\ncameras = []\n', [],
      "data.sources[0].cameras: unknown key 'cameras'"),
     ('[data]\n[[data.sources]]\nshards = "/x/droid"\nweight = 1\n[[data.sources]]\nshards = "/y/droid/"\nweight = 1\n',

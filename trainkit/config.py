@@ -461,9 +461,10 @@ def _check(tp: Any, value: Any, key: str) -> Any:
                 return _check(arg, value, key)
         raise ConfigError(key, f"expected {' or '.join(_type_name(a) for a in typing.get_args(tp))}, got {value!r}")
     if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(key, f"expected a list, got {value!r}")
         item = typing.get_args(tp)[0]
+        if not isinstance(value, list):
+            what = f"[[{key}]] tables (an array of tables)" if dataclasses.is_dataclass(item) else "a list"
+            raise ConfigError(key, f"expected {what}, got {value!r}")
         if dataclasses.is_dataclass(item):  # [[data.sources]]: a table per item
             return [_build(item, v, f"{key}[{i}].") for i, v in enumerate(value)]
         return [_check(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
