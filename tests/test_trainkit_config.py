@@ -209,6 +209,18 @@ def test_a_mixture_table_and_sources_tables_give_the_same_sources(tmp_path):
     assert load_config(None, BASE).data.sources == []
 
 
+def test_the_loader_gets_each_source_with_its_name_slots_and_prompt(tmp_path):
+    from datakit.loader import MixtureSource
+    from trainkit.config import loader_sources
+
+    f = tmp_path / "mix.toml"
+    f.write_text(SOURCES)
+    assert loader_sources(load_config(f, MIX).data) == [
+        MixtureSource(root="data/droid/", weight=0.7, name="droid", slots=("exterior_1", None, "wrist")),
+        MixtureSource(root="s3://bucket/libero", weight=0.3, name="lib", prompt="put the bowl on the plate")]
+    assert loader_sources(load_config(None, BASE).data) == []
+
+
 @pytest.mark.parametrize("toml, overrides, message", [
     ('[data]\nshards = "/d"\n[[data.sources]]\nshards = "/a"\nweight = 1\n', [],
      "data.sources: set data.shards or [[data.sources]], not both"),

@@ -159,13 +159,11 @@ def source_name(root: str) -> str:
 
 
 def loader_sources(dcfg: DataConfig) -> list[MixtureSource]:
-    """data.shards / data.sources as the loader's sources (datakit.loader.mixture): each
-    [[data.sources]] table with its name filled in, slots "" -> None, prompt "" -> None; one folder
-    is one source of weight 1 (its name is the one the per-source metrics use)."""
+    """A mixture's sources (data.shards = {path = weight} or [[data.sources]]) as the loader's
+    (datakit.loader.mixture): each with its name filled in (the one its loss/<name> metrics use),
+    slots "" -> None, prompt "" -> None; [] for one folder."""
     from datakit.loader.mixture import MixtureSource  # the loader (and torch) only where a run needs it
 
-    if not dcfg.sources:
-        return [MixtureSource(root=dcfg.shards, weight=1.0, name=source_name(dcfg.shards))]
     return [MixtureSource(root=s.shards, weight=s.weight, name=s.label, prompt=s.prompt or None,
                           slots=tuple(c or None for c in s.slots) or None) for s in dcfg.sources]
 
