@@ -114,7 +114,8 @@ def shards_b(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mix_b")
     src = make_lerobot_dataset(root / "src", episode_lengths=(12, 9), height=32, width=64,
-                               cameras=("cam.front", "cam.hand"), blank_cameras=(), state_dim=4, action_dim=3, tasks=("stack the blocks",), seed=1)
+                               cameras=("cam.front", "cam.hand"), blank_cameras=(), state_dim=4, action_dim=3,
+                               tasks=("stack the blocks",), seed=1)
     convert(src, root / "out", ConvertConfig(workers=1, progress=False, layout="rgb"))
     return root / "out"
 

@@ -146,7 +146,8 @@ def test_plan_of_a_mixture_weights_its_sources(shards_rgb, shards_b, capsys):  #
     from datakit.shards.index import load_frames, load_index
 
     cfg = LoaderConfig(batch_size=4, action_horizon=3)
-    alone = [plan_throughput(load_index(f), load_frames(f), cfg, samples_per_s=100.0, ranks=2) for f in (shards_rgb, shards_b)]
+    alone = [plan_throughput(load_index(f), load_frames(f), cfg, samples_per_s=100.0, ranks=2)
+             for f in (shards_rgb, shards_b)]
     parser = add_parser(argparse.ArgumentParser().add_subparsers())
     args = parser.parse_args([str(shards_rgb), str(shards_b), "--weights", "3,1", "--samples-per-s", "100", "--ranks",
                               "2", "--batch-size", "4", "--action-horizon", "3", "--json"])

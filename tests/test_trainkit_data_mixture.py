@@ -22,7 +22,8 @@ def mixture(a, b, b_slots=("cam.hand", "cam.front")):
 def test_traindata_reads_a_mixture_into_model_batches(shards_rgb, shards_b):  # noqa: F811
     torch.manual_seed(0)
     model = build_model("pi05", "tiny")
-    dcfg = DataConfig(shards=str(shards_rgb), num_workers=0, slots=["observation.images.top", "observation.images.wrist"])
+    dcfg = DataConfig(shards=str(shards_rgb), num_workers=0,
+                      slots=["observation.images.top", "observation.images.wrist"])
     shards = read_mixture_shards(dcfg, mixture(shards_rgb, shards_b), model.cfg.max_slots)
     data = TrainData(dcfg, shards, family("pi05"), model.cfg, seed=3, rank=0, world_size=1, micro_batch=10,
                      device=torch.device("cpu"), image_dtype=torch.float32, global_batch=10)

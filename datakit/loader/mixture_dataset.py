@@ -176,8 +176,8 @@ class MixtureDataset(torch.utils.data.Dataset):
             plans.append(dataclasses.replace(plan, shard=plan.shard + self.files.base[s]))
             sizes.append(frame_bytes)
             numeric.append(p.numeric(rows[idx]))
-        plan = ReadPlan(shard=np.concatenate([q.shard for q in plans]), offset=np.concatenate([q.offset for q in plans]),
-                        dest=[d for q in plans for d in q.dest], owner=np.concatenate([q.owner for q in plans]))
+        plan = ReadPlan(shard=np.concatenate([q.shard for q in plans]),
+                        offset=np.concatenate([q.offset for q in plans]), dest=[d for q in plans for d in q.dest], owner=np.concatenate([q.owner for q in plans]))
         ok = self.parts[0].read_planned(self.files, plan, np.concatenate(sizes), b)
         batch = {
             **images,

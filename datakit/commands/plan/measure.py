@@ -94,7 +94,8 @@ class LoaderRate:
     cores: int  # cores this process could use
 
 
-def measure_loader(root: Path | Sequence[MixtureSource], cfg: LoaderConfig, seconds: float = 3.0, warmup_batches: int = 3) -> LoaderRate:
+def measure_loader(root: Path | Sequence[MixtureSource], cfg: LoaderConfig, seconds: float = 3.0,
+                   warmup_batches: int = 3) -> LoaderRate:
     """Samples/s of `ShardLoader(root, cfg)` (a folder, or a mixture's sources) as one rank (world size 1), timed for `seconds`
     after `warmup_batches`, across epoch ends when the dataset is small."""
     from datakit.loader.loader import ShardLoader
