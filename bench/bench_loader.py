@@ -20,6 +20,9 @@ rounds; every round reads the shards from the page cache first, so each loader n
 page-cache read of the same minute beside it (medians over rounds). `copy` is
 `lend_batches=False`: every batch copied into new memory, the loader's behaviour before lending.
 LeRobot runs in its own Python 3.12 venv (tools/lerobot_oracle) through a subprocess.
+`mix` is a 2-source mixture (datakit/loader/mixture.py) of the same folder under two names, weights
+0.5/0.5: the same bytes as the single-source rows, so the difference is the mixture's own cost
+(schedule, two sources' reads into one buffer, padding): the goal is within 5% of `lent`.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from datakit.machine import available_cpus  # noqa: E402
-from datakit.loader import LoaderConfig, ShardLoader, h2d_bytes  # noqa: E402
+from datakit.loader import LoaderConfig, MixtureSource, ShardLoader, h2d_bytes  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
 
 CAMS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
@@ -51,7 +54,9 @@ LEROBOT_PY = Path("/tmp/lerobot-venv/bin/python")
 ORACLE = ROOT / "tools" / "lerobot_oracle" / "lerobot_oracle.py"
 # (name, episodes, frames per episode, height, width)
 DATASETS = (("480x640", 8, 100, 480, 640), ("224x224", 12, 80, 224, 224))
-SETTINGS = (("lent", 2, True), ("copy", 2, False), ("lent", 0, True), ("copy", 0, False))  # (name, workers, lend)
+# (name, workers, lend); "mix": a 2-source mixture of the same shards, lent
+SETTINGS = (("lent", 2, True), ("copy", 2, False), ("lent", 0, True), ("copy", 0, False), ("mix", 2, True),
+            ("mix", 0, True))
 
 
 def build(work: Path, episodes: int, length: int, height: int, width: int, layout: str,
@@ -94,14 +99,21 @@ def page_cache_read(out: Path, seconds: float) -> float:
     return total / (time.perf_counter() - t0)
 
 
-def loader_rate(out: Path, workers: int, lend: bool, seconds: float) -> dict:
+def loader_root(out: Path, mixture: bool) -> Path | list[MixtureSource]:
+    """The folder, or a 2-source mixture of it under two names (the same bytes)."""
+    if not mixture:
+        return out
+    return [MixtureSource(root=str(out), weight=0.5, name="a"), MixtureSource(root=str(out), weight=0.5, name="b")]
+
+
+def loader_rate(out: Path, workers: int, lend: bool, seconds: float, mixture: bool = False) -> dict:
     """`for batch in loader` for `seconds` (after 3 warm-up batches), across epochs. Beside the
     rates: the items per CPU-second of this process (all of the loader's work without workers; the
     receiving side with them), of its worker processes (the items taken over the workers' CPU time
     in the same window) and the fastest batch interval: numbers a shared machine's other load moves
     much less than the wall-clock rate."""
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=CAMS, seed=0, lend_batches=lend)
-    loader = ShardLoader(out, cfg)
+    loader = ShardLoader(loader_root(out, mixture), cfg)
     items = img_bytes = n = 0
     t0 = end = cpu0 = last = None
     best = float("inf")
@@ -129,16 +141,18 @@ def loader_rate(out: Path, workers: int, lend: bool, seconds: float) -> dict:
             "best_batch_items_per_s": cfg.batch_size / best}
 
 
-def read_batch_cost(out: Path, batches: int) -> dict:
+def read_batch_cost(out: Path, batches: int, mixture: bool = False) -> dict:
     """CPU time of `ShardDataset.read_batch` (what a worker does per batch: the coalesced reads into a
     reused buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed
     alone: min and median. The least a shared machine's other load can bend: a comparison of two
-    versions of the loader on a busy machine reads these."""
+    versions of the loader on a busy machine reads these. `mixture`: the `MixtureDataset` of
+    `loader_root` (its positions are the mixture's own order)."""
     from datakit.loader import ShardDataset, epoch_order
+    from datakit.loader.mixture_dataset import MixtureDataset
 
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, slots=CAMS, seed=0)
-    ds = ShardDataset(out, cfg)
-    order = epoch_order(len(ds), seed=0, epoch=0, mode="random")
+    ds = MixtureDataset(tuple(loader_root(out, True)), cfg) if mixture else ShardDataset(out, cfg)
+    order = np.arange(len(ds)) if mixture else epoch_order(len(ds), seed=0, epoch=0, mode="random")
     buf = torch.empty(32 * len(CAMS) * (1 << 20), dtype=torch.uint8)  # one reused buffer, as a worker's ring
     alloc = lambda shape: buf[: int(np.prod(shape))].view(shape)  # noqa: E731
     ds.read_batch(order[:32].tolist(), alloc=alloc)  # warm: the shard files open
@@ -173,7 +187,7 @@ def compare(out: Path, seconds: float, rounds: int, settings: tuple = SETTINGS) 
     for _ in range(rounds):
         res["page_cache_bytes_per_s"].append(page_cache_read(out, seconds / rounds))
         for name, w, lend in settings:
-            res[f"{name}_w{w}"].append(loader_rate(out, w, lend, seconds / rounds))
+            res[f"{name}_w{w}"].append(loader_rate(out, w, lend, seconds / rounds, mixture=name == "mix"))
     pc = res["page_cache_bytes_per_s"]
     summary = {"page_cache_bytes_per_s": statistics.median(pc), "page_cache_rounds": pc}
     for name, w, lend in settings:
@@ -270,7 +284,8 @@ def main() -> None:
         info = load_index(out).info()
         res["datasets"][name] = {k: info[k] for k in ("num_episodes", "num_frames", "bytes")}
         if args.read_batch:
-            res["loader"][name] = {"read_batch": read_batch_cost(out, args.read_batch)}
+            res["loader"][name] = {"read_batch": read_batch_cost(out, args.read_batch),
+                                   "read_batch_mix": read_batch_cost(out, args.read_batch, mixture=True)}
             continue
         res["loader"][name] = compare(out, args.seconds, args.rounds, settings)
     if not (args.loader_only or args.read_batch):

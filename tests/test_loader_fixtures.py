@@ -104,6 +104,22 @@ def shards_mixed(shards_rgb, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def shards_b(tmp_path_factory):
+    """A second, smaller dataset for mixtures with `shards_rgb`: other camera names, 4 state and 3
+    action channels, one task."""
+    from datakit.convert import convert
+    from datakit.convert.config import ConvertConfig
+    from datakit.synth import make_lerobot_dataset
+
+    root = tmp_path_factory.mktemp("mix_b")
+    src = make_lerobot_dataset(root / "src", episode_lengths=(12, 9), height=32, width=64,
+                               cameras=("cam.front", "cam.hand"), blank_cameras=(), state_dim=4, action_dim=3,
+                               tasks=("stack the blocks",), seed=1)
+    convert(src, root / "out", ConvertConfig(workers=1, progress=False, layout="rgb"))
+    return root / "out"
+
+
 def test_fixture_meets_the_contract(shards_rgb):
     from datakit.reader import open_shards
 

@@ -173,3 +173,90 @@ def test_every_command_names_a_config_path_that_is_not_a_toml_file(tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith(f"trainkit: {path}: ") and err.count("\n") == 1, err
     assert not out.exists()
+
+
+# Mixtures (issue 27): data.shards = {path = weight}, or [[data.sources]] tables.
+MIX = BASE[1:]  # without data.shards
+SOURCES = '''
+[data]
+[[data.sources]]
+shards = "data/droid/"
+weight = 0.7
+slots = ["exterior_1", "", "wrist"]
+[[data.sources]]
+shards = "s3://bucket/libero"
+weight = 0.3
+name = "lib"
+prompt = "put the bowl on the plate"
+'''
+
+
+def test_a_mixture_table_and_sources_tables_give_the_same_sources(tmp_path):
+    f = tmp_path / "mix.toml"
+    f.write_text(SOURCES)
+    tables = load_config(f, MIX).data
+    assert [(s.shards, s.weight, s.label, s.slots, s.prompt) for s in tables.sources] == [
+        ("data/droid/", 0.7, "droid", ["exterior_1", "", "wrist"], ""),
+        ("s3://bucket/libero", 0.3, "lib", [], "put the bowl on the plate")]
+    assert tables.roots == ["data/droid/", "s3://bucket/libero"] and tables.shards == ""
+    short = load_config(None, [*MIX, 'data.shards={"data/droid/" = 0.7, "s3://bucket/libero" = 0.3}']).data
+    assert [(s.shards, s.weight, s.label) for s in short.sources] == [("data/droid/", 0.7, "droid"),
+                                                                      ("s3://bucket/libero", 0.3, "libero")]
+    # one folder as before; an override of one form replaces the file's other form
+    assert load_config(f, [*MIX, "data.shards=/one"]).data.roots == ["/one"]
+    swapped = load_config(None, [*BASE, 'data.sources=[{shards = "/a", weight = 2}]']).data
+    assert swapped.shards == "" and swapped.roots == ["/a"]
+    assert load_config(None, BASE).data.sources == []
+
+
+def test_the_loader_gets_each_source_with_its_name_slots_and_prompt(tmp_path):
+    from datakit.loader import MixtureSource
+    from trainkit.config import loader_sources
+
+    f = tmp_path / "mix.toml"
+    f.write_text(SOURCES)
+    assert loader_sources(load_config(f, MIX).data) == [
+        MixtureSource(root="data/droid/", weight=0.7, name="droid", slots=("exterior_1", None, "wrist")),
+        MixtureSource(root="s3://bucket/libero", weight=0.3, name="lib", prompt="put the bowl on the plate")]
+    assert loader_sources(load_config(None, BASE).data) == []
+
+
+@pytest.mark.parametrize("toml, overrides, message", [
+    ('[data]\nshards = "/d"\n[[data.sources]]\nshards = "/a"\nweight = 1\n', [],
+     "data.sources: set data.shards or [[data.sources]], not both"),
+    ("", ['data.shards={"/a" = 0.5, "/b" = 0}'], "data.shards./b: weight must be a number > 0"),
+    ("", ['data.shards={"/a" = -1}'], "data.shards./a: weight must be a number > 0"),
+    ("", ['data.shards={"/a" = "x"}'], "data.shards./a: expected float"),
+    ("", ["data.shards={}"], "data.shards: an empty table"),
+    ('[data]\n[[data.sources]]\nshards = "/a"\nweight = -0.5\n', [], "data.sources[0]: weight must be a number > 0"),
+    ('[data]\n[[data.sources]]\nshards = "/a"\n', [], "data.sources[0]: weight must be a number > 0"),
+    ('[data]\n[[data.sources]]\nweight = 1\n', [], "data.sources[0]: shards is required"),
+    ('[data.sources]\nshards = "/a"\nweight = 1\n', [], "data.sources: expected [[data.sources]] tables"),
+    ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\ncameras = []\n', [],
+     "data.sources[0].cameras: unknown key 'cameras'"),
+    ('[data]\n[[data.sources]]\nshards = "/x/droid"\nweight = 1\n[[data.sources]]\nshards = "/y/droid/"\nweight = 1\n',
+     [], "data.sources: two sources are named 'droid' (/x/droid, /y/droid/)"),
+    ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\nname = "n"\n[[data.sources]]\nshards = "/b"\n'
+     'weight = 1\nname = "n"\n', [], "data.sources: two sources are named 'n'"),
+    ("", ['data.shards={"/a" = 1}', "data.val_episodes=[2]"], "data.val_episodes: a mixture (data.sources) has no"),
+    ("", ['data.shards={"/a" = 1}', "data.val_fraction=0.1"], "data.val_fraction: a mixture (data.sources) has no"),
+    ("", ['data.shards={"/a" = 1}', "data.norm_from=checkpoint"], "data.norm_from: 'checkpoint' gives every source"),
+    ("", ["data.shards=/d", "data.fps=-10"], "data.fps: must be a frame rate >= 0"),
+])
+def test_a_bad_mixture_is_one_line_naming_the_key(tmp_path, toml, overrides, message):
+    f = tmp_path / "mix.toml"
+    f.write_text(toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(f, [*MIX, *overrides])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_cli_refuses_a_bad_mixture_with_exit_2(tmp_path, capsys):
+    from trainkit.cli import main
+
+    f = tmp_path / "mix.toml"
+    f.write_text(SOURCES.replace("weight = 0.3", "weight = 0"))
+    sets = [a for o in MIX for a in ("--set", o)]
+    assert main(["run", str(f), *sets]) == 2
+    err = capsys.readouterr().err
+    assert err == "trainkit: data.sources[1]: weight must be a number > 0 (weights are normalised to sum 1), got 0.0\n"

@@ -145,9 +145,9 @@ def trainkit_serves(run: Path, obs: dict[str, np.ndarray]) -> dict[str, np.ndarr
     hb = {"images": torch.stack(frames)[None, :, None], "image_mask": torch.tensor([present]),
           "state": torch.from_numpy(obs["state"])[None, None], "task_index": torch.tensor([0]),
           "action": torch.zeros((1, model.cfg.horizon, len(index.action_names))), "row": torch.tensor([0])}
-    adapter = fam.batches(model.cfg, index, loader)
-    assert adapter.tasks[0] == str(obs["task"])
     normaliser = Normaliser.from_index(index, loader)
+    adapter = fam.batches(model.cfg, index, normaliser)
+    assert adapter.tasks[0] == str(obs["task"])
     hb = adapter.extras(hb, torch.Generator().manual_seed(0))
     batch = adapter.model_batch({**hb, **normaliser(hb)})
     x = sample(model, batch, torch.from_numpy(obs["noise"]))[..., :len(index.action_names)]

@@ -122,7 +122,7 @@ def toy_loader_config(cfg: ToyConfig, index, **kw):
 
 
 class ToyBatches:
-    def __init__(self, cfg: ToyConfig, index, loader):
+    def __init__(self, cfg: ToyConfig, index, normaliser):
         self.cfg = cfg
 
     def extras(self, hb, generator):

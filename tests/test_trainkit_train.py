@@ -8,7 +8,8 @@ One process group trains several runs (`run_distributed`), so the suite starts p
   the device, pruned slots, fused AdamW), 36 steps each from the same seed;
 - the optimised run again, stopped after 18 steps with checkpoints, then resumed to 36;
 - tiny_deep (the full preset's 27 / 18 block counts) for 2 steps under three wrappings, with
-  all-gathers counted as torch.distributed sees them.
+  all-gathers counted as torch.distributed sees them;
+- a two-source mixture for 3 steps, its loss per source summed over both ranks.
 Oracles: the other run (same losses), the block counts (all-gathers), the unbroken run (resume).
 """
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
+from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures
 from trainkit_harness import ROOT, run_distributed, tiny_config
 
 from trainkit.estimate.inspect import inspect_model
@@ -38,7 +39,7 @@ COMMON = (f"train.steps={STEPS}", "optim.schedule=constant", "output.resume=true
 
 
 @pytest.fixture(scope="module")
-def runs(shards_rgb, tmp_path_factory):  # noqa: F811
+def runs(shards_rgb, shards_b, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("trainkit_runs")
     cfgs = {
         "baseline": tiny_config(shards_rgb, tmp / "baseline", *COMMON, *BASELINE),
@@ -56,6 +57,11 @@ def runs(shards_rgb, tmp_path_factory):  # noqa: F811
                                        "parallel.group={vision_blocks = 4, lm_layers = 1}", "parallel.ac_stride={}")
     cfgs["deep_root"] = tiny_config(shards_rgb, tmp / "deep_root", "model.preset=tiny_deep", "train.steps=2",
                                     "output.log_every=1", "parallel.fsdp=root", "parallel.ac_stride={}")
+    # a mixture of two datasets (other cameras and sizes), each step logged: its loss per source
+    mixture = (f'data.sources=[{{shards = "{shards_rgb}", weight = 0.6, name = "a"}}, '
+               f'{{shards = "{shards_b}", weight = 0.4, name = "b", slots = ["cam.hand", "cam.front"]}}]')
+    cfgs["mixture"] = tiny_config(shards_rgb, tmp / "mixture", mixture, "train.steps=3", "output.log_every=1",
+                                  *OPTIMISED)
     results = run_distributed(list(cfgs.values()), world=2)
     out = dict(zip(cfgs, results))
     errors = {k: r["error"] for k, r in out.items() if "error" in r}
@@ -141,3 +147,15 @@ def test_summary_json_holds_the_steady_state_of_metrics_jsonl(runs):
     assert steady["peak_mem_gib"] is None and {x["peak_mem_gib"] for x in intervals} == {None}
     assert (summary["first_loss"], summary["last_loss"]) == (steps[0]["loss"], steps[-1]["loss"])
     assert (summary["world_size"], summary["steps_run"], summary["preset"]) == (2, STEPS, "tiny")
+
+
+def test_a_mixtures_loss_per_source_counts_the_samples_of_both_ranks(runs):
+    """Oracle: the step loss (the mean over both ranks' samples): with one metric line per step, the
+    per-source means weighted by their counts are it (pi05's samples are of one size)."""
+    run = runs["mixture"]
+    assert [h["step"] for h in run["history"]] == [0, 1, 2]
+    for h in run["history"]:
+        counts = {k.removeprefix("samples/"): n for k, n in h.items() if k.startswith("samples/")}
+        assert set(counts) == {"a", "b"} and sum(counts.values()) == 8  # 2 ranks x micro-batch 4
+        mean = sum(h[f"loss/{name}"] * n for name, n in counts.items() if n) / 8
+        assert mean == pytest.approx(run["losses"][h["step"]], rel=1e-5)

@@ -10,20 +10,30 @@ key, or a value of the wrong type, raises `ConfigError` naming the dotted key, s
 silently trains with a default. `--set` values are parsed as TOML values (`true`, `4`, `1e-4`,
 `["a", "b"]`, `{vision_blocks = 4}`); a string field takes the text as it is. Required keys
 (they have no sensible default): data.shards, train.steps, train.seed, output.dir, model.preset.
+
+A mixture of datasets is `data.shards = {"droid/" = 0.7, "libero/" = 0.3}` (also as an override:
+`--set 'data.shards={"a/" = 0.7, "b/" = 0.3}'`) or `[[data.sources]]` tables with per-source slots
+and prompt (`SourceConfig`); `loader_sources` turns either into the loader's `MixtureSource` list.
+One file giving both forms is refused; an override or overlay of one form replaces the other.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainkit.configs import resolve_config
 from trainkit.errors import ConfigError
 
+if TYPE_CHECKING:
+    from datakit.loader.mixture import MixtureSource
+
+DATA_FORMS = ("shards", "sources")  # data.shards (one folder or {path = weight}) or [[data.sources]]: one of the two
 REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
 Dtype = Literal["bfloat16", "float32"]
 # datakit.loader.config's SHUFFLE_MODES / NORM_MODES (importing it would import the loader and
@@ -46,14 +56,47 @@ class ModelConfig:
 
 
 @dataclass(kw_only=True)
+class SourceConfig:
+    """One dataset of a mixture, a `[[data.sources]]` table (docs/training.md, "Mixtures")."""
+
+    shards: str = ""  # its shard folder or fsspec URL (required)
+    weight: float = 0.0  # its share of the samples (required, > 0); the weights are normalised to sum 1
+    name: str = ""  # what its metrics are called (loss/<name>); "": the folder's basename
+    # This dataset's cameras filling the model's slots, in slot order, "" for a slot it leaves empty
+    # (datasets name their cameras differently); []: data.slots, as for one folder.
+    slots: list[str] = field(default_factory=list)
+    prompt: str = ""  # task text for every sample of this source instead of the dataset's; "": the dataset's
+
+    def __post_init__(self) -> None:
+        # ValueError: the loader names the table (data.sources[i]: ...)
+        if not self.shards:
+            raise ValueError("shards is required (the source's shard folder or URL)")
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"weight must be a number > 0 (weights are normalised to sum 1), got {self.weight}")
+
+    @property
+    def label(self) -> str:
+        """The source's name: `name`, else its folder's basename."""
+        return self.name or source_name(self.shards)
+
+
+@dataclass(kw_only=True)
 class DataConfig:
     # A datakit shard folder (index.json + shard-*.tar), or an fsspec URL of one (s3://, gs://):
-    # whole shards are then downloaded into a node-local cache (docs/scale-out.md).
-    shards: str = ""
+    # whole shards are then downloaded into a node-local cache (docs/scale-out.md). A table
+    # {path = weight, ...} is a weighted mixture, stored as `sources` (one table per path).
+    shards: str | dict[str, float] = ""
+    # A weighted mixture of shard folders, `[[data.sources]]` tables (SourceConfig); either this or
+    # `shards`, not both. One sample order over all of them; each keeps its own statistics and slots.
+    sources: list[SourceConfig] = field(default_factory=list)
+    # The frame rate the sample windows use when a mixture's sources differ; 0: the sources' own,
+    # which must then agree
+    fps: float = 0.0
     cache_dir: str = ""  # URL shards: the node's cache folder; "": $DATAKIT_CACHE or ~/.cache/datakit/shards
     cache_bytes: int = 0  # URL shards: cache size limit; 0: half the free space of its disk
     # The model's image slots in order, each a camera of the index or "" for a slot the dataset
-    # never fills; empty list: one slot per index camera, in index order.
+    # never fills; empty list: one slot per index camera, in index order. A mixture's sources
+    # without their own `slots` use it.
     slots: list[str] = field(default_factory=list)
     prune_slots: bool = True  # drop per batch the slots no sample fills (fewer image tokens)
     h2d_dtype: Literal["uint8", "float32"] = "uint8"  # "uint8": normalise on the GPU; "float32": on the host (baseline)
@@ -71,6 +114,31 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _choices(self, "data")
+        if isinstance(self.shards, dict):  # the short form of a mixture: one source per path
+            if self.sources:
+                raise ConfigError("data.sources", "set data.shards or [[data.sources]], not both")
+            if not self.shards:
+                raise ConfigError("data.shards", "an empty table: name at least one shard folder {path = weight}")
+            for path, weight in self.shards.items():
+                if not (math.isfinite(weight) and weight > 0):
+                    raise ConfigError(f"data.shards.{path}", f"weight must be a number > 0 (weights are "
+                                      f"normalised to sum 1), got {weight}")
+            self.sources, self.shards = [SourceConfig(shards=p, weight=w) for p, w in self.shards.items()], ""
+        if self.shards and self.sources:
+            raise ConfigError("data.sources", "set data.shards or [[data.sources]], not both")
+        names: dict[str, str] = {}
+        for s in self.sources:
+            if s.label in names:
+                raise ConfigError("data.sources", f"two sources are named {s.label!r} ({names[s.label]}, {s.shards}); "
+                                  f"give each a distinct name ([[data.sources]] name = ...)")
+            names[s.label] = s.shards
+        if self.sources and (self.val_episodes or self.val_fraction):
+            raise ConfigError("data.val_episodes" if self.val_episodes else "data.val_fraction",
+                              "a mixture (data.sources) has no validation holdout yet; hold out episodes of one folder")
+        if self.sources and self.norm_from == "checkpoint":
+            raise ConfigError("data.norm_from", "'checkpoint' gives every source one robot's statistics; a mixture "
+                              "normalises each source with its own (\"dataset\")")
+        _finite("data.fps", self.fps, low=0.0, what="a frame rate >= 0 (0: the sources' own)")
         _finite("data.val_fraction", self.val_fraction, low=0.0, high=0.99, what="a number in [0, 0.99]")
         if self.val_episodes and self.val_fraction:
             raise ConfigError("data.val_fraction", "set data.val_episodes or data.val_fraction, not both")
@@ -78,6 +146,26 @@ class DataConfig:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
         if self.cache_bytes < 0:
             raise ConfigError("data.cache_bytes", "needs cache_bytes >= 0 (0: half the free disk space)")
+
+    @property
+    def roots(self) -> list[str]:
+        """Every shard folder or URL the run reads: `shards`, or each source's."""
+        return [s.shards for s in self.sources] if self.sources else [self.shards] if self.shards else []
+
+
+def source_name(root: str) -> str:
+    """A source's default name: the last part of its folder path or URL ("data/droid/" -> "droid")."""
+    return PurePosixPath(root.rstrip("/").split("://")[-1]).name or root
+
+
+def loader_sources(dcfg: DataConfig) -> list[MixtureSource]:
+    """A mixture's sources (data.shards = {path = weight} or [[data.sources]]) as the loader's
+    (datakit.loader.mixture): each with its name filled in (the one its loss/<name> metrics use),
+    slots "" -> None, prompt "" -> None; [] for one folder."""
+    from datakit.loader.mixture import MixtureSource  # the loader (and torch) only where a run needs it
+
+    return [MixtureSource(root=s.shards, weight=s.weight, name=s.label, prompt=s.prompt or None,
+                          slots=tuple(c or None for c in s.slots) or None) for s in dcfg.sources]
 
 
 @dataclass(kw_only=True)
@@ -243,9 +331,11 @@ def load_config(path: str | Path | None, overrides: list[str] = (), *, required:
         if not sep or not key.strip():
             raise ConfigError(item, "an override is key=value with a dotted key, e.g. train.steps=100")
         _set(raw, key.strip(), text.strip())
-    missing = [k for k in REQUIRED if not _has(raw, k)] if required else []
+    missing = [k for k in REQUIRED if not _has(raw, k) and not (k == "data.shards" and _has(raw, "data.sources"))] \
+        if required else []
     if missing:
-        raise ConfigError(missing[0], f"required and not set (required: {', '.join(REQUIRED)})")
+        what = " (a shard folder, a table {path = weight} or [[data.sources]])" if missing[0] == "data.shards" else ""
+        raise ConfigError(missing[0], f"required and not set{what} (required: {', '.join(REQUIRED)})")
     return _build(RunConfig, raw, "")
 
 
@@ -282,7 +372,7 @@ def _apply_overlay(raw: dict[str, Any], overlay: dict[str, Any], name: str) -> N
         for key, value in table.items():
             if sections[section] is not ModelConfig and key not in known:
                 raise ConfigError(f"{name}: {section}.{key}", _unknown(sections[section], key))
-            raw.setdefault(section, {})[key] = value
+            _replace_form(raw.setdefault(section, {}), sections[section], key)[key] = value
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     """The config of `RunConfig.to_dict()` output (a checkpoint's trainkit.json), checked as a file's."""
     return _build(RunConfig, raw, "")
@@ -312,11 +402,23 @@ def _set(raw: dict[str, Any], key: str, text: str) -> None:
             return
         if not last:
             raise ConfigError(key, f"{'.'.join(parts[: i + 1])} is not a section")
-        node[part] = _parse(tp, text)
+        _replace_form(node, cls, part)[part] = _parse(tp, text)
         return
 
 
+def _replace_form(node: dict[str, Any], cls: Any, key: str) -> dict[str, Any]:
+    """`node` (a raw section) ready for an override or overlay of `key`: data.shards replaces the
+    file's [[data.sources]] and the other way round (both in one file is refused: DataConfig)."""
+    if cls is DataConfig and key in DATA_FORMS:
+        for other in DATA_FORMS:
+            if other != key:
+                node.pop(other, None)
+    return node
+
+
 def _parse(tp: Any, text: str) -> Any:
+    if _is_union(tp):  # data.shards: a table {path = weight} or list as TOML, anything else a path
+        tp = Any if text[:1] in "{[" else str
     if tp is str or typing.get_origin(tp) is Literal:
         return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text
     try:
@@ -351,10 +453,19 @@ def _check(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return value  # checked against the choices by the section's __post_init__ (`_choices`)
+    if _is_union(tp):  # the type of the value's kind (a str, a table), checked as that type
+        for arg in typing.get_args(tp):
+            if isinstance(value, typing.get_origin(arg) or arg):
+                return _check(arg, value, key)
+        raise ConfigError(key, f"expected {' or '.join(_type_name(a) for a in typing.get_args(tp))}, got {value!r}")
     if origin is list:
+        item = typing.get_args(tp)[0]
         if not isinstance(value, list):
-            raise ConfigError(key, f"expected a list, got {value!r}")
-        return [_check(typing.get_args(tp)[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+            what = f"[[{key}]] tables (an array of tables)" if dataclasses.is_dataclass(item) else "a list"
+            raise ConfigError(key, f"expected {what}, got {value!r}")
+        if dataclasses.is_dataclass(item):  # [[data.sources]]: a table per item
+            return [_build(item, v, f"{key}[{i}].") for i, v in enumerate(value)]
+        return [_check(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(key, f"expected a table like {{name = value}}, got {value!r}")
@@ -366,6 +477,14 @@ def _check(tp: Any, value: Any, key: str) -> Any:
     if tp is int and isinstance(value, bool) or not isinstance(value, tp):
         raise ConfigError(key, f"expected {tp.__name__}, got {value!r}")
     return value
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _type_name(tp: Any) -> str:
+    return "a table like {name = value}" if typing.get_origin(tp) is dict else getattr(tp, "__name__", str(tp))
 
 
 def _hints(cls: Any) -> dict[str, Any]:

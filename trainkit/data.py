@@ -7,6 +7,14 @@
         loss = model(batch.model)
     ckpt["loader"] = stream.state_dict()  # (epoch, samples consumed): resumes on any world size
 
+A weighted mixture of shard folders (`datakit.loader.MixtureSource`, one per source, from the config):
+    shards = read_mixture_shards(cfg.data, sources, fam.max_slots(model_cfg), fps=cfg.data.fps)
+    stream = TrainData(cfg.data, shards, fam, model_cfg, ...)   # the same stream; batch.sources says whose
+Each source is opened and checked as one folder is (its own slots: the source's, else `data.slots`);
+the family's loader preset and batch adapter see the first source's index with the mixture's task
+list (a batch's `task_index` indexes it), and the loader normalises each item with its own source's
+statistics (datakit/loader/mixture_dataset.py).
+
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order; the
 family's record says what a sample is (its loader preset) and what each batch gains on the host
 that is not pixels (its batch adapter: Pi0.5's prompt tokens, flow noise and time), drawn from a
@@ -23,7 +31,8 @@ empty ones are zeros with `image_mask` False (the model masks them: same loss, m
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +40,8 @@ from typing import Any
 import torch
 
 from datakit.errors import DatakitError
-from datakit.loader import LoaderConfig, Normaliser, ShardDataset, ShardLoader
+from datakit.loader import LoaderConfig, MixtureSource, ShardDataset, ShardLoader
+from datakit.loader.mixture_dataset import MixtureDataset, source_config
 from datakit.shards.index import ShardIndex, is_finished, load_index
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
@@ -56,25 +66,57 @@ class Shards:
             self.cache.close()
 
 
-def read_run_shards(dcfg: DataConfig, max_slots: int) -> Shards:
-    """Open `data.shards` (for a URL, its index files fetched once per node into the node-local
+@dataclass
+class MixtureShards:
+    """A weighted mixture's sources, each opened and checked as `read_run_shards` opens one folder."""
+
+    sources: tuple[MixtureSource, ...]  # slots resolved: each source's own, else data.slots, else its cameras
+    parts: tuple[Shards, ...]  # per source, in order
+    fps: float  # the rate the windows count in (LoaderConfig.fps; 0: the sources' own, which must agree)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
+
+
+def read_mixture_shards(dcfg: DataConfig, sources: Sequence[MixtureSource], max_slots: int, *,
+                        fps: float = 0.0) -> MixtureShards:
+    """Open every source of a mixture as `read_run_shards` opens `data.shards` (the same checks, each
+    source's slots its own when it names them); a failure closes the ones already open."""
+    parts: list[Shards] = []
+    try:
+        for src in sources:
+            parts.append(read_run_shards(dcfg, max_slots, root=src.root, slots=src.slots))
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise
+    resolved = tuple(dataclasses.replace(src, slots=part.slots) for src, part in zip(sources, parts))
+    return MixtureShards(sources=resolved, parts=tuple(parts), fps=fps)
+
+
+def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None,
+                    slots: tuple[str | None, ...] | None = None) -> Shards:
+    """Open `data.shards` (`root`: a mixture source's folder instead, `slots` its own slots) (for a URL, its index files fetched once per node into the node-local
     shard cache, checked against the root's checksums.json; the shards themselves are downloaded
     as the loader reads) and fail early on a folder that is not finished datakit output or a slot
     naming a missing camera."""
+    where = dcfg.shards if root is None else root
     try:
-        root, cache = open_root(dcfg.shards, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+        folder, cache = open_root(where, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
     except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
-        raise DataError(dcfg.shards, f"cannot open the shard root ({e})") from None
+        raise DataError(where, f"cannot open the shard root ({e})") from None
     try:
-        index, slots = _checked_index(dcfg, root, max_slots)
+        index, slots = _checked_index(dcfg, folder, max_slots, slots)
     except BaseException:
         if cache is not None:  # no Shards to close yet
             cache.close()
         raise
-    return Shards(folder=root, cache=cache, index=index, slots=slots)
+    return Shards(folder=folder, cache=cache, index=index, slots=slots)
 
 
-def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardIndex, tuple[str | None, ...]]:
+def _checked_index(dcfg: DataConfig, root: Path, max_slots: int,
+                   slots: tuple[str | None, ...] | None) -> tuple[ShardIndex, tuple[str | None, ...]]:
     if not root.is_dir():
         raise DataError(str(root), "data.shards is not a folder")
     if not (root / "index.json").exists() or not is_finished(root):
@@ -84,13 +126,14 @@ def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardI
         index = load_index(root)
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(str(root / "index.json"), f"unreadable datakit index ({e})") from None
-    slots = tuple(s or None for s in dcfg.slots) or tuple(index.cameras)
+    what = "data.slots" if slots is None else "the source's slots"
+    slots = slots or tuple(s or None for s in dcfg.slots) or tuple(index.cameras)
     for cam in slots:
         if cam is not None and cam not in index.cameras:
-            raise DataError(str(root), f"data.slots names camera {cam!r}, which the shards lack "
+            raise DataError(str(root), f"{what} names camera {cam!r}, which the shards lack "
                             f"(cameras: {', '.join(index.cameras)})")
     if len(slots) > max_slots:
-        raise DataError(str(root), f"data.slots maps {len(slots)} slots; the model has {max_slots}")
+        raise DataError(str(root), f"{what} maps {len(slots)} slots; the model has {max_slots}")
     return index, slots
 
 
@@ -126,6 +169,7 @@ class StepBatch:
     slots: int  # image slots it carries: the shape the FLOP count is a function of
     rows: torch.Tensor  # (B,) frame-table rows (sample log, non-finite report)
     actions: torch.Tensor  # (B, horizon, A) normalised action chunk (non-finite report)
+    sources: torch.Tensor  # (B,) int64: each item's index in TrainData.sources (all 0 for one folder)
     epoch: int  # loader position of the batch
     step: int
 
@@ -133,7 +177,7 @@ class StepBatch:
 class TrainData:
     """One rank's endless stream of model batches, resumable through `state_dict()`."""
 
-    def __init__(self, dcfg: DataConfig, shards: Shards, fam: Family, model_cfg: Any, *, seed: int, rank: int,
+    def __init__(self, dcfg: DataConfig, shards: Shards | MixtureShards, fam: Family, model_cfg: Any, *, seed: int, rank: int,
                  world_size: int, micro_batch: int, device: torch.device, image_dtype: torch.dtype,
                  global_batch: int = 0, episodes: tuple[int, ...] | None = None):
         """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
@@ -141,17 +185,37 @@ class TrainData:
         split of it into ranks and micro-batches, and a checkpoint resumes on another world size.
         `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout)."""
         self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
-        index = shards.index
-        self.cfg: LoaderConfig = fam.loader_config(model_cfg, index, **loader_settings(
-            dcfg, shards.slots, seed=seed, rank=rank, world_size=world_size, micro_batch=micro_batch,
-            global_batch=global_batch, episodes=episodes, image_dtype=image_dtype, pin_memory=device.type == "cuda"))
+        mixed = isinstance(shards, MixtureShards)
+        first = shards.parts[0] if mixed else shards
+        index = first.index
+        settings = loader_settings(dcfg, first.slots, seed=seed, rank=rank, world_size=world_size,
+                                   micro_batch=micro_batch, global_batch=global_batch, episodes=episodes,
+                                   image_dtype=image_dtype, pin_memory=device.type == "cuda")
+        if mixed:
+            if episodes is not None:
+                raise DataError(shards.sources[0].root, "a mixture has no validation holdout yet: set neither "
+                                "data.val_episodes nor data.val_fraction")
+            settings["fps"] = shards.fps
+        self.cfg: LoaderConfig = fam.loader_config(model_cfg, index, **settings)
         try:
-            dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
-            self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
-        except ValueError as e:  # e.g. fewer samples than one global batch
-            raise DataError(dcfg.shards, str(e)) from None
-        self.normaliser = Normaliser.from_index(index, self.cfg)  # the float32 path's host normaliser
-        self.adapter = fam.batches(model_cfg, index, self.cfg)
+            if mixed:
+                parts = [ShardDataset(src.root, source_config(self.cfg, src), opened=(p.folder, p.cache, p.index))
+                         for src, p in zip(shards.sources, shards.parts)]
+                dataset = MixtureDataset(shards.sources, self.cfg, parts=parts)
+                self.loader = ShardLoader(shards.sources, self.cfg, dataset=dataset)
+                index = dataclasses.replace(index, tasks=dataset.tasks)  # task_index: the mixture's tasks
+            else:
+                dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
+                self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
+        except ValueError as e:  # e.g. fewer samples than one global batch, sources at different fps
+            raise DataError(shards.sources[0].root if mixed else dcfg.shards, str(e)) from None
+        self.normaliser = self.loader.normaliser()  # the float32 path's host normaliser
+        self.adapter = fam.batches(model_cfg, index, self.normaliser)
+
+    @property
+    def sources(self) -> tuple[MixtureSource, ...]:
+        """What `StepBatch.sources` indexes: the mixture's sources (one folder: one, named by its basename)."""
+        return self.loader.sources
 
     # -- resumable state: the sampler position of the next batch the training loop takes --
     def state_dict(self) -> dict[str, int]:
@@ -178,7 +242,8 @@ class TrainData:
         for b in stream:
             samples, slots = b["images"].shape[:2]
             yield StepBatch(model=self.adapter.model_batch(b), samples=samples, slots=slots, rows=b["row"],
-                            actions=b["action"], epoch=int(b["epoch"]), step=int(b["step"]))
+                            actions=b["action"], sources=b.get("source", torch.zeros_like(b["row"])),
+                            epoch=int(b["epoch"]), step=int(b["step"]))
 
     def _host_batches(self) -> Iterator[HostBatch]:
         while True:  # the loader's iterator ends with its epoch; the next one continues its stream

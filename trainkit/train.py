@@ -12,8 +12,9 @@ The model is built on the meta device, parallelized (parallel/__init__.py says i
 which order and why), materialised on the device and initialised from the seed; the loop takes
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
-schedule, and hands each step to `Metrics`. A fresh run with `model.init_from` first fills the
-weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
+schedule, and hands each step to `Metrics`; a mixture of datasets (`data.sources`) opens and checks
+every source as one folder, and logs each source's loss at log steps (observe/source_loss.py). A
+fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.
@@ -41,8 +42,8 @@ from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
-from trainkit.config import OutputConfig, RunConfig
-from trainkit.data import Shards, TrainData, read_run_shards
+from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
+from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
@@ -60,6 +61,7 @@ from trainkit.observe.profile import StepProfiler
 from trainkit.checkpoint.resume_rules import RunRecord, dataset_identity, recorded_config, resume_changes
 from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
+from trainkit.observe.source_loss import SourceLoss
 from trainkit.observe.trackers import check_tracker, open_tracker
 from trainkit.observe.summary import format_summary, run_summary
 from trainkit.validation import Validation, holdout
@@ -150,7 +152,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
-    out = check_output_dir(cfg.output.dir, cfg.data.shards)
+    out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
     if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
@@ -161,16 +163,18 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
-    shards = read_run_shards(cfg.data, fam.max_slots(model.cfg))  # the index, read once for the whole run
+    shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
     try:
-        check_robot_dims(shards.index, fam.robot_dims, model.cfg, cfg.data.shards, from_checkpoint=set(fixed))
-        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with
+        for part, root in shard_parts(shards, cfg.data):
+            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_checkpoint=set(fixed))
+        if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with (one folder)
             if not cfg.model.init_from:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
             shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
             say(f"normalisation statistics from {source}")
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
-            check_dataset_stats(shards.index, cfg.data.norm, cfg.data.shards)
+            for part, root in shard_parts(shards, cfg.data):
+                check_dataset_stats(part.index, cfg.data.norm, root)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
         check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
@@ -185,8 +189,22 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
 
 
-def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device: torch.device, out: Path,
-          accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
+def open_shards(dcfg: DataConfig, max_slots: int) -> Shards | MixtureShards:
+    """data.shards, or every source of data.sources (opened and checked as one folder is)."""
+    if dcfg.sources:
+        return read_mixture_shards(dcfg, loader_sources(dcfg), max_slots, fps=dcfg.fps)
+    return read_run_shards(dcfg, max_slots)
+
+
+def shard_parts(shards: Shards | MixtureShards, dcfg: DataConfig) -> list[tuple[Shards, str]]:
+    """(each opened folder, its data.shards / source root): what the launch checks run over."""
+    if isinstance(shards, MixtureShards):
+        return [(part, src.root) for part, src in zip(shards.parts, shards.sources)]
+    return [(shards, dcfg.shards)]
+
+
+def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | MixtureShards, device: torch.device,
+          out: Path, accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours
     (`fixed`: the model fields model.init_from's checkpoint fixed, said once its weights loaded)."""
     rank, world_size, _ = world()
@@ -211,15 +229,17 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init
-    split = holdout(cfg.data, shards.index)  # whole episodes out of the training stream (validation.py)
+    # whole episodes out of the training stream (validation.py; one folder only: data.val_* refuse a mixture)
+    split = holdout(cfg.data, shard_parts(shards, cfg.data)[0][0].index)
     data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=split.train)
     val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
                      image_dtype=compute_dtype(cfg.parallel)) if split.val else None
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    record = RunRecord(config=recorded_config(cfg.to_dict()), dataset=dataset_identity(shards.folder),
-                       global_batch=global_batch)
+    identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
+    record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
+                       dataset=identity[0] if not cfg.data.sources else {"sources": identity})
     start = 0
     if found is not None:
         for line in found.skip_lines("resuming from"):
@@ -242,7 +262,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
     profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
-    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs)  # forward + backward, maybe a graph
+    mixture = tuple(s.label for s in cfg.data.sources)  # a mixture's source names: their loss is logged apart
+    # forward + backward, maybe a graph; with a mixture also the per-item losses
+    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture))
+    per_source = SourceLoss(mixture, device) if mixture else None
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
@@ -262,8 +285,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                     sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
                 guard.add(batch.rows, batch.actions)
                 b, slots = batch.samples, batch.slots
-                loss = step_fn(batch.model)
+                loss, items = step_fn(batch.model)
                 loss_sum = loss_sum + loss / accum
+                if per_source is not None:
+                    per_source.add(items, batch.sources)
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
@@ -276,18 +301,21 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards, device:
                     ema.update()
             sched.step()
             step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
+            if per_source is not None:
+                per_source.end_step(applied)
             if applied:
                 metrics.record(StepRecord(step=step, loss=guard.mean_loss, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
                                           image_slots=slots))
             profiler.after_step(step - start)
-            if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps:
-                metrics.flush()
+            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
+            if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
+                # the per-source all-reduce: at log steps only, on every rank alike
+                metrics.flush(per_source.reduce() if per_source is not None else None)
             if val is not None and (step + 1 == cfg.train.steps or cfg.train.eval_every and
                                     (step + 1) % cfg.train.eval_every == 0):
                 with metrics.paused():
                     metrics.log_eval(val.record(step, model, cast, ema))
-            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
             if stopping:
                 metrics.close()  # before the save's collectives: no rank exits before rank 0 has logged
             saved = None

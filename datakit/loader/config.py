@@ -47,6 +47,10 @@ class LoaderConfig:
     state_offsets: tuple[int, ...] = (0,)
     # Number of future actions per sample: rows t .. t + action_horizon - 1.
     action_horizon: int = 1
+    # The frame rate the offsets above count in: 0 = the data's own. Set, each folder reads the row
+    # nearest each offset at its own rate (a 30 fps folder read at fps=10 takes every third row); a
+    # mixture of sources at different rates needs it (datakit/loader/mixture.py).
+    fps: float = 0.0
     # At episode ends: "pad" keeps every anchor and repeats the edge frame / action with an
     # `*_is_pad` mask (LeRobot's behaviour); "skip" keeps only anchors whose whole window
     # and action horizon fit inside the episode.
@@ -167,6 +171,8 @@ class LoaderConfig:
         named = [s for s in self.slots if s is not None]
         if len(set(named)) != len(named):
             raise ValueError(f"slots name a camera twice: {self.slots}")
+        if not self.fps >= 0:
+            raise ValueError(f"fps must be >= 0 (0: the data's own), got {self.fps}")
         if self.action_horizon < 1:
             raise ValueError(f"action_horizon must be >= 1, got {self.action_horizon}")
         if self.batch_size < 1 or self.block_size < 1:

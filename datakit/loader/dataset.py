@@ -38,7 +38,7 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
-from datakit.loader.reads import ReadPlan, read_frames
+from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
 from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
@@ -69,8 +69,9 @@ class ShardDataset(torch.utils.data.Dataset):
         cfg, self.index = self.cfg, index if index is not None else load_index(self.folder)
         frames = load_frames(self.folder, self.index)
         self.slots = slot_map(self.index, cfg.slots, cfg.tile)
+        self._rescale(cfg.fps / self.index.fps if cfg.fps else 1.0)
         used = [c for c in self.slots.cameras if c is not None]
-        lengths = {len(cfg.offsets_for(c)) for c in used}
+        lengths = {len(self.offsets_for(c)) for c in used}
         if len(lengths) > 1:
             raise ValueError(f"slot cameras {used} read {sorted(lengths)} frames each (camera_offsets); give every "
                              "slot camera the same number of frame offsets, or map the others to no slot")
@@ -91,13 +92,26 @@ class ShardDataset(torch.utils.data.Dataset):
             length=np.array([e.length for e in eps], np.int64),
         )
         self.ep_of_row = self.episodes.of_rows(len(self.shard))
-        window = Window.of([cfg.offsets_for(c) for c in used], cfg.state_offsets, cfg.action_horizon)
+        window = Window.of([self.offsets_for(c) for c in used], self.state_offsets, self.action_offsets[-1] + 1)
         self.anchors = self._selected(anchor_rows(self.episodes, window, cfg.boundary))
         # no read outside a shard, no task index LeRobotView cannot look up
         check_reads(self.index, self.shard, self.offsets, self.folder, task=self.meta["task_index"])
         self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards,
                                 cache=self.cache)
         self.num_skipped = 0
+
+    def _rescale(self, per_frame: float) -> None:
+        """The window's row offsets: the config's, counted in frames at `cfg.fps` when it is set
+        (`per_frame` = cfg.fps / index fps; a mixture of sources at different rates), each mapped to
+        this folder's nearest frame (a 30 fps folder read at 10 fps takes every third row)."""
+        scale = lambda offs: tuple(int(round(o / per_frame)) for o in offs)  # noqa: E731
+        self._frame_offsets = {c: scale(self.cfg.offsets_for(c)) for c in self.slots.cameras if c is not None}
+        self.state_offsets = scale(self.cfg.state_offsets)
+        self.action_offsets = scale(range(self.cfg.action_horizon))
+
+    def offsets_for(self, camera: str) -> tuple[int, ...]:
+        """Row offsets of `camera`'s frames around the anchor (`cfg.offsets_for`, at this folder's fps)."""
+        return self._frame_offsets[camera]
 
     def _selected(self, anchors: np.ndarray) -> np.ndarray:
         """The anchors of `cfg.episodes` (all without it); ValueError naming episodes the index lacks."""
@@ -135,13 +149,6 @@ class ShardDataset(torch.utils.data.Dataset):
     def slot_names(self) -> tuple[str, ...]:
         return self.slots.names
 
-    def _layout(self, b: int, keep: np.ndarray) -> list[tuple[str, tuple[int, ...]]]:
-        """(key, shape) of the images tensors of a batch of `b` samples keeping slots `keep`."""
-        t = self.num_frames
-        if self.stacked:
-            return [(IMAGES, (b, keep.size, t, *self.slot_shapes[0]))]
-        return [(slot_key(j), (b, t, *self.slot_shapes[s])) for j, s in enumerate(keep.tolist())]
-
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         """One sample without the batch dimension (all slots kept, so keys and shapes are fixed)."""
         batch = self.read_batch([int(i)], prune=False)
@@ -169,77 +176,116 @@ class ShardDataset(torch.utils.data.Dataset):
         cfg = self.cfg
         rows = self.anchors[np.asarray(positions, np.int64)]
         ep = self.ep_of_row[rows]
-        start, length = self.episodes.row_start[ep], self.episodes.length[ep]
         real = self.slots.real[ep]
         keep = kept_slots(real, cfg.prune_slots if prune is None else prune)
-        b, k, t = rows.size, keep.size, self.num_frames
-        layout = self._layout(b, keep)
-        nbytes = sum(math.prod(shape) for _, shape in layout)
-        flat = alloc((nbytes,)) if alloc is not None else _new_tensor((nbytes,), torch.uint8)
-        images = _carve(flat, layout)
-        image_is_pad = np.zeros((b, k, t), bool)
-        flat_np = flat.numpy()
-        view = memoryview(flat_np)
-        shards, offs, owners, sizes, dests = [], [], [], [], []
-        block = 0  # per-slot layout: where slot j's block of frames starts in the buffer
-        for j, s in enumerate(keep.tolist()):
-            cam = self.slots.cameras[s]
-            fb = self.slot_bytes[s]
-            if self.stacked:  # cells: (B, T, fb) numpy view of slot j's frames; first: its first byte
-                cells, first = flat_np.reshape(b, k, t, fb)[:, j], j * t * fb
-            else:
-                cells, first = flat_np[block : block + b * t * fb].reshape(b, t, fb), block
-                block += b * t * fb
-            if cam is None:
-                cells[:] = 0
-                continue
-            r, pad = window_rows(rows, cfg.offsets_for(cam), start, length)
-            image_is_pad[:, j] = pad
-            off = self.offsets[cam][r]
-            missing = off < 0
-            if missing.any():
-                cells[missing] = 0
-            bi, ti = np.nonzero(~missing)
-            shards.append(self.shard[r[bi, ti]])
-            offs.append(off[bi, ti])
-            owners.append(bi)
-            if not self.stacked:
-                sizes.append(np.full(bi.size, fb, np.int64))
-            at = first + bi * cells.strides[0] + ti * cells.strides[1]
-            dests += [view[a : a + fb] for a in at.tolist()]
-        plan = ReadPlan(
-            shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
-            offset=np.concatenate(offs) if offs else np.zeros(0, np.int64),
-            dest=dests,
-            owner=np.concatenate(owners) if owners else np.zeros(0, np.int64),
-        )
-        frame_bytes = np.concatenate(sizes) if sizes else self.slot_bytes[0]  # per frame: cameras' own sizes
-        failed = read_frames(self.files, plan, frame_bytes, cfg.coalesce_gap)
-        ok = np.ones(b, bool)
-        if failed:
-            if cfg.on_error == "raise":
-                raise next(iter(failed.values()))
-            ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
-            self.num_skipped += int((~ok).sum())
-        rs, pad_s = window_rows(rows, cfg.state_offsets, start, length)
-        ra, pad_a = window_rows(rows, tuple(range(cfg.action_horizon)), start, length)
+        b = rows.size
+        flat, images, cells = batch_images(b, self.num_frames, [self.slot_shapes[s] for s in keep.tolist()],
+                                           self.stacked, alloc)
+        image_is_pad, plan, frame_bytes = self.frame_plan(rows, keep, cells, memoryview(flat.numpy()), np.arange(b))
+        ok = self.read_planned(self.files, plan, frame_bytes, b)
         batch = {
             **images,
             "image_mask": torch.from_numpy(real[:, keep]),
             "image_is_pad": torch.from_numpy(image_is_pad),
             "slot_index": torch.from_numpy(keep.astype(np.int64)),
-            "state": torch.from_numpy(self.state[rs]),
-            "state_is_pad": torch.from_numpy(pad_s),
-            "action": torch.from_numpy(self.action[ra]),
-            "action_is_pad": torch.from_numpy(pad_a),
-            "row": torch.from_numpy(rows),
-            **{k_: torch.from_numpy(np.ascontiguousarray(v[rows])) for k_, v in self.meta.items()},
+            **{k: torch.from_numpy(v) for k, v in self.numeric(rows).items()},
         }
-        if not ok.all():
-            sel = torch.from_numpy(np.flatnonzero(ok))
-            batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
-        batch["num_skipped"] = torch.tensor(int((~ok).sum()))
-        return batch
+        return drop_failed(batch, ok)
+
+    def frame_plan(self, rows: np.ndarray, slots: np.ndarray, cells: list[tuple[np.ndarray, int]],
+                   view: memoryview, owner: np.ndarray) -> tuple[np.ndarray, ReadPlan, np.ndarray]:
+        """The reads of anchor `rows`' (n,) frames for this folder's slots `slots` (K,) into `cells`: per
+        kept slot j, (its (B, T, frame bytes) numpy view of the batch buffer, its first byte in `view`);
+        item i fills batch row `owner[i]` (a mixture's batch interleaves its sources' items), the plan's
+        owners are those batch rows. A slot entry -1, a slot without a camera or a missing frame is zeros
+        now. Returns image_is_pad (n, K, T), the plan and each read's frame bytes."""
+        n, t = rows.size, self.num_frames
+        ep = self.ep_of_row[rows]
+        start, length = self.episodes.row_start[ep], self.episodes.length[ep]
+        image_is_pad = np.zeros((n, slots.size, t), bool)
+        shards, offs, owners, sizes, dests = [], [], [], [], []
+        for j, s in enumerate(slots.tolist()):
+            cells_j, first = cells[j]
+            cam = self.slots.cameras[s] if s >= 0 else None
+            if cam is None:
+                cells_j[owner] = 0
+                continue
+            fb = self.slot_bytes[s]
+            r, pad = window_rows(rows, self.offsets_for(cam), start, length)
+            image_is_pad[:, j] = pad
+            off = self.offsets[cam][r]
+            missing = off < 0
+            if missing.any():
+                mb, mt = np.nonzero(missing)
+                cells_j[owner[mb], mt] = 0
+            bi, ti = np.nonzero(~missing)
+            shards.append(self.shard[r[bi, ti]])
+            offs.append(off[bi, ti])
+            owners.append(owner[bi])
+            sizes.append(np.full(bi.size, fb, np.int64))
+            at = first + owner[bi] * cells_j.strides[0] + ti * cells_j.strides[1]
+            dests += [view[a : a + fb] for a in at.tolist()]
+        empty = np.zeros(0, np.int64)
+        plan = ReadPlan(shard=np.concatenate(shards) if shards else empty,
+                        offset=np.concatenate(offs) if offs else empty, dest=dests,
+                        owner=np.concatenate(owners) if owners else empty)
+        return image_is_pad, plan, np.concatenate(sizes) if sizes else empty
+
+    def read_planned(self, files: ShardFiles, plan: ReadPlan, frame_bytes: np.ndarray, b: int) -> np.ndarray:
+        """Run `plan` (`reads.read_frames`); (b,) ok: False for a batch row whose shard failed
+        (`on_error="skip"`; "raise" raises). `files`: what maps the plan's shard numbers to files."""
+        # one frame size: the scalar lets read_frames skip a gather
+        sizes = int(frame_bytes[0]) if frame_bytes.size and (frame_bytes == frame_bytes[0]).all() else frame_bytes
+        failed = read_frames(files, plan, sizes, self.cfg.coalesce_gap)
+        ok = np.ones(b, bool)
+        if failed:
+            if self.cfg.on_error == "raise":
+                raise next(iter(failed.values()))
+            ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
+            self.num_skipped += int((~ok).sum())
+        return ok
+
+    def numeric(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The batch's table columns for anchor `rows`: state and action windows with their pad masks, and
+        the row's own episode, frame, task, timestamp."""
+        ep = self.ep_of_row[rows]
+        start, length = self.episodes.row_start[ep], self.episodes.length[ep]
+        rs, pad_s = window_rows(rows, self.state_offsets, start, length)
+        ra, pad_a = window_rows(rows, self.action_offsets, start, length)
+        return {"state": self.state[rs], "state_is_pad": pad_s, "action": self.action[ra], "action_is_pad": pad_a,
+                "row": rows, **{k_: np.ascontiguousarray(v[rows]) for k_, v in self.meta.items()}}
+
+
+def batch_images(b: int, t: int, shapes: list[tuple[int, ...]], stacked: bool,
+                 alloc: Callable[[tuple[int, ...]], torch.Tensor] | None
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[tuple[np.ndarray, int]]]:
+    """One batch's image memory for kept slots of frame `shapes`: the flat uint8 buffer (`alloc`, or a new
+    tensor), its tensors by key (stacked (B, K, T, *shape) or `images.<j>` (B, T, *shape_j) each) and per
+    slot (its (B, T, frame bytes) numpy view, its first byte): where `read_frames_into` writes."""
+    k = len(shapes)
+    layout = ([(IMAGES, (b, k, t, *shapes[0]))] if stacked
+              else [(slot_key(j), (b, t, *shape)) for j, shape in enumerate(shapes)])
+    nbytes = sum(math.prod(shape) for _, shape in layout)
+    flat = alloc((nbytes,)) if alloc is not None else _new_tensor((nbytes,), torch.uint8)
+    flat_np = flat.numpy()
+    cells, block = [], 0
+    for j, shape in enumerate(shapes):
+        fb = math.prod(shape)
+        if stacked:
+            cells.append((flat_np.reshape(b, k, t, fb)[:, j], j * t * fb))
+        else:
+            cells.append((flat_np[block : block + b * t * fb].reshape(b, t, fb), block))
+            block += b * t * fb
+    return flat, _carve(flat, layout), cells
+
+
+def drop_failed(batch: dict[str, torch.Tensor], ok: np.ndarray) -> dict[str, torch.Tensor]:
+    """The batch without the items whose shard failed (`on_error="skip"`), and their count `num_skipped`."""
+    if not ok.all():
+        sel = torch.from_numpy(np.flatnonzero(ok))
+        batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
+    batch["num_skipped"] = torch.tensor(int((~ok).sum()))
+    return batch
 
 
 def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:

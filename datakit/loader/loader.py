@@ -34,7 +34,7 @@ trainer wherever it is). The trainer's shutdown of the loader ends the workers a
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import signal
 from itertools import islice
 from pathlib import Path
@@ -46,6 +46,8 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher, HostBatch, pin_host
 from datakit.loader.loans import HostRing, Loans
+from datakit.loader.mixture import MixtureSampler, MixtureSource, mixture_sources
+from datakit.loader.mixture_dataset import MixtureDataset
 from datakit.loader.normalise import Normaliser
 from datakit.loader.downloads import EpochDownloads
 from datakit.loader.sampler import StepSampler, block_ids
@@ -74,24 +76,40 @@ class _StepBatches:
 
 
 class ShardLoader:
-    """Deterministic, resumable batches of `ShardDataset` for one rank."""
+    """Deterministic, resumable batches of `ShardDataset` (or a `MixtureDataset`) for one rank.
 
-    def __init__(self, root: str | Path, cfg: LoaderConfig, dataset: ShardDataset | None = None):
+    `root`: one shard folder (path or URL), or a weighted mixture of them: a path -> weight mapping or
+    a sequence of `MixtureSource` (datakit/loader/mixture.py); `dataset`: the dataset of `root` as the
+    caller already opened it."""
+
+    def __init__(self, root: str | Path | Mapping[str, float] | Sequence[MixtureSource], cfg: LoaderConfig,
+                 dataset: ShardDataset | MixtureDataset | None = None):
         self.cfg = cfg
-        self.dataset = dataset if dataset is not None else ShardDataset(root, cfg)
-        ds = self.dataset
-        blocks = block_ids(ds.shard[ds.anchors], cfg.block_size) if cfg.shuffle == "shard_block" else None
-        self.sampler = StepSampler(
-            num_anchors=len(ds), batch_size=cfg.batch_size, seed=cfg.seed, mode=cfg.shuffle, rank=cfg.rank,
-            world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks, epoch_batch=cfg.epoch_batch,
-        )
+        mixed = mixture_sources(root) if dataset is None else getattr(dataset, "sources", None)
+        if dataset is None:
+            dataset = MixtureDataset(mixed, cfg) if mixed else ShardDataset(root, cfg)
+        self.dataset = ds = dataset
+        # a mixture: one source of weight 1 for one folder, so `source` 0 always names something
+        self.sources: tuple[MixtureSource, ...] = mixed or (MixtureSource(root=str(ds.root), weight=1.0),)
+        if mixed:  # the schedule shuffles: the sampler walks global positions in order
+            self.sampler: StepSampler = MixtureSampler(
+                num_anchors=len(ds), batch_size=cfg.batch_size, mode="sequential", rank=cfg.rank,
+                world_size=cfg.world_size, epoch_batch=cfg.epoch_batch, seed=cfg.seed)
+        else:
+            blocks = block_ids(ds.shard[ds.anchors], cfg.block_size) if cfg.shuffle == "shard_block" else None
+            self.sampler = StepSampler(
+                num_anchors=len(ds), batch_size=cfg.batch_size, seed=cfg.seed, mode=cfg.shuffle, rank=cfg.rank,
+                world_size=cfg.world_size, drop_last=cfg.drop_last, blocks=blocks, epoch_batch=cfg.epoch_batch,
+            )
         if cfg.num_workers:  # fail now, with what to raise, rather than with a SIGBUS mid-epoch
             workers, buffers, nbytes = pool_shape(cfg, ds)
             check_shm_space(workers * buffers * nbytes,
                             f"{workers} workers x {buffers} buffers x {nbytes / 2**20:.1f} MiB per batch")
         self.num_skipped = 0
         # remote root: download shards ahead of this rank's order
-        self.downloads = EpochDownloads(ds.cache, ds.shard[ds.anchors], self.sampler) if ds.cache else None
+        # (a mixture's remote sources download each shard as a read first needs it)
+        self.downloads = EpochDownloads(ds.cache, ds.shard[ds.anchors], self.sampler) \
+            if not mixed and ds.cache else None
         self._host: tuple[tuple[int, int], Iterator[dict[str, torch.Tensor]]] | None = None
 
     def __len__(self) -> int:
@@ -120,8 +138,7 @@ class ShardLoader:
 
         Batches the device batcher prefetched do not count as delivered: the state advances
         when a batch is handed to the caller."""
-        batcher = DeviceBatcher(Normaliser.from_index(self.dataset.index, self.cfg), device, depth=depth,
-                                pin_memory=self.cfg.pin_memory)
+        batcher = DeviceBatcher(self.normaliser(), device, depth=depth, pin_memory=self.cfg.pin_memory)
         start = (self.sampler.epoch, self.sampler.step)
         host = self._stream(*start, pin=batcher.pin)
         if extras is not None:
@@ -129,6 +146,13 @@ class ShardLoader:
         self._host = None  # the batcher owns this stream (it reads ahead)
         # islice: the batch after the last one wanted is never taken, so never counted delivered
         yield from islice(batcher(host, on_take=self._took), steps)
+
+    def normaliser(self) -> Normaliser:
+        """The device normaliser of this loader's batches (a mixture: each source's own statistics)."""
+        ds = self.dataset
+        if isinstance(ds, MixtureDataset):
+            return Normaliser.from_sources(ds.indexes, self.cfg, ds.state_dim, ds.action_dim)
+        return Normaliser.from_index(ds.index, self.cfg)
 
     def _next_host(self) -> dict[str, torch.Tensor]:
         """The batch at the sampler's state, from a DataLoader kept alive while the caller
@@ -180,7 +204,7 @@ def _outlive_sigterm(_worker_id: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: signal.alarm(WORKER_SIGTERM_GRACE_S))
 
 
-def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
+def host_batches(ds: ShardDataset | MixtureDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
                  pin: bool = False,
                  on_batch: Callable[[int, int], None] | None = None) -> Iterator[dict[str, torch.Tensor]]:
     """Host batches from (epoch, step) on, images lent (`cfg.lend_batches`, see `loans`): with
@@ -236,7 +260,7 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
 class _RingReads(torch.utils.data.Dataset):
     """The single-process DataLoader's dataset: batches read into the lent `HostRing`."""
 
-    def __init__(self, dataset: ShardDataset, ring: HostRing):
+    def __init__(self, dataset: ShardDataset | MixtureDataset, ring: HostRing):
         self.dataset, self.ring = dataset, ring
 
     def __len__(self) -> int:

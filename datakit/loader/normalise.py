@@ -12,6 +12,7 @@ exactly as the unbroken one did.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -103,6 +104,23 @@ class Normaliser:
                    state_affine=affine_from_stats(index.stats["state"], cfg.norm),
                    action_affine=affine_from_stats(index.stats["action"], cfg.norm))
 
+    @classmethod
+    def from_sources(cls, indexes: Sequence[ShardIndex], cfg: LoaderConfig, state_dim: int,
+                     action_dim: int) -> "Normaliser":
+        """A mixture's normaliser: each source's own statistics, as (sources, dim) tables an item picks
+        its row of by `batch["source"]`; a source's channels beyond its own width map to 0 (scale and
+        bias 0), so the zero padding survives normalisation."""
+        norm = cls.from_index(indexes[0], cfg)
+        tables = []
+        for part, dim in (("state", state_dim), ("action", action_dim)):
+            scale, bias = torch.zeros(len(indexes), dim), torch.zeros(len(indexes), dim)
+            for s, index in enumerate(indexes):
+                a, c = affine_from_stats(index.stats[part], cfg.norm)
+                scale[s, : a.numel()], bias[s, : c.numel()] = a, c
+            tables.append((scale, bias))
+        norm.state_affine, norm.action_affine = tables
+        return norm
+
     def to(self, device: torch.device | str) -> "Normaliser":
         mv = lambda t: t.to(device)  # noqa: E731
         return Normaliser(cfg=self.cfg, layout=self.layout, image_scale=mv(self.image_scale),
@@ -121,9 +139,18 @@ class Normaliser:
             views = slot_images(batch)
             out = {k: v for k, v in out.items() if not is_slot_key(k)}
             out.update(self.slot_views(views, batch.get("row"), epoch=epoch, step=step))
-        out["state"] = batch["state"].float() * self.state_affine[0] + self.state_affine[1]
-        out["action"] = batch["action"].float() * self.action_affine[0] + self.action_affine[1]
+        out["state"] = self.vector(batch["state"], self.state_affine, batch.get("source"))
+        out["action"] = self.vector(batch["action"], self.action_affine, batch.get("source"))
         return out
+
+    @staticmethod
+    def vector(x: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor],
+               source: torch.Tensor | None) -> torch.Tensor:
+        """(B, T, D) state or action -> x * scale + bias; a mixture's (sources, D) tables per item's source."""
+        scale, bias = affine
+        if scale.dim() == 2:
+            scale, bias = scale[source][:, None], bias[source][:, None]
+        return x.float() * scale + bias
 
     def images(self, u8: torch.Tensor, rows: torch.Tensor | None = None, *, epoch: int = 0,
                step: int = 0) -> torch.Tensor:

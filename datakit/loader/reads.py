@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from datakit.errors import ShardError
-from datakit.shards.open_files import OpenShards
 
 _IOV_MAX = 1000  # Linux allows 1024 iovecs per call; keep a margin
+
+
+class ShardFiles(Protocol):
+    """What reads need of the open shards (`shards.open_files.OpenShards`; a mixture's sources as one)."""
+
+    def fd(self, shard: int) -> int: ...
+
+    def path(self, shard: int) -> str | Path: ...
 
 
 @dataclass
@@ -37,7 +46,7 @@ class ReadPlan:
     owner: np.ndarray  # (R,) sample of each request, to drop samples on a bad shard
 
 
-def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int | np.ndarray,
+def read_frames(files: ShardFiles, plan: ReadPlan, frame_bytes: int | np.ndarray,
                 coalesce_gap: int) -> dict[int, ShardError]:
     """Fill every `plan.dest`; returns {shard: error} for shards that failed (never raises
     for a shard itself; the caller decides whether to raise or to drop the owners).
@@ -79,7 +88,7 @@ def read_frames(files: OpenShards, plan: ReadPlan, frame_bytes: int | np.ndarray
 
 
 def _read_run(fd: int, dests: list[memoryview], offs: np.ndarray, gaps: np.ndarray, scratch: memoryview,
-              files: OpenShards, shard: int) -> None:
+              files: ShardFiles, shard: int) -> None:
     """One contiguous byte range: frames scattered to `dests`, gaps to `scratch`."""
     i = 0
     while i < len(dests):

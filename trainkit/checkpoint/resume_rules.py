@@ -5,12 +5,13 @@ identity, its global batch). On resume the current run is compared with it, key 
 
 - Refused, in one line naming the key: another dataset, another model (`model.*`), seed
   (`train.seed`), global batch, image slots, normalisation or sample order (`data.slots`,
-  `data.norm`, `data.shuffle`, the validation holdout `data.val_*`). They decide what the restored weights, Adam moments and sampler
-  position mean; going on under others would be a different run started from a state not its own.
-  The dataset is compared by identity, not path: the `sha256` entries of its `checksums.json`
-  (index.json and frames.arrow, and through the index every shard's hash), so a moved or
-  downloaded copy is the same dataset and a re-conversion of other data with the same frame count
-  is not.
+  `data.norm`, `data.shuffle`, the validation holdout `data.val_*`, a mixture's `data.fps` and its
+  sources' weights, slots and prompts `data.sources[i].*`). They decide what the restored
+  weights, Adam moments and sampler position mean; going on under others would be a different run
+  started from a state not its own. The dataset is compared by identity, not path: the `sha256`
+  entries of its `checksums.json` (index.json and frames.arrow, and through the index every shard's
+  hash), so a moved or downloaded copy is the same dataset and a re-conversion of other data with
+  the same frame count is not; a mixture's identity is its sources', in order.
 - Applied from the resumed step on, and said in one line: the optimiser and its schedule
   (`optim.*`), `train.steps` (the schedule's length), `train.grad_clip`, `train.on_nonfinite`,
   `train.ema_decay` (an average the checkpoint lacks starts at the resumed weights).
@@ -18,21 +19,26 @@ identity, its global batch). On resume the current run is compared with it, key 
   moments and step count are restored, the hyperparameters always come from the config.
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
   loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
-  the path in `data.shards`), `train.micro_batch` and the world size (the global batch is what
-  counts; see checkpoint.py), `train.memory_cap_gib`.
+  the path in `data.shards` or `data.sources[i].shards`, a source's `name`), `train.micro_batch` and the world size
+  (the global batch is what counts; see checkpoint.py), `train.memory_cap_gib`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datakit.shards.index import CHECKSUMS_NAME
+from trainkit.config import RunConfig
 from trainkit.errors import CheckpointError, DataError
 
-REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_")
+REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_", "data.fps", "data.sources")
 APPLIED = ("optim.", "train.steps", "train.grad_clip", "train.on_nonfinite", "train.ema_decay")
+# a mixture source's path (its identity is its checksums.json, as for data.shards) and name (its metrics')
+FREE = ("].shards", "].name")
 # the way out of every refused resume (output.resume=false would leave the old checkpoints beside
 # the new run's, for a later resume to pick up)
 START_OVER = "use another output.dir (or move its checkpoints/ away) to start a new run"
@@ -51,10 +57,13 @@ def recorded_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` (RunConfig.to_dict()) as a checkpoint records it: data.shards resolved to an absolute
     path (a URL as it is), so a reader in another directory (`trainkit export`) finds the dataset's
     statistics. The path is free on resume, so a manifest with a relative one still resumes."""
-    shards = config["data"]["shards"]
-    if not shards or "://" in shards:
-        return config
-    return {**config, "data": {**config["data"], "shards": str(Path(shards).resolve())}}
+    data = config["data"]
+    sources = [{**s, "shards": _absolute(s["shards"])} for s in data.get("sources", [])]
+    return {**config, "data": {**data, "shards": _absolute(data["shards"]), "sources": sources}}
+
+
+def _absolute(shards: str) -> str:
+    return shards if not shards or "://" in shards else str(Path(shards).resolve())
 
 
 def dataset_identity(index_folder: Path) -> dict[str, Any]:
@@ -69,11 +78,21 @@ def dataset_identity(index_folder: Path) -> dict[str, Any]:
     return {"sha256": dict(sorted(sums.items()))}
 
 
+def _defaults() -> dict[str, Any]:
+    """Every config key's default value, flattened as `_flat` flattens a config."""
+    sections = typing.get_type_hints(RunConfig)
+    return _flat({name: {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                         for f in dataclasses.fields(sections[name])} for name in sections})
+
+
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in tree.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
+        elif k == "sources" and isinstance(v, list):  # data.sources[i].weight, ...: each key on its own
+            for i, source in enumerate(v):
+                out.update(_flat(source, f"{prefix}{k}[{i}]."))
         else:
             out[prefix + k] = v
     return out
@@ -83,16 +102,18 @@ def resume_changes(where: Path, saved: RunRecord, saved_world: int, now: RunReco
     """The applied changes ("optim.lr 0.003 -> 0.001", ...) of resuming checkpoint `where` with
     this run; CheckpointError, one line, for a refused one (the first found is named)."""
     if saved.dataset != now.dataset:
-        shards = now.config["data"]["shards"]
+        shards = now.config["data"]["shards"] or ", ".join(s["shards"] for s in now.config["data"]["sources"])
         raise CheckpointError(str(where), f"written for another dataset than data.shards {shards} "
                               f"(their checksums.json differ); resume with the checkpoint's dataset, or {START_OVER}")
     if saved.global_batch != now.global_batch:
         raise CheckpointError(str(where), f"written by {saved_world} ranks with global batch {saved.global_batch}, "
                               f"this run has {world} ranks and global batch {now.global_batch}; a resume needs the "
                               f"same train.global_batch (world size and micro_batch may change), or {START_OVER}")
-    old, new = _flat(saved.config), _flat(now.config)
+    # a key the checkpoint's trainkit lacked (data.fps before mixtures) had its default value then
+    defaults = _defaults()
+    old, new = {**defaults, **_flat(saved.config)}, {**defaults, **_flat(now.config)}
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-    refused = [k for k in changed if k.startswith(REFUSED)]
+    refused = [k for k in changed if k.startswith(REFUSED) and not k.endswith(FREE)]
     if refused:
         k = refused[0]
         more = f" (and {', '.join(refused[1:])})" if len(refused) > 1 else ""

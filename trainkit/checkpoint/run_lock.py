@@ -1,6 +1,6 @@
 """One run per output.dir, and an output.dir that cannot clash with the data.
 
-    out = check_output_dir(cfg.output.dir, cfg.data.shards)   # every rank, before any GPU work
+    out = check_output_dir(cfg.output.dir, cfg.data.roots)   # every rank, before any GPU work
     with run_lock(out):                                        # collective: rank 0 holds the lock
         ...                                                    # resume, train, checkpoint
 
@@ -34,15 +34,18 @@ from trainkit.ranks import broadcast, rank_world
 LOCK_NAME = ".trainkit.lock"
 
 
-def check_output_dir(out_dir: str, shards: str) -> Path:
-    """output.dir as a Path; OutputDirError when it is a file, under a file, or in data.shards."""
+def check_output_dir(out_dir: str, roots: list[str]) -> Path:
+    """output.dir as a Path; OutputDirError when it is a file, under a file, or in a shard folder
+    of the run (`roots`: data.shards, or each of data.sources)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise OutputDirError(out, "is a file, not a folder")
     above = next((p for p in out.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise OutputDirError(out, f"is under {above}, which is a file")
-    if "://" not in shards:
+    for shards in roots:
+        if "://" in shards:
+            continue
         data = Path(shards).resolve()
         if out.resolve() == data or data in out.resolve().parents:
             raise OutputDirError(out, f"is data.shards {shards} or inside it; write runs outside the dataset folder")

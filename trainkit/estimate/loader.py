@@ -46,29 +46,76 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
     dcfg, train = cfg.data, cfg.train
     micro = train.micro_batch
     accum = max(1, (train.global_batch or micro * world_size) // (micro * world_size))
-    plan = plan_command(dcfg.shards or "SHARDS", toml_path or "LOADER.toml", samples_per_s, world_size)
+    plan = plan_command(dcfg, toml_path or "LOADER.toml", samples_per_s, world_size)
+    first = dcfg.sources[0] if dcfg.sources else None  # a mixture: the loader preset sees its first source
     try:
-        index = _index(dcfg.shards)
-        slots = tuple(s or None for s in dcfg.slots) or (tuple(index.cameras) if index is not None else ())
+        index = _index(first.shards if first else dcfg.shards)
+        slots = tuple(s or None for s in (first.slots if first and first.slots else dcfg.slots)) or \
+            (tuple(index.cameras) if index is not None else ())
         episodes = holdout(dcfg, index).train if index is not None else None
         loader = family(cfg.model.family).loader_config(
             build_config(cfg.model.family, cfg.model.preset, cfg.model.overrides), index,
             **loader_settings(dcfg, slots, seed=train.seed, rank=0, world_size=world_size, micro_batch=micro,
                               global_batch=micro * world_size * accum, episodes=episodes,
-                              image_dtype=compute_dtype(cfg.parallel), pin_memory=True))
+                              image_dtype=compute_dtype(cfg.parallel), pin_memory=True),
+            **({"fps": dcfg.fps} if dcfg.sources else {}))  # a mixture's window rate, as TrainData sets it
     except (DatakitError, DataError, ModelConfigError, ValueError, OSError) as e:
         return {"error": str(e), "plan": plan}, None
     depends = [] if index is not None else (
         (["slots"] if not dcfg.slots else []) + (["resize"] if loader.resize is not None else [])
         + (["episodes"] if dcfg.val_episodes or dcfg.val_fraction else []))
-    return {"config": dataclasses.asdict(loader), "index": dcfg.shards if index is not None else None,
-            "depends_on_data": depends, "plan": plan}, loader
+    needs = {"config": dataclasses.asdict(loader), "index": (first.shards if first else dcfg.shards)
+             if index is not None else None, "depends_on_data": depends, "plan": plan}
+    if dcfg.sources:
+        needs["mixture"] = mixture_needs(dcfg, loader, samples_per_s, world_size)
+    return needs, loader
 
 
-def plan_command(shards: str, toml_path: str, samples_per_s: float | None, world_size: int) -> str:
-    """The `datakit plan` line of a run ("N" where no target samples/s was given)."""
+def plan_command(dcfg: Any, toml_path: str, samples_per_s: float | None, world_size: int) -> str:
+    """The `datakit plan` line of a run ("N" where no target samples/s was given); a mixture's names
+    every source with `--weights`."""
     target = "N" if samples_per_s is None else f"{samples_per_s:g}"
-    return f"datakit plan {shards} --loader-config {toml_path} --samples-per-s {target} --ranks {world_size}"
+    shards = " ".join(dcfg.roots) or "SHARDS"
+    weights = f" --weights {','.join(f'{s.weight:g}' for s in dcfg.sources)}" if dcfg.sources else ""
+    return f"datakit plan {shards}{weights} --loader-config {toml_path} --samples-per-s {target} --ranks {world_size}"
+
+
+def mixture_needs(dcfg: Any, loader: LoaderConfig, samples_per_s: float | None, world_size: int) -> dict[str, Any]:
+    """What a mixture asks of storage and cache (datakit's `mixture_plan`, the one rule `datakit plan`
+    prints): bytes per sample (share-weighted), the cache working set per node of each source and
+    of all (every source walks its own epochs at once), read and host-to-device rates at the target
+    (`samples_per_s`; without one, 1 sample/s: the rates are then per sample/s). Each source with its
+    own slots (the source's, else data.slots, else its cameras), as the trainer resolves them. The
+    ceiling is measured on the mixture's loader (`measure`: the `datakit plan ... --measure` line,
+    None where the sources map their cameras apart, which that command cannot say);
+    inspect reads no shard. {"error": ...} where a source is not a finished local folder."""
+    from datakit.commands.plan.mixture import mixture_plan
+    from trainkit.config import loader_sources
+
+    sources = []
+    for src in loader_sources(dcfg):
+        index = _index(src.root)
+        if index is None:
+            return {"error": f"{src.root}: not a finished local shard folder (inspect downloads nothing)"}
+        slots = src.slots or tuple(s or None for s in dcfg.slots) or tuple(index.cameras)
+        sources.append(dataclasses.replace(src, slots=slots))
+    try:
+        plan = mixture_plan(sources, loader, samples_per_s=samples_per_s or 1.0, ranks=world_size)
+    except (DatakitError, ValueError, OSError) as e:  # e.g. a source with fewer samples than a global batch
+        return {"error": str(e)}
+    return {"samples_per_s": samples_per_s, "bytes_per_sample": plan.bytes_per_sample,
+            "image_bytes_per_sample": plan.image_bytes_per_sample, "dataset_bytes": plan.dataset_bytes,
+            "working_set_bytes_per_node": plan.working_set_bytes_per_node,
+            "read_bytes_per_s_per_node": plan.read_bytes_per_s_per_node,
+            "h2d_bytes_per_s_uint8": plan.h2d_bytes_per_s_uint8,
+            "sources": [{"name": p.name, "root": p.root, "weight": p.weight, "samples": p.plan.num_anchors,
+                         "bytes_per_sample": p.plan.bytes_per_sample,
+                         "working_set_bytes_per_node": p.plan.working_set_bytes_per_node,
+                         "epoch_seconds": p.source_epoch_seconds if samples_per_s else None} for p in plan.sources],
+            # `datakit plan` maps every source's cameras by the one loader config: sources with their
+            # own slot maps have no command line to measure with (None)
+            "measure": plan_command(dcfg, "LOADER.toml", samples_per_s, world_size) + " --measure"
+            if all(s.slots == tuple(loader.slots) for s in sources) else None}
 
 
 def loader_toml(cfg: Any, needs: dict[str, Any], loader: LoaderConfig) -> str:
@@ -97,11 +144,34 @@ def format_loader(needs: dict[str, Any]) -> list[str]:
     if c["tile"] is not None:
         shape.append(f"tile {c['tile']}")
     shape += [f"norm {c['norm']}", f"shuffle {c['shuffle']}", f"num_workers {c['num_workers']}"]
-    where = (f"from the index of {needs['index']}" if needs["index"] is not None else
+    first = " (the mixture's first source)" if "mixture" in needs else ""
+    where = (f"from the index of {needs['index']}{first}" if needs["index"] is not None else
              "without the shard index (data.shards unset or not a finished local shard folder)"
              + ("; the data decides " + ", ".join(needs["depends_on_data"]) if needs["depends_on_data"] else ""))
     return [f"loader (rank 0 of {c['world_size']}, {where}):", "  " + ", ".join(shape),
-            f"  {needs['plan']}"]
+            f"  {needs['plan']}"] + (format_mixture(needs["mixture"]) if "mixture" in needs else [])
+
+
+def format_mixture(m: dict[str, Any]) -> list[str]:
+    """Lines of the mixture's storage needs (`mixture_needs`)."""
+    if "error" in m:
+        return [f"mixture: no storage plan: {m['error']}"]
+    at = f" at {m['samples_per_s']:g} samples/s" if m["samples_per_s"] else " per sample/s (--samples-per-s N)"
+    lines = [f"mixture: {_mib(m['bytes_per_sample'])} per sample (share-weighted, images "
+             f"{_mib(m['image_bytes_per_sample'])}), cache working set per node "
+             f"{_mib(m['working_set_bytes_per_node'])} (every source's own epoch at once), reads {_mib(m['read_bytes_per_s_per_node'])}/s per node{at}"]
+    for s in m["sources"]:
+        every = f", one pass every {s['epoch_seconds']:.1f} s" if s["epoch_seconds"] else ""
+        lines.append(f"  source {s['name']} ({s['weight']:.1%}): {s['samples']} samples, {_mib(s['bytes_per_sample'])} "
+                     f"per sample, working set per node {_mib(s['working_set_bytes_per_node'])}{every}")
+    lines.append(f"  ceiling (reads the shards, times the mixture's loader): {m['measure']}" if m["measure"] else
+                 "  ceiling: `datakit plan --measure` takes one slot map for every source; these sources map "
+                 "their cameras apart")
+    return lines
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _offsets(offsets: list[int] | tuple[int, ...]) -> str:

@@ -138,7 +138,8 @@ class Family:
     # index None (`trainkit inspect` without shards): what does not depend on the data
     # (trainkit/data.py `loader_settings` are the trainer's settings, built once for both)
     loader_config: Callable[..., Any]
-    # (config, index, loader config) -> the batch adapter (host extras + model batch)
+    # (config, index, the loader's Normaliser: its LoaderConfig in `.cfg`, and the host copy of the
+    # state statistics, a mixture's per source) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only

@@ -27,7 +27,8 @@ short (`keep_rows_before`), then appends; a fresh run (k = 0) starts it empty.
   device), mfu (fraction, or null), peak_flops (the peak MFU is
   measured against, or null), peak_mem_gib (max allocated since start; null off CUDA, where the
   allocator keeps no count), data_wait_s (per step), data_wait_frac (of wall time), all_gathers_per_step (counted),
-  loss, image_slots.
+  loss, image_slots; with a mixture (data.sources) `loss/<source name>`: the mean per-item loss of the
+  source's samples in the interval, over all ranks, and `samples/<source name>`: their count (source_loss.py).
 - `"kind": "eval"`: step (the last trained), val_loss (trainkit/validation.py), val_loss_ema (with
   train.ema_decay), samples (over all ranks); its wall time is left out of the interval's step time.
 """
@@ -208,8 +209,9 @@ class Metrics:
             f"{k.replace('_', ' ')} {v:.4f}" for k, v in rec.items() if k.startswith("val_loss"))
         (self._bar.write if self._bar is not None else print)(line)
 
-    def flush(self) -> dict[str, Any] | None:
-        """Synchronise once, write the interval's step records and summary; returns the summary."""
+    def flush(self, per_source: dict[str, float] | None = None) -> dict[str, Any] | None:
+        """Synchronise once, write the interval's step records and summary (with `per_source`, the
+        interval's `loss/<name>` figures: SourceLoss.reduce); returns the summary."""
         if not self.records:
             return None
         if self.device.type == "cuda":
@@ -232,7 +234,7 @@ class Metrics:
             "peak_mem_gib": (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda"
                              else None),
             "data_wait_s": wait / n, "data_wait_frac": wait / dt, "all_gathers_per_step": gathers / n,
-            "loss": losses[-1], "image_slots": recs[-1].image_slots,
+            "loss": losses[-1], "image_slots": recs[-1].image_slots, **(per_source or {}),
         }
         self.history.append(summary)
         for r, loss, gn in zip(recs, losses, norms):
@@ -248,7 +250,8 @@ class Metrics:
             line = (f"step {self._steps_done(summary['step'])} | loss {losses[-1]:.4f} | gnorm {norms[-1]:.3f} | "
                     f"{step_s * 1e3:.0f} ms/step | {summary['samples_per_s_gpu']:.1f} samples/s/GPU | "
                     f"MFU {format_mfu(summary['mfu'])} | mem {format_mem(summary['peak_mem_gib'])} | "
-                    f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}")
+                    f"wait {100 * summary['data_wait_frac']:.1f}% | AG/step {summary['all_gathers_per_step']:.0f}"
+                    + "".join(f" | {k} {v:.4f}" for k, v in (per_source or {}).items() if k.startswith("loss/")))
             (self._bar.write if self._bar is not None else print)(line)
         self._t0 = time.perf_counter()
         self._gathers0 = self.counter.count if self.counter else 0

@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from trainkit.observe.metrics import format_mem, format_mfu
+from trainkit.observe.source_loss import SOURCE_PREFIX
 
 STEADY_KEYS = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
                "all_gathers_per_step")
@@ -42,11 +43,23 @@ def _median(values: list[Any]) -> Any:
 
 def run_summary(history: list[dict[str, Any]], losses: dict[int, float], *, world_size: int, global_batch: int,
                 start_step: int, info: dict[str, Any]) -> dict[str, Any]:
-    """What `summary.json` holds: the run's identity (`info`), steady state and first/last loss."""
+    """What `summary.json` holds: the run's identity (`info`), steady state, first/last loss and,
+    for a mixture, per source its first and last interval's loss (`source_loss`)."""
     steps = sorted(losses)
     return {**info, "world_size": world_size, "global_batch": global_batch, "start_step": start_step,
             "steps_run": len(steps), "first_loss": losses[steps[0]] if steps else None,
-            "last_loss": losses[steps[-1]] if steps else None, "steady": steady_state(history)}
+            "last_loss": losses[steps[-1]] if steps else None, "source_loss": source_loss(history),
+            "steady": steady_state(history)}
+
+
+def source_loss(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """{source name: {"first", "last"}}: its loss in the first and last interval that had its samples."""
+    out: dict[str, dict[str, float]] = {}
+    for h in history:
+        for key, value in h.items():
+            if key.startswith(SOURCE_PREFIX):
+                out.setdefault(key[len(SOURCE_PREFIX):], {"first": value})["last"] = value
+    return out
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -56,6 +69,8 @@ def format_summary(s: dict[str, Any]) -> str:
             ("steps", f"{s['start_step']} -> {s['start_step'] + s['steps_run']}")]
     if s["first_loss"] is not None:
         rows.append(("loss first -> last", f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}"))
+    for name, loss in (s.get("source_loss") or {}).items():  # a mixture: per source, first -> last interval
+        rows.append((f"  {name}", f"{loss['first']:.4f} -> {loss['last']:.4f}"))
     last_eval = (s.get("evals") or [None])[-1]  # trainkit/validation.py
     if last_eval is not None:
         ema = f", EMA weights {last_eval['val_loss_ema']:.4f}" if "val_loss_ema" in last_eval else ""

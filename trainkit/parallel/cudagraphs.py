@@ -1,8 +1,8 @@
 """CUDA graphs of the trained micro-batch: forward + backward captured once per batch shape and
 replayed, with or without FSDP2, on any world size.
 
-    step = micro_step(model, cast, accum, graphs=plan.cuda_graphs)
-    loss = step(batch)          # forward, (loss / accum).backward(): gradients in .grad
+    step = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=mixture)
+    loss, items = step(batch)   # forward, (loss / accum).backward(): gradients in .grad; items: (B,) or None
     step.zero_grad(opt)         # after the optimiser step
 
 What one graph holds, in launch order: the copy-in of the batch into the graph's static inputs is
@@ -56,23 +56,26 @@ WARMUP = 2  # eager runs of a new shape before its capture
 MAX_GRAPHS = 4  # shapes captured at most (each holds its own memory pool)
 
 
-def micro_step(model: nn.Module, cast: contextlib.AbstractContextManager, accum: int, *, graphs: bool) -> "EagerStep":
+def micro_step(model: nn.Module, cast: contextlib.AbstractContextManager, accum: int, *, graphs: bool,
+               per_item: bool = False) -> "EagerStep":
     """The trainer's forward + backward of one micro-batch (of `accum` per optimiser step): eager,
-    or through CUDA graphs."""
-    return GraphedStep(model, cast, accum) if graphs else EagerStep(model, cast, accum)
+    or through CUDA graphs; `per_item`: the model's per-item losses too (`model(batch, per_item=True)`,
+    the per-source loss of a mixture)."""
+    return (GraphedStep if graphs else EagerStep)(model, cast, accum, per_item)
 
 
 class EagerStep:
     """forward, (loss / accum).backward(); `zero_grad` after the optimiser step sets grads to None."""
 
-    def __init__(self, model: nn.Module, cast: contextlib.AbstractContextManager, accum: int):
-        self.model, self.cast, self.scale = model, cast, 1.0 / accum
+    def __init__(self, model: nn.Module, cast: contextlib.AbstractContextManager, accum: int, per_item: bool = False):
+        self.model, self.cast, self.scale, self.per_item = model, cast, 1.0 / accum, per_item
 
-    def run(self, batch: Any) -> torch.Tensor:
+    def run(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the loss, detached; the (B,) per-item losses, or None without `per_item`)."""
         with self.cast:
-            loss = self.model(batch)
+            loss, items = self.model(batch, per_item=True) if self.per_item else (self.model(batch), None)
         (loss * self.scale).backward()
-        return loss.detach()
+        return loss.detach(), items
 
     __call__ = run
 
@@ -97,20 +100,21 @@ class _Graph:
     graph: torch.cuda.CUDAGraph
     inputs: dict[str, torch.Tensor]  # static batch tensors, filled before each replay
     loss: torch.Tensor  # static output, rewritten by each replay
+    items: torch.Tensor | None  # static per-item losses (per_item), rewritten by each replay
 
 
 class GraphedStep(EagerStep):
     """forward + backward of a micro-batch replayed from a CUDA graph per batch shape (module
     docstring). The graph adds into gradients allocated before it, so they are zeroed in place."""
 
-    def __init__(self, model: nn.Module, cast: contextlib.AbstractContextManager, accum: int):
-        super().__init__(model, cast, accum)
+    def __init__(self, model: nn.Module, cast: contextlib.AbstractContextManager, accum: int, per_item: bool = False):
+        super().__init__(model, cast, accum, per_item)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.graphs: dict[tuple, _Graph] = {}
         self.captures = 0  # graphs captured
         self.eager_steps = 0  # micro-batches run eagerly because MAX_GRAPHS shapes were taken
 
-    def __call__(self, batch: Any) -> torch.Tensor:
+    def __call__(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         key = signature(batch)
         g = self.graphs.get(key)
         if g is None:
@@ -121,7 +125,7 @@ class GraphedStep(EagerStep):
         for name, t in _tensors(batch).items():
             g.inputs[name].copy_(t, non_blocking=True)
         g.graph.replay()
-        return g.loss
+        return g.loss, g.items
 
     def zero_grad(self, opt: torch.optim.Optimizer) -> None:
         opt.zero_grad(set_to_none=False)  # in place: the graph adds into these tensors
@@ -147,6 +151,6 @@ class GraphedStep(EagerStep):
         # thread_local: the loader's copy thread keeps working on its own stream meanwhile; the
         # autograd engine's device thread launches the backward onto the capturing stream
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            loss = self.run(static)
+            loss, items = self.run(static)
         self.captures += 1
-        return _Graph(graph=graph, inputs=inputs, loss=loss)
+        return _Graph(graph=graph, inputs=inputs, loss=loss, items=items)

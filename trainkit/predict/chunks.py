@@ -107,7 +107,7 @@ def predict_episodes(model: nn.Module, fam: Family, dcfg: DataConfig, shards: Sh
     except ValueError as e:
         raise DataError(dcfg.shards, str(e)) from None
     normaliser = Normaliser.from_index(index, lcfg)
-    adapter = fam.batches(model.cfg, index, lcfg)
+    adapter = fam.batches(model.cfg, index, normaliser)
     ep = dataset.ep_of_row[dataset.anchors]
     offset = dataset.anchors - dataset.episodes.row_start[ep]
     positions = np.flatnonzero(offset % every == 0)

@@ -4,7 +4,9 @@
 
 Order: open the model (nothing is written yet) -> open --shards and check it against the model
 (slots, statistics, episodes) -> sample every chunk -> write predict.json and predict.png under
-temporary names -> print the table. A bad input stops before the sampling, with one line.
+temporary names -> print the table. A bad input stops before the sampling, with one line. A run
+trained on a mixture predicts on one of its datasets (known by checksums), with that source's slots,
+prompt and statistics.
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from typing import Any
 import torch
 
 from trainkit.data import read_run_shards
-from trainkit.errors import LaunchError
+from trainkit.errors import DataError, LaunchError
 from trainkit.predict.chunks import parse_episodes, predict_episodes
 from trainkit.predict.report import plot, report, write_json
-from trainkit.predict.source import Source, open_source, same_dataset, training_stats
+from trainkit.predict.source import Source, mixture_source, open_source, same_dataset, training_stats
 from trainkit.validation import holdout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -57,9 +59,19 @@ def predict(args: PredictArgs) -> tuple[dict[str, Any], list[Path]]:
     src = open_source(args.source, weights=args.weights, config=args.config, overrides=args.overrides)
     if src.fam.sampler is None:
         raise LaunchError(f"family {src.fam.name!r} has no action sampler (Family.sampler)")
-    dcfg = dataclasses.replace(src.cfg.data, shards=str(args.shards), num_workers=0)
+    data, prompt = src.cfg.data, None
+    if data.sources:  # a mixture's run predicts on one of its datasets, with that source's slots and prompt
+        mine = mixture_source(src, Path(args.shards))
+        if mine is None:
+            raise DataError(str(args.shards), "none of the datasets of the run's mixture (their checksums.json "
+                            f"differ from {', '.join(s.shards for s in data.sources)}): predict on one of them, "
+                            "whose statistics the run trained with")
+        data, prompt = dataclasses.replace(data, sources=[], slots=mine.slots or data.slots), mine.prompt
+    dcfg = dataclasses.replace(data, shards=str(args.shards), num_workers=0)
     shards = read_run_shards(dcfg, src.fam.max_slots(src.model.cfg))
     try:
+        if prompt:  # every task text of the source, as the loader gave it in training
+            shards.index = dataclasses.replace(shards.index, tasks=[prompt] * len(shards.index.tasks))
         index, stats_from = training_stats(src, shards.index, shards.folder)
         shards = dataclasses.replace(shards, index=index)
         episodes, chosen_by, trained_on = _episodes(args, src, shards)
@@ -102,7 +114,7 @@ def _episodes(args: PredictArgs, src: Source, shards) -> tuple[tuple[int, ...], 
     """(episodes to predict, how they were chosen, those of them the run trained on)."""
     index, where = shards.index, str(args.shards)
     ours = same_dataset(src, shards.folder)
-    split = holdout(dataclasses.replace(src.cfg.data, shards=where), index) if ours else None
+    split = holdout(dataclasses.replace(src.cfg.data, shards=where, sources=[]), index) if ours else None
     if args.episodes is not None:
         chosen, how = parse_episodes(args.episodes, index, where), "--episodes"
     elif split is not None and split.val:

@@ -30,7 +30,7 @@ import torch.nn as nn
 from datakit.shards.index import ShardIndex, load_index
 from trainkit.checkpoint.manifest import read_manifest
 from trainkit.checkpoint.resume_rules import dataset_identity
-from trainkit.config import RunConfig, load_config
+from trainkit.config import RunConfig, SourceConfig, load_config
 from trainkit.errors import CheckpointError, DataError, LaunchError
 from trainkit.models import Family, build_model, family
 from trainkit.weights.export import load_run_model
@@ -139,10 +139,21 @@ def _check_norm(folder: Path, norm: str) -> None:
 
 
 def same_dataset(source: Source, shards: Path) -> bool:
-    """Whether `--shards` is the dataset the run trained on (by checksums, not by path)."""
-    if source.dataset is None:
-        return False
+    """Whether `--shards` is the dataset the run trained on, or one of its mixture's (by checksums,
+    not by path)."""
+    return source.dataset is not None and _identity(shards) in (source.dataset, *source.dataset.get("sources", ()))
+
+
+def mixture_source(source: Source, shards: Path) -> SourceConfig | None:
+    """The [[data.sources]] table of a mixture's run whose dataset `shards` is (by checksums); None
+    when it is none of them (or the run's dataset is unknown)."""
+    identity = _identity(shards)
+    ids = (source.dataset or {}).get("sources", ())
+    return next((s for s, i in zip(source.cfg.data.sources, ids) if i == identity), None)
+
+
+def _identity(shards: Path) -> dict[str, Any] | None:
     try:
-        return dataset_identity(shards) == source.dataset
+        return dataset_identity(shards)
     except DataError:
-        return False
+        return None

@@ -160,14 +160,17 @@ def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
     features, None), said so."""
     from datakit.shards.index import load_index
 
+    generic = ({"cameras": [f"observation.images.slot{i}" for i in range(max_slots)], "state_dim": 32,
+                "action_dim": 32}, None)
+    said = f"config.json names {max_slots} generic cameras and 32 state/action channels, and no statistics are written"
+    if cfg.data.sources:  # each source has its own cameras and statistics: none of them is the policy's
+        print(f"trainkit: trained on a mixture (data.sources): {said}", file=sys.stderr)
+        return generic
     try:
         index = load_index(Path(cfg.data.shards))
     except Exception as e:  # noqa: BLE001 - moved, deleted or remote: the weights still export
-        print(f"trainkit: {cfg.data.shards}: dataset index unreadable ({type(e).__name__}); config.json names "
-              f"{max_slots} generic cameras and 32 state/action channels, and no statistics are written",
-              file=sys.stderr)
-        return {"cameras": [f"observation.images.slot{i}" for i in range(max_slots)], "state_dim": 32,
-                "action_dim": 32}, None
+        print(f"trainkit: {cfg.data.shards}: dataset index unreadable ({type(e).__name__}); {said}", file=sys.stderr)
+        return generic
     if cfg.data.norm_from == "checkpoint":
         index, _ = with_checkpoint_stats(index, cfg.model.init_from, cfg.data.norm)
     cams = [c for c in cfg.data.slots if c] or list(index.cameras)
@@ -185,7 +188,8 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
     out = check_out(Path(out), Path(run_dir), force)
     with ExitStack() as held, staged(out, force) as tmp:
         model, cfg, path = load_run_model(run_dir, weights, hold=held)
-        refuse_overlap(out, cfg.data.shards, "data.shards", DATA_WHY)
+        for root in cfg.data.roots:  # data.shards, or each source of a mixture
+            refuse_overlap(out, root, "data.shards", DATA_WHY)
         fam = family(cfg.model.family)
         if fam.weights is None:
             raise CheckpointError(str(run_dir), f"family {fam.name!r} has no checkpoint mapping to export to")

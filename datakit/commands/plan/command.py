@@ -3,6 +3,7 @@
     datakit plan out/ --samples-per-s 3200 --ranks 16 --loader-config pi05.toml --batch-size 32
     datakit plan s3://bucket/droid --samples-per-s 3200 --ranks 64 --shuffle shard_block --cache-bytes 200GiB
     datakit plan out/ --samples-per-s 800 --measure --json
+    datakit plan droid/ libero/ --weights 0.7,0.3 --samples-per-s 3200 --ranks 16   # a weighted mixture
 
 Prints bytes per sample (what the loader reads: the slots it keeps, so a blank camera costs
 nothing), read bandwidth per node, the epoch's working set per rank and node (the cache size
@@ -15,6 +16,10 @@ The sample shape comes from the shape flags, or from a LoaderConfig TOML (`--loa
 what `trainkit inspect CONFIG --loader-toml FILE` writes for a training run: its frame offsets,
 action horizon, slots, batch size per rank, ...), the flags given on top of the file; neither:
 LoaderConfig's defaults (one frame per camera, one action).
+
+Several folders make a mixture (`--weights`, default equal): each source is planned at its share
+and the table adds a row per source (its bytes per sample, cache working set, one pass over it at its
+share); the ceiling is measured on the mixture's own loader (plan/mixture.py says how they combine).
 """
 from __future__ import annotations
 
@@ -26,25 +31,39 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from datakit.errors import IndexFileError
 from datakit.commands.flag_types import byte_size, non_negative_int, positive
 from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
 from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
 from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.commands.plan.mixture import MixturePlan, local_index, mixture_plan
 from datakit.commands.plan.model import ThroughputPlan, plan_throughput
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
+from datakit.loader.mixture import MixtureSource, mixture_sources
+from datakit.shards.index import load_index
+from datakit.storage.urls import is_remote
 
 
 def _offsets(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of numbers") from None
+    if not all(0 < w < float("inf") for w in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: every weight must be a number > 0")
+    return out
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="what a target samples/s needs: bandwidth, cache, host-to-device bytes",
                        description="Read an index (local folder or fsspec URL) and a loader config, and print what "
                                    "a target training throughput needs from storage, the shard cache and the bus.")
-    p.add_argument("out", help="converted folder or URL (s3://..., gs://...)")
+    p.add_argument("out", nargs="+", help="converted folder or URL (s3://..., gs://...); several: a mixture")
+    p.add_argument("--weights", type=_weights, help="a mixture's weights, one per folder, e.g. 0.7,0.3 "
+                                                    "(default: equal)")
     p.add_argument("--samples-per-s", type=positive(float), required=True,
                    help="target samples per second, all ranks together")
     p.add_argument("--ranks", type=positive(int), default=1, help="training ranks (GPUs) in all (default 1)")
@@ -94,20 +113,7 @@ def loader_config(args) -> LoaderConfig:
     return loader_config_from_toml(args.loader_config, defaults=defaults, **over)
 
 
-def _local_index(out: str, scratch: Path) -> Path:
-    from datakit.storage.urls import is_remote
-
-    if not is_remote(out):
-        return Path(out)
-    from datakit.storage.transfer import download
-    from datakit.storage.urls import join, resolve
-
-    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):  # load_index checks index.json against checksums.json
-        download(join(resolve(out), name), scratch / name)
-    return scratch
-
-
-def verdicts(plan: ThroughputPlan, bw: Bandwidth | None, h2d_gbps: float | None,
+def verdicts(plan: ThroughputPlan | MixturePlan, bw: Bandwidth | None, h2d_gbps: float | None,
              top: Ceiling | None = None) -> list[str]:
     """Where the GPUs would wait, one line each (empty: nothing measured to compare with)."""
     lines = []
@@ -135,7 +141,7 @@ def verdicts(plan: ThroughputPlan, bw: Bandwidth | None, h2d_gbps: float | None,
             share = rate / (h2d_gbps * 1e9)
             lines.append(f"host-to-device ({name}): {_rate(rate)} per GPU = {share:.1%} of {h2d_gbps:g} GB/s"
                          + (": the GPUs wait on the copy" if share > 1 else ""))
-    if plan.download_bytes_per_s_per_node is not None:
+    if isinstance(plan, ThroughputPlan) and plan.download_bytes_per_s_per_node is not None:
         lines.append(f"cache of {_bytes(plan.cache_bytes)}: downloads {_bytes(plan.downloaded_bytes_per_epoch_per_node)} "
                      f"per epoch and node, {_rate(plan.download_bytes_per_s_per_node)} from object storage")
     return lines
@@ -152,13 +158,13 @@ def _rate(n: float) -> str:
     return f"{n / 1e9:.3f} GB/s" if n >= 1e8 else f"{n / 1e6:.2f} MB/s"
 
 
-def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = None,
+def table(plan: ThroughputPlan | MixturePlan, bw: Bandwidth | None, rate: LoaderRate | None = None,
           top: Ceiling | None = None) -> Table:
     t = Table(title=f"datakit plan: {plan.samples_per_s:g} samples/s on {plan.ranks} ranks ({plan.nodes} nodes)",
               show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    rows = [
+    rows = mixture_rows(plan) if isinstance(plan, MixturePlan) else [
         ("samples per epoch / steps", f"{plan.num_anchors} / {plan.steps_per_epoch} ({plan.epoch_seconds:.1f} s at target)"),
         ("bytes per sample", f"{_bytes(plan.bytes_per_sample)} (images {_bytes(plan.image_bytes_per_sample)}, "
                              f"state+action {_bytes(plan.numeric_bytes_per_sample)}; "
@@ -176,6 +182,32 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = 
         ("host-to-device per step (float32)", f"{_bytes(plan.h2d_image_bytes_per_step_float32 + plan.h2d_other_bytes_per_step)}"
                                               f" = {_rate(plan.h2d_bytes_per_s_float32)} per GPU"),
     ]
+    rows += measured_rows(plan, bw, rate, top)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def mixture_rows(plan: MixturePlan) -> list[tuple[str, str]]:
+    rows = [("bytes per sample", f"{_bytes(plan.bytes_per_sample)} (images {_bytes(plan.image_bytes_per_sample)}; "
+                                 "share-weighted over the sources)"),
+            ("read bandwidth per rank", _rate(plan.read_bytes_per_s_per_rank)),
+            ("read bandwidth per node", f"{_rate(plan.read_bytes_per_s_per_node)} ({plan.ranks_per_node} ranks)"),
+            ("dataset", _bytes(plan.dataset_bytes)),
+            ("epoch working set per node", f"{_bytes(plan.working_set_bytes_per_node)} (every source's own epoch at once)"),
+            ("host-to-device (uint8 / float32)", f"{_rate(plan.h2d_bytes_per_s_uint8)} / "
+                                                 f"{_rate(plan.h2d_bytes_per_s_float32)} per GPU")]
+    for p in plan.sources:
+        rows.append((f"source {p.name} ({p.weight:.1%})",
+                     f"{p.plan.samples_per_s:,.0f} samples/s, {_bytes(p.plan.bytes_per_sample)} per sample, "
+                     f"working set per node {_bytes(p.plan.working_set_bytes_per_node)}, "
+                     f"one pass of {p.plan.num_anchors} samples every {p.source_epoch_seconds:.1f} s"))
+    return rows
+
+
+def measured_rows(plan: ThroughputPlan | MixturePlan, bw: Bandwidth | None, rate: LoaderRate | None,
+                  top: Ceiling | None) -> list[tuple[str, str]]:
+    rows = []
     if bw is not None:
         rows += [("measured disk read", f"{_rate(bw.disk_bytes_per_s)} ({_bytes(bw.bytes_read)} read)"),
                  ("measured page-cache read", _rate(bw.page_cache_bytes_per_s)),
@@ -189,34 +221,37 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = 
                  ("ceiling: disk", f"{top.disk_samples_per_s:,.0f} samples/s ({disk_note})"),
                  ("ceiling: loader", f"{top.loader_samples_per_s:,.0f} samples/s ({plan.ranks} x one rank)"),
                  ("ceiling", f"{top.samples_per_s:,.0f} samples/s on {plan.ranks} ranks ({top.bound})")]
-    for r in rows:
-        t.add_row(*r)
-    return t
+    return rows
 
 
 def run(args) -> int:
     cfg = loader_config(args)
+    mixed = len(args.out) > 1
+    if args.weights is not None and len(args.weights) != len(args.out):
+        raise ValueError(f"--weights gives {len(args.weights)} weights for {len(args.out)} folders")
+    if mixed and args.cache_bytes is not None:
+        raise ValueError("--cache-bytes simulates one folder's cache; plan a mixture's sources one by one for it")
+    weights = args.weights or (1.0,) * len(args.out)
+    sources = mixture_sources([MixtureSource(root=o, weight=w, name=o) for o, w in zip(args.out, weights)]) \
+        if mixed else None
     with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
-        folder = _local_index(args.out, Path(scratch))
-        try:  # both checked against checksums.json, as every reader loads them: never plan from an edited index
-            index = load_index(folder)
-            frames = load_frames(folder, index)
-        except IndexFileError as e:  # a remote index is named by its URL, not by the scratch copy
-            if folder == Path(args.out):
-                raise
-            url = args.out.rstrip("/")
-            raise IndexFileError(e.where.replace(str(folder), url, 1), e.problem.replace(str(folder), url)) from None
-        plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
-                               ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
+        if sources:
+            plan = mixture_plan(sources, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
+                                ranks_per_node=args.ranks_per_node)
+        else:
+            folder, index, frames = local_index(args.out[0], Path(scratch))
+            plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
+                                   ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
     bw = rate = top = None
     if args.measure:
-        if folder != Path(args.out):
-            raise ValueError(f"{args.out}: --measure reads the shards and needs a local folder")
-        paths = [folder / s.name for s in index.shards]
+        remote = [o for o in args.out if is_remote(o)]
+        if remote:
+            raise ValueError(f"{remote[0]}: --measure reads the shards and needs a local folder")
+        paths = [Path(o) / s.name for o in args.out for s in load_index(Path(o)).shards]
         bw = measure_bandwidth(paths, args.measure_bytes)
         if working_set_fits(plan, bw):  # time the loader in the steady state: shards cached after epoch 1
             warm_page_cache(paths, min(plan.dataset_bytes, int(CACHE_SHARE * bw.memory_bytes)))
-        rate = measure_loader(folder, cfg, args.measure_seconds)
+        rate = measure_loader(sources or Path(args.out[0]), cfg, args.measure_seconds)
         top = ceiling(plan, bw, rate)
     lines = verdicts(plan, bw, args.h2d_gbps, top)
     if args.json:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from datakit.loader.config import LoaderConfig
+from datakit.loader.mixture import MixtureSource
 from datakit.machine import available_cpus
 
 READ_CHUNK = 8 << 20
@@ -92,8 +94,9 @@ class LoaderRate:
     cores: int  # cores this process could use
 
 
-def measure_loader(root: Path, cfg: LoaderConfig, seconds: float = 3.0, warmup_batches: int = 3) -> LoaderRate:
-    """Samples/s of `ShardLoader(root, cfg)` as one rank (world size 1), timed for `seconds`
+def measure_loader(root: Path | Sequence[MixtureSource], cfg: LoaderConfig, seconds: float = 3.0,
+                   warmup_batches: int = 3) -> LoaderRate:
+    """Samples/s of `ShardLoader(root, cfg)` (a folder, or a mixture's sources) as one rank (world size 1), timed for `seconds`
     after `warmup_batches`, across epoch ends when the dataset is small."""
     from datakit.loader.loader import ShardLoader
 

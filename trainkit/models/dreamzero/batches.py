@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from datakit.loader import LoaderConfig
+from datakit.loader import LoaderConfig, Normaliser
 from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero.config import DreamZeroConfig
@@ -65,7 +65,7 @@ def task_tokens(task: str, length: int) -> torch.Tensor:
 class DreamZeroBatches:
     """The `dreamzero` batch adapter (trainkit.models.family.BatchAdapter)."""
 
-    def __init__(self, cfg: DreamZeroConfig, index: ShardIndex, loader: LoaderConfig):
+    def __init__(self, cfg: DreamZeroConfig, index: ShardIndex, normaliser: Normaliser):
         self.cfg = cfg
         self.tokens = torch.stack([task_tokens(t, cfg.text_len) for t in index.tasks]) if index.tasks else \
             torch.zeros((1, cfg.text_len), dtype=torch.int64)

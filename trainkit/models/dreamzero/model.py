@@ -289,8 +289,15 @@ class DreamZero(nn.Module):
         pred_v = self.head(self.head_norm(video) * (1 + scale) + shift).float()
         return pred_v, self.action_out(out[:, :, fpb * tpf:]).float(), target
 
-    def forward(self, batch: DreamZeroBatch) -> torch.Tensor:
-        """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE."""
+    def forward(self, batch: DreamZeroBatch,
+                per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE; `per_item`: (that
+        loss, each sample's (B,) video + action MSE, detached), for the per-source loss."""
         pred_v, pred_a, target = self.velocities(batch)
-        loss_v = F.mse_loss(pred_v, (batch.video_noise.float() - target).view_as(pred_v))
-        return loss_v + F.mse_loss(pred_a, batch.action_noise.float() - batch.actions.float())
+        target_v = (batch.video_noise.float() - target).view_as(pred_v)
+        target_a = batch.action_noise.float() - batch.actions.float()
+        loss = F.mse_loss(pred_v, target_v) + F.mse_loss(pred_a, target_a)
+        if not per_item:
+            return loss
+        return loss, ((pred_v.detach() - target_v).square().flatten(1).mean(1)
+                      + (pred_a.detach() - target_a).square().flatten(1).mean(1))

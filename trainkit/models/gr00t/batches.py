@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from datakit.loader import LoaderConfig
+from datakit.loader import LoaderConfig, Normaliser
 from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.errors import ModelConfigError
@@ -68,7 +68,7 @@ def _check_n16(size: tuple[int, int], stored: dict[str, tuple[int, int]]) -> Non
 class Gr00tBatches:
     """The `gr00t` batch adapter (trainkit.models.family.BatchAdapter)."""
 
-    def __init__(self, cfg: Gr00tConfig, index: ShardIndex, loader: LoaderConfig):
+    def __init__(self, cfg: Gr00tConfig, index: ShardIndex, normaliser: Normaliser):
         self.cfg = cfg
         self.tasks = list(index.tasks)
         self.tokenizer = Gr00tTokenizer(cfg.vocab, cfg.text_len)
@@ -86,8 +86,10 @@ class Gr00tBatches:
         if actions.shape[-1] > c.action_dim or state.shape[-1] > c.state_dim:
             raise ModelConfigError(f"the dataset's {actions.shape[-1]} action / {state.shape[-1]} state channels exceed "
                                    f"model.action_dim {c.action_dim} / model.state_dim {c.state_dim}")
-        real = torch.arange(c.action_dim, device=actions.device) < actions.shape[-1]
-        action_mask = real[None, None, :] & ~b["action_is_pad"][:, :, None]
+        real = (torch.arange(c.action_dim, device=actions.device) < actions.shape[-1])[None]  # (1, A)
+        if "action_mask" in b:  # a mixture: each item's own source's channels (the rest is padding)
+            real = F.pad(b["action_mask"], (0, c.action_dim - actions.shape[-1]))  # (B, A)
+        action_mask = real[:, None, :] & ~b["action_is_pad"][:, :, None]
         return Gr00tBatch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
                           token_mask=b["token_mask"], state=F.pad(state, (0, c.state_dim - state.shape[-1])),
                           actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,

@@ -192,9 +192,13 @@ class Gr00t(nn.Module):
         image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)
         return vl, image_keep
 
-    def forward(self, batch: Gr00tBatch) -> torch.Tensor:
-        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
+    def forward(self, batch: Gr00tBatch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6));
+        `per_item`: (that loss, each sample's (B,) over its own mask, detached), for the per-source loss."""
         vl, image_keep = self.conditioning(batch)
         pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
         weight = batch.action_mask.float()
-        return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
+        loss = ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
+        if not per_item:
+            return loss
+        return loss, ((pred.detach() - target).square() * weight).sum(dim=(1, 2)) / (weight.sum(dim=(1, 2)) + 1e-6)

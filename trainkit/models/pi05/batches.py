@@ -47,16 +47,17 @@ def loader_config(cfg: Pi05Config, index: ShardIndex | None, **kw: Any) -> Loade
 class Pi05Batches:
     """The `pi05` batch adapter (trainkit.models.family.BatchAdapter)."""
 
-    def __init__(self, cfg: Pi05Config, index: ShardIndex, loader: LoaderConfig):
+    def __init__(self, cfg: Pi05Config, index: ShardIndex, normaliser: Normaliser):
         self.cfg = cfg
         self.tasks = list(index.tasks)
-        self.state_affine = Normaliser.from_index(index, loader).state_affine  # host copy: state for the prompt
+        # host copy: the state for the prompt (a mixture's: (sources, D) tables, each item its source's row)
+        self.state_affine = normaliser.state_affine
         self.tokenizer = PaligemmaPromptTokenizer(cfg.tokenizer, cfg.vocab, cfg.text_len, cfg.state_bins) \
             if cfg.tokenizer else PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""
-        state = hb["state"][:, -1].float() * self.state_affine[0] + self.state_affine[1]
+        state = Normaliser.vector(hb["state"][:, -1:], self.state_affine, hb.get("source"))[:, 0]
         tasks = [self.tasks[i] for i in hb["task_index"].tolist()]
         try:
             tokens, token_mask = self.tokenizer.encode(tasks, state)
@@ -75,6 +76,8 @@ class Pi05Batches:
         actions = b["action"]
         if actions.shape[-1] < c.action_dim:  # datasets have fewer action dims: zero-padded to 32
             actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
+        # a mixture: each item's own robot's channels (the loader's mask), padded as the actions are
+        mask = F.pad(b["action_mask"], (0, c.action_dim - b["action_mask"].shape[-1])) if "action_mask" in b else None
         return Pi05Batch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
                          token_mask=b["token_mask"], actions=actions.float(), noise=b["noise"], time=b["time"],
-                         action_dims=b["action"].shape[-1])
+                         action_dims=b["action"].shape[-1], action_mask=mask)

@@ -34,6 +34,8 @@ class Pi05Batch:
     noise: torch.Tensor        # (B, horizon, action_dim) float32 flow noise (sample_flow)
     time: torch.Tensor         # (B,) float32 flow time in (0, 1] (sample_flow)
     action_dims: int = 0       # the robot's real action channels (the rest is zero padding); 0: all
+    # A mixture's robots: each item's real action channels (B, action_dim) bool, instead of action_dims
+    action_mask: torch.Tensor | None = None
     # Host-known hint: every slot and token is valid, so attention runs without a mask (flash path).
     # Only set it when known without a device sync; a wrong True silently attends to padding.
     all_valid: bool = False
@@ -178,10 +180,18 @@ class Pi05(nn.Module):
         scale, shift = self.final_ada(cond).unsqueeze(1).chunk(2, dim=-1)
         return self.action_out(ada_rms_norm(xs, scale, shift)).float()
 
-    def forward(self, batch: Pi05Batch) -> torch.Tensor:
+    def forward(self, batch: Pi05Batch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Scalar flow-matching MSE loss (fp32) of the batch, averaged over every action channel
-        (`loss_over = "all"`, openpi) or the robot's real ones (`"real"`, LeRobot's PI05Policy)."""
+        (`loss_over = "all"`, openpi) or the robot's real ones (`"real"`, LeRobot's PI05Policy; a
+        mixture's items each over their own, `action_mask`);
+        `per_item`: (that loss, each sample's (B,), detached), the family contract's per-source loss."""
         pred, target = self.velocity(batch), batch.noise.float() - batch.actions.float()
+        if self.cfg.loss_over == "real" and batch.action_mask is not None:  # each item over its own robot's
+            real = batch.action_mask[:, None, :].expand_as(pred).float()
+            error = (pred - target).square() * real
+            loss = error.sum() / real.sum()
+            return (loss, error.detach().sum(dim=(1, 2)) / real.sum(dim=(1, 2))) if per_item else loss
         if self.cfg.loss_over == "real" and batch.action_dims:
             pred, target = pred[..., :batch.action_dims], target[..., :batch.action_dims]
-        return F.mse_loss(pred, target)
+        loss = F.mse_loss(pred, target)
+        return (loss, (pred.detach() - target).square().mean(dim=(1, 2))) if per_item else loss
