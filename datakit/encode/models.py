@@ -30,10 +30,14 @@ from datakit.shards.features import torch_dtype
 
 
 def _import(module: str, flag: str) -> Any:
+    """The library, its progress bars and load-time advice off (a run prints its own progress)."""
     try:
-        return __import__(module)
+        lib = __import__(module)
     except ImportError:
         raise ConfigError(flag, f"needs {module}: pip install 'robodata[encode]'") from None
+    lib.utils.logging.set_verbosity_error()
+    lib.utils.logging.disable_progress_bar()
+    return lib
 
 
 def model_folders(path: Path, sibling: str) -> list[Path]:

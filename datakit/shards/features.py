@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,9 +168,9 @@ def _check(d: Any, path: Path) -> FeatureIndex:
     return FeatureIndex(**{**d, "fields": fields, "shards": shards, "prompts": prompts})
 
 
-def load_features(out: Path) -> FeatureIndex:
-    """The checked manifest of a feature folder, its bytes matched against checksums.json;
-    IndexFileError naming the file otherwise."""
+def load_features(out: Path, *, against_checksums: bool = True) -> FeatureIndex:
+    """The checked manifest of a feature folder, its bytes matched against checksums.json
+    (`verify` lists a mismatch itself: against_checksums=False); IndexFileError naming the file."""
     path = Path(out) / MANIFEST_NAME
     try:
         text = path.read_bytes()
@@ -182,11 +182,12 @@ def load_features(out: Path) -> FeatureIndex:
     if not isinstance(d, dict) or d.get("format") != FEATURES_FORMAT:
         raise IndexFileError(path, f"not a {FEATURES_FORMAT} index")
     index = _check(d, path)
-    checksums.check(out, MANIFEST_NAME, checksums.digest(text))
+    if against_checksums:
+        checksums.check(out, MANIFEST_NAME, checksums.digest(text))
     return index
 
 
-def load_clips(out: Path, index: FeatureIndex) -> pa.Table:
+def load_clips(out: Path, index: FeatureIndex, *, against_checksums: bool = True) -> pa.Table:
     """The per-clip table, memory-mapped, checked against the manifest and checksums.json."""
     path = Path(out) / FRAMES_NAME
     table = load_frames(out)  # readable Arrow, one batch
@@ -194,7 +195,8 @@ def load_clips(out: Path, index: FeatureIndex) -> pa.Table:
     if not table.schema.equals(want) or table.num_rows != index.num_clips:
         raise IndexFileError(path, f"columns or rows ({table.num_rows}) differ from the feature index "
                                    f"({index.num_clips} clips)")
-    checksums.check(out, FRAMES_NAME, checksums.digest(path.read_bytes()))
+    if against_checksums:
+        checksums.check(out, FRAMES_NAME, checksums.digest(path.read_bytes(), path.stat()))
     return table
 
 
@@ -208,13 +210,3 @@ def check_clip_reads(index: FeatureIndex, shard: np.ndarray, offsets: dict[str, 
         if bad.any():
             raise IndexFileError(path, f"clip row {int(np.flatnonzero(bad)[0])}: offset/{name} lies outside its shard")
 
-
-@dataclass
-class ClipMember:
-    """What a writer reports of one clip (the journal keeps it; the table is built from it)."""
-
-    episode_index: int
-    start: int
-    task_index: int
-    prompt: int
-    offsets: dict[str, int] = field(default_factory=dict)  # field -> data offset in the shard
