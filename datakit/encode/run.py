@@ -78,7 +78,7 @@ def _open_output(out: Path, fp: dict[str, Any]) -> bool:
         why = fingerprint_diff(load_features(out).fingerprint, fp)
         if why is not None:
             raise OutputError(out, f"holds features made otherwise ({why}); use a new folder, or --force")
-        return False if why else True
+        return True
     staging, path = out / STAGING, out / STAGING / OPTIONS_NAME
     try:
         staging.mkdir(exist_ok=True)
