@@ -155,3 +155,16 @@ def test_cli_resumes_refuses_and_says_one_line(features, encoders, source, tmp_p
     assert "1 + 4k" in capsys.readouterr().err
     assert main(["encode", str(source), str(tmp_path / "g"), "--vae", str(tmp_path), "--clip", "5"]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_plan_counts_the_clip_tensors(features, capsys):
+    """`datakit plan` on a feature folder: bytes read per sample = the stored tensors of one clip."""
+    import json
+
+    from datakit.shards.features import load_features
+
+    index = load_features(features["wan2.1"])
+    want = sum(int(np.prod(f.shape)) * 4 for f in index.fields.values())  # float32
+    assert main(["plan", str(features["wan2.1"]), "--samples-per-s", "10", "--ranks", "2", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["features"]
+    assert plan["bytes_per_sample"] == want and plan["read_bytes_per_s_per_rank"] == want * 5
