@@ -71,15 +71,18 @@ class DreamZeroBatches:
         self.tokens = torch.stack([task_tokens(t, cfg.text_len) for t in index.tasks]) if index.tasks else \
             torch.zeros((1, cfg.text_len), dtype=torch.int64)
 
-    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+    def flow_draws(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        """The flow noise of the noisy latent frames and of the actions, and one time per block."""
         c = self.cfg
         b = hb["action"].shape[0]
         video_noise = torch.randn((b, c.blocks * c.frames_per_block, c.tokens_per_frame, c.patch_channels),
                                   generator=generator)
         action_noise = torch.randn((b, c.blocks, c.actions_per_block, c.action_dim), generator=generator)
         time = torch.rand((b, c.blocks), generator=generator) * 0.998 + 0.001
-        return {**hb, "tokens": self.tokens[hb["task_index"]], "video_noise": video_noise,
-                "action_noise": action_noise, "time": time}
+        return {"video_noise": video_noise, "action_noise": action_noise, "time": time}
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        return {**hb, "tokens": self.tokens[hb["task_index"]], **self.flow_draws(hb, generator)}
 
     def model_batch(self, b: HostBatch) -> DreamZeroBatch:
         c = self.cfg
@@ -113,7 +116,7 @@ def check_features(cfg: DreamZeroConfig, index: FeatureIndex, where: str) -> Non
     if index.text_width:
         checks.append(("text width", cfg.text_width, index.text_width, "model.text_width"))
     for what, want, have, fields in checks:
-        if list(want) != list(have) if isinstance(want, list) else want != have:
+        if (list(have) if isinstance(have, (list, tuple)) else have) != want:
             raise DataError(f"{where.rstrip('/')}/index.json", f"{what} {have} (fingerprint of `datakit encode`) "
                             f"differs from the run's {want} ({fields}); encode again for this model, or change it")
     if cfg.horizon > index.span:
@@ -130,13 +133,7 @@ class DreamZeroFeatureBatches(DreamZeroBatches):
         self.cfg = cfg
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
-        c = self.cfg
-        b = hb["action"].shape[0]
-        video_noise = torch.randn((b, c.blocks * c.frames_per_block, c.tokens_per_frame, c.patch_channels),
-                                  generator=generator)
-        action_noise = torch.randn((b, c.blocks, c.actions_per_block, c.action_dim), generator=generator)
-        time = torch.rand((b, c.blocks), generator=generator) * 0.998 + 0.001
-        return {**hb, "video_noise": video_noise, "action_noise": action_noise, "time": time}
+        return {**hb, **self.flow_draws(hb, generator)}  # no text tokens: the text is cached
 
     def model_batch(self, b: HostBatch) -> DreamZeroBatch:
         c = self.cfg
