@@ -41,7 +41,9 @@ import torch
 
 from datakit.errors import DatakitError
 from datakit.loader import LoaderConfig, MixtureSource, ShardDataset, ShardLoader
+from datakit.loader.features import FeatureDataset, is_features
 from datakit.loader.mixture_dataset import MixtureDataset, source_config
+from datakit.shards.features import FeatureIndex, load_features
 from datakit.shards.index import ShardIndex, is_finished, load_index
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
@@ -50,6 +52,8 @@ from trainkit.errors import DataError
 from trainkit.models import Family
 
 HostBatch = dict[str, torch.Tensor]
+# loader settings that describe frames (slots, pixels, the cache of a URL root): not a feature folder's
+FRAME_SETTINGS = ("slots", "prune_slots", "image_dtype", "cache_dir", "cache_bytes")
 
 
 @dataclass
@@ -58,8 +62,12 @@ class Shards:
 
     folder: Path  # the local folder of the index files (for a URL, the node-local cache's copy)
     cache: ShardCache | None  # a URL root's download cache (the loader downloads ahead through it)
-    index: ShardIndex
+    index: ShardIndex | FeatureIndex  # FeatureIndex: a feature folder (`datakit encode`): clips, not frames
     slots: tuple[str | None, ...]  # the model's image slots: a camera, or None for one never filled
+
+    @property
+    def features(self) -> bool:
+        return isinstance(self.index, FeatureIndex)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -102,6 +110,10 @@ def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None
     as the loader reads) and fail early on a folder that is not finished datakit output or a slot
     naming a missing camera."""
     where = dcfg.shards if root is None else root
+    if is_features(where):
+        if root is not None:
+            raise DataError(where, "a feature folder (datakit encode) cannot be a mixture source yet")
+        return Shards(folder=Path(where), cache=None, index=_checked_features(dcfg), slots=())
     try:
         folder, cache = open_root(where, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
     except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
@@ -113,6 +125,21 @@ def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None
             cache.close()
         raise
     return Shards(folder=folder, cache=cache, index=index, slots=slots)
+
+
+def _checked_features(dcfg: DataConfig) -> FeatureIndex:
+    """A feature folder's index, checked at open; data.features_vae (if set) against its VAE."""
+    try:
+        index = load_features(Path(dcfg.shards))
+    except DatakitError as e:
+        raise DataError(dcfg.shards, f"unreadable feature folder ({e})") from None
+    vae = index.fingerprint.get("vae")
+    if dcfg.features_vae and vae != dcfg.features_vae:
+        raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"encoded with VAE {vae} (fingerprint.vae); the run "
+                        f"wants {dcfg.features_vae} (data.features_vae)")
+    if dcfg.val_episodes or dcfg.val_fraction:
+        raise DataError(dcfg.shards, "a validation holdout (data.val_*) reads frames; a feature folder has none yet")
+    return index
 
 
 def _checked_index(dcfg: DataConfig, root: Path, max_slots: int,
@@ -196,7 +223,13 @@ class TrainData:
                 raise DataError(shards.sources[0].root, "a mixture has no validation holdout yet: set neither "
                                 "data.val_episodes nor data.val_fraction")
             settings["fps"] = shards.fps
-        self.cfg: LoaderConfig = fam.loader_config(model_cfg, index, **settings)
+        if first.features:  # clips of cached latents and embeddings: no frames, no slots
+            if fam.feature_batches is None:
+                raise DataError(dcfg.shards, f"a feature folder (datakit encode); family {fam.name} trains from "
+                                             "frames only")
+            self.cfg = LoaderConfig(**{k: v for k, v in settings.items() if k not in FRAME_SETTINGS})
+        else:
+            self.cfg = fam.loader_config(model_cfg, index, **settings)
         try:
             if mixed:
                 parts = [ShardDataset(src.root, source_config(self.cfg, src), opened=(p.folder, p.cache, p.index))
@@ -204,13 +237,17 @@ class TrainData:
                 dataset = MixtureDataset(shards.sources, self.cfg, parts=parts)
                 self.loader = ShardLoader(shards.sources, self.cfg, dataset=dataset)
                 index = dataclasses.replace(index, tasks=dataset.tasks)  # task_index: the mixture's tasks
+            elif first.features:
+                dataset = FeatureDataset(dcfg.shards, self.cfg)
+                self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
             else:
                 dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
                 self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
         except ValueError as e:  # e.g. fewer samples than one global batch, sources at different fps
             raise DataError(shards.sources[0].root if mixed else dcfg.shards, str(e)) from None
         self.normaliser = self.loader.normaliser()  # the float32 path's host normaliser
-        self.adapter = fam.batches(model_cfg, index, self.normaliser)
+        self.adapter = fam.feature_batches(model_cfg, index, dcfg.shards) if first.features else \
+            fam.batches(model_cfg, index, self.normaliser)
 
     @property
     def sources(self) -> tuple[MixtureSource, ...]:
@@ -240,10 +277,15 @@ class TrainData:
         else:
             stream = (self._host_float32(hb) for hb in self._host_batches())
         for b in stream:
-            samples, slots = b["images"].shape[:2]
+            samples, slots = b["latents"].shape[0] if "latents" in b else b["images"].shape[0], self.slots(b)
             yield StepBatch(model=self.adapter.model_batch(b), samples=samples, slots=slots, rows=b["row"],
                             actions=b["action"], sources=b.get("source", torch.zeros_like(b["row"])),
                             epoch=int(b["epoch"]), step=int(b["step"]))
+
+    @staticmethod
+    def slots(b: HostBatch) -> int:
+        """Image slots of a batch (the FLOP count's argument); a feature batch has none."""
+        return b["images"].shape[1] if "images" in b else 0
 
     def _host_batches(self) -> Iterator[HostBatch]:
         while True:  # the loader's iterator ends with its epoch; the next one continues its stream

@@ -38,6 +38,7 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
+from datakit.loader.normalise import Normaliser
 from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
 from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
@@ -148,6 +149,10 @@ class ShardDataset(torch.utils.data.Dataset):
     @property
     def slot_names(self) -> tuple[str, ...]:
         return self.slots.names
+
+    def normaliser(self) -> Normaliser:
+        """The device-side transform of this dataset's batches."""
+        return Normaliser.from_index(self.index, self.cfg)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         """One sample without the batch dimension (all slots kept, so keys and shapes are fixed)."""

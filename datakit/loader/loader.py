@@ -49,6 +49,7 @@ from datakit.loader.loans import HostRing, Loans
 from datakit.loader.mixture import MixtureSampler, MixtureSource, mixture_sources
 from datakit.loader.mixture_dataset import MixtureDataset
 from datakit.loader.normalise import Normaliser
+from datakit.loader.features import FeatureDataset, is_features
 from datakit.loader.downloads import EpochDownloads
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.loader.shm_pool import (BufferPool, PooledDataset, WorkerFailure, buffer_bytes_for, check_shm_space,
@@ -83,11 +84,14 @@ class ShardLoader:
     caller already opened it."""
 
     def __init__(self, root: str | Path | Mapping[str, float] | Sequence[MixtureSource], cfg: LoaderConfig,
-                 dataset: ShardDataset | MixtureDataset | None = None):
+                 dataset: ShardDataset | MixtureDataset | FeatureDataset | None = None):
         self.cfg = cfg
         mixed = mixture_sources(root) if dataset is None else getattr(dataset, "sources", None)
         if dataset is None:
-            dataset = MixtureDataset(mixed, cfg) if mixed else ShardDataset(root, cfg)
+            if mixed:
+                dataset = MixtureDataset(mixed, cfg)
+            else:  # a feature folder (`datakit encode`) is read like shards, clip by clip
+                dataset = FeatureDataset(root, cfg) if is_features(root) else ShardDataset(root, cfg)
         self.dataset = ds = dataset
         # a mixture: one source of weight 1 for one folder, so `source` 0 always names something
         self.sources: tuple[MixtureSource, ...] = mixed or (MixtureSource(root=str(ds.root), weight=1.0),)
@@ -152,7 +156,7 @@ class ShardLoader:
         ds = self.dataset
         if isinstance(ds, MixtureDataset):
             return Normaliser.from_sources(ds.indexes, self.cfg, ds.state_dim, ds.action_dim)
-        return Normaliser.from_index(ds.index, self.cfg)
+        return ds.normaliser()  # frames: the index's statistics; a feature folder: its own transform
 
     def _next_host(self) -> dict[str, torch.Tensor]:
         """The batch at the sampler's state, from a DataLoader kept alive while the caller
@@ -204,7 +208,7 @@ def _outlive_sigterm(_worker_id: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: signal.alarm(WORKER_SIGTERM_GRACE_S))
 
 
-def host_batches(ds: ShardDataset | MixtureDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
+def host_batches(ds: ShardDataset | MixtureDataset | FeatureDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
                  pin: bool = False,
                  on_batch: Callable[[int, int], None] | None = None) -> Iterator[dict[str, torch.Tensor]]:
     """Host batches from (epoch, step) on, images lent (`cfg.lend_batches`, see `loans`): with
@@ -245,6 +249,8 @@ def host_batches(ds: ShardDataset | MixtureDataset, s: StepSampler, cfg: LoaderC
                 batch = pool.receive(item, loans if lend else None)
             else:
                 batch = item
+            if isinstance(ds, FeatureDataset):  # raw tensors typed in place (no copy)
+                batch = ds.host_view(batch)
             batch["epoch"] = torch.tensor(epoch)
             batch["step"] = torch.tensor(step)
             yield batch
@@ -260,7 +266,7 @@ def host_batches(ds: ShardDataset | MixtureDataset, s: StepSampler, cfg: LoaderC
 class _RingReads(torch.utils.data.Dataset):
     """The single-process DataLoader's dataset: batches read into the lent `HostRing`."""
 
-    def __init__(self, dataset: ShardDataset | MixtureDataset, ring: HostRing):
+    def __init__(self, dataset: ShardDataset | MixtureDataset | FeatureDataset, ring: HostRing):
         self.dataset, self.ring = dataset, ring
 
     def __len__(self) -> int:

@@ -141,6 +141,9 @@ class Family:
     # (config, index, the loader's Normaliser: its LoaderConfig in `.cfg`, and the host copy of the
     # state statistics, a mixture's per source) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]
+    # (config, feature index, the folder) -> the batch adapter on a `datakit encode` feature folder,
+    # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
+    feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions

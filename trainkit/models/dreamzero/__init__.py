@@ -3,7 +3,7 @@ with frozen stand-ins for the VAE and encoders), its teacher-forcing sequence (s
 block-causal attention (attention.py), shapes and presets (config.py), analytic cost (flops.py),
 loader preset and batch adapter (batches.py), memory constants with the GPU runs behind them
 (memory.py); `FAMILY` is the record the trainer reaches it through."""
-from trainkit.models.dreamzero.batches import DreamZeroBatches, loader_config
+from trainkit.models.dreamzero.batches import DreamZeroBatches, DreamZeroFeatureBatches, loader_config
 from trainkit.models.dreamzero.config import PRESETS, DreamZeroConfig
 from trainkit.models.dreamzero.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.dreamzero.memory import MEMORY
@@ -14,6 +14,7 @@ from trainkit.models.family import Family, Sampler
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
+                feature_batches=DreamZeroFeatureBatches,
                 memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: (
                     (cfg.blocks * cfg.frames_per_block, cfg.tokens_per_frame, cfg.patch_channels),

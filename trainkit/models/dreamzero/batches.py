@@ -18,10 +18,11 @@ import torch.nn.functional as F
 
 from datakit.loader import LoaderConfig, Normaliser
 from datakit.loader.slots import view_sizes
+from datakit.shards.features import FeatureIndex
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
-from trainkit.errors import ModelConfigError
+from trainkit.errors import DataError, ModelConfigError
 from trainkit.models.family import HostBatch
 
 
@@ -70,15 +71,18 @@ class DreamZeroBatches:
         self.tokens = torch.stack([task_tokens(t, cfg.text_len) for t in index.tasks]) if index.tasks else \
             torch.zeros((1, cfg.text_len), dtype=torch.int64)
 
-    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+    def flow_draws(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        """The flow noise of the noisy latent frames and of the actions, and one time per block."""
         c = self.cfg
         b = hb["action"].shape[0]
         video_noise = torch.randn((b, c.blocks * c.frames_per_block, c.tokens_per_frame, c.patch_channels),
                                   generator=generator)
         action_noise = torch.randn((b, c.blocks, c.actions_per_block, c.action_dim), generator=generator)
         time = torch.rand((b, c.blocks), generator=generator) * 0.998 + 0.001
-        return {**hb, "tokens": self.tokens[hb["task_index"]], "video_noise": video_noise,
-                "action_noise": action_noise, "time": time}
+        return {"video_noise": video_noise, "action_noise": action_noise, "time": time}
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        return {**hb, "tokens": self.tokens[hb["task_index"]], **self.flow_draws(hb, generator)}
 
     def model_batch(self, b: HostBatch) -> DreamZeroBatch:
         c = self.cfg
@@ -92,3 +96,58 @@ class DreamZeroBatches:
         return DreamZeroBatch(video=b["images"][:, 0], tokens=b["tokens"], state=state,
                               actions=actions.view(-1, c.blocks, c.actions_per_block, c.action_dim),
                               video_noise=b["video_noise"], action_noise=b["action_noise"], time=b["time"])
+
+
+def check_features(cfg: DreamZeroConfig, index: FeatureIndex, where: str) -> None:
+    """A feature folder fits this model, or DataError naming the folder's index.json with both sides:
+    the clip length, the frame size and the latent shape the model's config implies against the
+    folder's fingerprint and fields; the cached embeddings' widths against the model's."""
+    fp = index.fingerprint
+    lat = index.fields["latents"].shape
+    sf = index.vae.get("scale_factor_spatial", cfg.vae_stride[1])
+    size = fp.get("size") or [lat[2] * sf, lat[3] * sf]
+    checks = [("clip frames", cfg.frames, fp.get("frames"), "model.frames"),
+              ("frame size", list(cfg.canvas), size, "model.view (x2: the canvas)"),
+              ("latent shape", [cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw], lat,
+               "model.latent_channels, frames, view, vae_stride")]
+    if "image" in index.fields:
+        checks.append(("image features", [cfg.image_tokens, cfg.image_width], index.fields["image"].shape,
+                       "model.image_grid, image_width"))
+    if index.text_width:
+        checks.append(("text width", cfg.text_width, index.text_width, "model.text_width"))
+    for what, want, have, fields in checks:
+        if (list(have) if isinstance(have, (list, tuple)) else have) != want:
+            raise DataError(f"{where.rstrip('/')}/index.json", f"{what} {have} (fingerprint of `datakit encode`) "
+                            f"differs from the run's {want} ({fields}); encode again for this model, or change it")
+    if cfg.horizon > index.span:
+        raise DataError(f"{where.rstrip('/')}/index.json", f"clips span {index.span} frames of actions; the model "
+                        f"takes {cfg.horizon} (model.actions_per_block x blocks)")
+
+
+class DreamZeroFeatureBatches(DreamZeroBatches):
+    """The `dreamzero` batch adapter on a feature folder: cached latents, text and image features in
+    place of the stand-ins' inputs; the same flow noise and time as on frames."""
+
+    def __init__(self, cfg: DreamZeroConfig, index: FeatureIndex, where: str):
+        check_features(cfg, index, where)
+        self.cfg = cfg
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        return {**hb, **self.flow_draws(hb, generator)}  # no text tokens: the text is cached
+
+    def model_batch(self, b: HostBatch) -> DreamZeroBatch:
+        c = self.cfg
+        state = b["state"].float()[:, None].expand(-1, c.state_tokens, -1)  # the clip's first state, per token
+        actions = b["action"].float()[:, : c.horizon]
+        state = F.pad(state, (0, c.state_dim - state.shape[-1]))
+        actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
+        text, image = b.get("text"), b.get("image")
+        if image is None:  # encoded without an image encoder: no image context (zeros)
+            image = torch.zeros((state.shape[0], c.image_tokens, c.image_width), device=state.device)
+        if text is not None:  # zero-padded (or cut) to the model's text context, as Wan pads umT5's output
+            text = F.pad(text[:, : c.text_len], (0, 0, 0, max(0, c.text_len - text.shape[1])))
+        return DreamZeroBatch(video=None, tokens=None if text is not None else torch.zeros(
+                                  (state.shape[0], c.text_len), dtype=torch.int64, device=state.device),
+                              state=state, actions=actions.reshape(-1, c.blocks, c.actions_per_block, c.action_dim),
+                              video_noise=b["video_noise"], action_noise=b["action_noise"], time=b["time"],
+                              latents=b["latents"], text=text, image=image)

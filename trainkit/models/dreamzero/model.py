@@ -39,17 +39,21 @@ from trainkit.models.layers import RMSNorm
 @dataclass
 class DreamZeroBatch:
     """One micro-batch; B samples, n = cfg.blocks action blocks."""
-    video: torch.Tensor        # (B, F, 3, H, W) float, normalised canvas frames
-    tokens: torch.Tensor       # (B, text_len) int64 text tokens (UTF-8 bytes + 1, 0 = padding)
+    video: torch.Tensor | None  # (B, F, 3, H, W) float, normalised canvas frames (None: from a feature folder)
+    tokens: torch.Tensor | None  # (B, text_len) int64 text tokens (UTF-8 bytes + 1, 0 = padding)
     state: torch.Tensor        # (B, state_tokens, state_dim) float32, normalised, zero-padded
     actions: torch.Tensor      # (B, n, actions_per_block, action_dim) float32, normalised, zero-padded
     video_noise: torch.Tensor  # (B, n * frames_per_block, tokens_per_frame, patch_channels) float32
     action_noise: torch.Tensor  # like actions, float32
     time: torch.Tensor         # (B, n) float32 flow time of each block, in (0, 1)
+    # from a feature folder (`datakit encode`), in place of the frozen stand-ins' outputs:
+    latents: torch.Tensor | None = None  # (B, latent_channels, latent frames, h, w): the cached VAE latents
+    text: torch.Tensor | None = None  # (B, text_len, text_width): cached text embeddings, zero-padded
+    image: torch.Tensor | None = None  # (B, image tokens, image_width): cached first-frame image features
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> DreamZeroBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return replace(self, **{k: v.to(device, non_blocking=non_blocking) for k, v in moved.items()})
+        return replace(self, **{k: v.to(device, non_blocking=non_blocking) for k, v in moved.items() if v is not None})
 
 
 SAMPLE_STEPS = 16  # Euler steps of the sampler: DreamZero's WANPolicyHead default num_inference_steps
@@ -240,10 +244,14 @@ class DreamZero(nn.Module):
         for p in (self.pos_frame, self.pos_space, self.pos_action, self.pos_state, self.image_encoder[0].cls):
             nn.init.normal_(p, std=0.02)
 
-    def video_tokens(self, video: torch.Tensor) -> torch.Tensor:
-        """(B, F, 3, H, W) -> latent patch tokens (B, latent frames, tokens_per_frame, patch_channels)."""
+    def video_tokens(self, batch: DreamZeroBatch) -> torch.Tensor:
+        """The clip's frames (B, F, 3, H, W) through the VAE stand-in, or its cached latents (B, C, Lf,
+        h, w) -> latent patch tokens (B, latent frames, tokens_per_frame, patch_channels)."""
         _, ph, pw = self.cfg.patch
-        lat = self.vae[0](video)  # (B, Lf, h, w, C)
+        if batch.latents is not None:
+            lat = batch.latents.permute(0, 2, 3, 4, 1)  # (B, Lf, h, w, C)
+        else:
+            lat = self.vae[0](batch.video)  # (B, Lf, h, w, C)
         b, lf, h, w, c = lat.shape
         lat = lat.reshape(b, lf, h // ph, ph, w // pw, pw, c).permute(0, 1, 2, 4, 6, 3, 5)
         return lat.reshape(b, lf, (h // ph) * (w // pw), c * ph * pw)
@@ -257,7 +265,7 @@ class DreamZero(nn.Module):
         cfg = self.cfg
         n, fpb, tpf = cfg.blocks, cfg.frames_per_block, cfg.tokens_per_frame
         dtype = self.patch_embed.weight.dtype
-        x0 = self.video_tokens(batch.video).float()  # (B, Lf, tpf, P): clean latent tokens
+        x0 = self.video_tokens(batch).float()  # (B, Lf, tpf, P): clean latent tokens
         b = x0.shape[0]
         target = x0[:, 1:]
         if video_x_t is None:
@@ -275,8 +283,9 @@ class DreamZero(nn.Module):
         x = torch.cat([clean[:, 0], state, clean[:, 1:].flatten(1, 2),
                        torch.cat([noisy, acts], dim=2).flatten(1, 2)], dim=1)
 
-        context = torch.cat([self.image_proj(self.image_encoder[0](batch.video[:, 0]).to(dtype)),
-                             self.text_proj(self.text_encoder[0](batch.tokens).to(dtype))], dim=1)
+        image = batch.image if batch.image is not None else self.image_encoder[0](batch.video[:, 0])
+        text = batch.text if batch.text is not None else self.text_encoder[0](batch.tokens)
+        context = torch.cat([self.image_proj(image.to(dtype)), self.text_proj(text.to(dtype))], dim=1)
         seg_time = torch.cat([torch.zeros_like(batch.time[:, :1]), batch.time], dim=1).float()  # (B, n + 1)
         e = self.time_embed(time_features(seg_time, cfg.freq_dim).to(dtype))  # (B, n + 1, dim)
         time_mod = self.time_proj(F.silu(e)).unflatten(-1, (6, cfg.dim))  # (B, n + 1, 6, dim)
