@@ -141,30 +141,36 @@ def loader_rate(out: Path, workers: int, lend: bool, seconds: float, mixture: bo
             "best_batch_items_per_s": cfg.batch_size / best}
 
 
-def read_batch_cost(out: Path, batches: int, mixture: bool = False) -> dict:
-    """CPU time of `ShardDataset.read_batch` (what a worker does per batch: the coalesced reads into a
-    reused buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed
-    alone: min and median. The least a shared machine's other load can bend: a comparison of two
-    versions of the loader on a busy machine reads these. `mixture`: the `MixtureDataset` of
-    `loader_root` (its positions are the mixture's own order)."""
+def read_batch_cost(out: Path, batches: int) -> dict:
+    """CPU time of `read_batch` (what a worker does per batch: the coalesced reads into a reused
+    buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed alone: min
+    and median; for the folder (`read_batch`) and for the 2-source mixture of it (`read_batch_mix`,
+    `MixtureDataset` in its own order), their batches interleaved so both see the same load. The
+    least a shared machine's other load can bend: a comparison of two versions of the loader on a
+    busy machine reads these."""
     from datakit.loader import ShardDataset, epoch_order
     from datakit.loader.mixture_dataset import MixtureDataset
 
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, slots=CAMS, seed=0)
-    ds = MixtureDataset(tuple(loader_root(out, True)), cfg) if mixture else ShardDataset(out, cfg)
-    order = np.arange(len(ds)) if mixture else epoch_order(len(ds), seed=0, epoch=0, mode="random")
+    one = ShardDataset(out, cfg)
+    mix = MixtureDataset(tuple(loader_root(out, True)), cfg)
+    runs = {"read_batch": (one, epoch_order(len(one), seed=0, epoch=0, mode="random")),
+            "read_batch_mix": (mix, np.arange(len(mix)))}
     buf = torch.empty(32 * len(CAMS) * (1 << 20), dtype=torch.uint8)  # one reused buffer, as a worker's ring
     alloc = lambda shape: buf[: int(np.prod(shape))].view(shape)  # noqa: E731
-    ds.read_batch(order[:32].tolist(), alloc=alloc)  # warm: the shard files open
-    times = []
-    for i in range(batches):
-        pos = order[(i * 32) % (len(order) - 32):][:32].tolist()
-        t = time.process_time()
-        ds.read_batch(pos, alloc=alloc)
-        times.append(time.process_time() - t)
-    ds.close()
-    return {"batches": batches, "min_cpu_s": min(times), "median_cpu_s": statistics.median(times),
-            "items_per_cpu_s_at_min": 32 / min(times), "items_per_cpu_s_at_median": 32 / statistics.median(times)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(-1, batches):  # batch -1 warms: the shard files open
+        for name, (ds, order) in runs.items():
+            pos = order[(max(i, 0) * 32) % (len(order) - 32):][:32].tolist()
+            t = time.process_time()
+            ds.read_batch(pos, alloc=alloc)
+            if i >= 0:
+                times[name].append(time.process_time() - t)
+    one.close()
+    mix.close()
+    return {name: {"batches": batches, "min_cpu_s": min(ts), "median_cpu_s": statistics.median(ts),
+                   "items_per_cpu_s_at_min": 32 / min(ts), "items_per_cpu_s_at_median": 32 / statistics.median(ts)}
+            for name, ts in times.items()}
 
 
 def _children_cpu() -> float:
@@ -284,8 +290,7 @@ def main() -> None:
         info = load_index(out).info()
         res["datasets"][name] = {k: info[k] for k in ("num_episodes", "num_frames", "bytes")}
         if args.read_batch:
-            res["loader"][name] = {"read_batch": read_batch_cost(out, args.read_batch),
-                                   "read_batch_mix": read_batch_cost(out, args.read_batch, mixture=True)}
+            res["loader"][name] = read_batch_cost(out, args.read_batch)
             continue
         res["loader"][name] = compare(out, args.seconds, args.rounds, settings)
     if not (args.loader_only or args.read_batch):
