@@ -135,7 +135,11 @@ def test_mixture_refuses_other_fps_unless_set_and_reads_at_the_set_rate(shards_r
         np.testing.assert_array_equal(batch["action"][i, :, :3].numpy(), action[[r, r + 2, r + 4]])
     loader.close()
     with pytest.raises(ValueError, match=r"share the name\(s\) \['out'\]"):  # two folders named out/
-        ShardLoader({str(shards_rgb): 1.0, str(shards_b): 1.0}, LoaderConfig(**cfg))
+        ShardLoader([MixtureSource(root=str(shards_rgb), weight=1), MixtureSource(root=str(shards_b), weight=1)],
+                    LoaderConfig(**cfg))
+    mapped = ShardLoader({str(shards_rgb): 1.0, str(shards_b): 1.0}, LoaderConfig(**cfg))
+    assert [s.name for s in mapped.sources] == [str(shards_rgb), str(shards_b)]  # a mapping: the paths
+    mapped.close()
 
 
 def test_plan_of_a_mixture_weights_its_sources(shards_rgb, shards_b, capsys):  # noqa: F811
