@@ -9,7 +9,8 @@ against stock LeRobotDataset; host-to-device bytes per batch.
     .venv/bin/python bench/bench_loader.py --data 480x640 --settings lent_w2,lent_w0 --loader-only --out DIR
                                                            # one part: those settings on that data only
     .venv/bin/python bench/bench_loader.py --data 480x640 --read-batch 200 --out DIR
-                                                           # the CPU cost of one batch's read, nothing else
+                                                           # the CPU cost of one batch's read and of one loader
+                                                           # batch, one folder against its 2-source mixture
 
 Data: synthetic LeRobot v3.0 datasets (datakit.synth; AV1, 3 cameras, one of them black),
 converted to rgb shards and cached under --work between runs: 8 episodes x 100 frames at 480x640
@@ -141,30 +142,61 @@ def loader_rate(out: Path, workers: int, lend: bool, seconds: float, mixture: bo
             "best_batch_items_per_s": cfg.batch_size / best}
 
 
-def read_batch_cost(out: Path, batches: int, mixture: bool = False) -> dict:
-    """CPU time of `ShardDataset.read_batch` (what a worker does per batch: the coalesced reads into a
-    reused buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed
-    alone: min and median. The least a shared machine's other load can bend: a comparison of two
-    versions of the loader on a busy machine reads these. `mixture`: the `MixtureDataset` of
-    `loader_root` (its positions are the mixture's own order)."""
+def read_batch_cost(out: Path, batches: int) -> dict:
+    """CPU time of `read_batch` (what a worker does per batch: the coalesced reads into a reused
+    buffer) over `batches` Pi0.5-shaped batches of 32 in the sampler's order, each timed alone: min
+    and median; for the folder (`read_batch`) and for the 2-source mixture of it (`read_batch_mix`,
+    `MixtureDataset` in its own order), their batches interleaved so both see the same load. The
+    least a shared machine's other load can bend: a comparison of two versions of the loader on a
+    busy machine reads these."""
     from datakit.loader import ShardDataset, epoch_order
     from datakit.loader.mixture_dataset import MixtureDataset
 
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, slots=CAMS, seed=0)
-    ds = MixtureDataset(tuple(loader_root(out, True)), cfg) if mixture else ShardDataset(out, cfg)
-    order = np.arange(len(ds)) if mixture else epoch_order(len(ds), seed=0, epoch=0, mode="random")
+    one = ShardDataset(out, cfg)
+    mix = MixtureDataset(tuple(loader_root(out, True)), cfg)
+    runs = {"read_batch": (one, epoch_order(len(one), seed=0, epoch=0, mode="random")),
+            "read_batch_mix": (mix, np.arange(len(mix)))}
     buf = torch.empty(32 * len(CAMS) * (1 << 20), dtype=torch.uint8)  # one reused buffer, as a worker's ring
     alloc = lambda shape: buf[: int(np.prod(shape))].view(shape)  # noqa: E731
-    ds.read_batch(order[:32].tolist(), alloc=alloc)  # warm: the shard files open
-    times = []
-    for i in range(batches):
-        pos = order[(i * 32) % (len(order) - 32):][:32].tolist()
-        t = time.process_time()
-        ds.read_batch(pos, alloc=alloc)
-        times.append(time.process_time() - t)
-    ds.close()
-    return {"batches": batches, "min_cpu_s": min(times), "median_cpu_s": statistics.median(times),
-            "items_per_cpu_s_at_min": 32 / min(times), "items_per_cpu_s_at_median": 32 / statistics.median(times)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(-1, batches):  # batch -1 warms: the shard files open
+        for name, (ds, order) in runs.items():
+            pos = order[(max(i, 0) * 32) % (len(order) - 32):][:32].tolist()
+            t = time.process_time()
+            ds.read_batch(pos, alloc=alloc)
+            if i >= 0:
+                times[name].append(time.process_time() - t)
+    one.close()
+    mix.close()
+    return {name: {"batches": batches, "min_cpu_s": min(ts), "median_cpu_s": statistics.median(ts),
+                   "items_per_cpu_s_at_min": 32 / min(ts), "items_per_cpu_s_at_median": 32 / statistics.median(ts)}
+            for name, ts in times.items()}
+
+
+def loader_cpu_interleaved(out: Path, batches: int) -> dict:
+    """Process CPU time of `next()` on the folder's loader and on its 2-source mixture's (0 workers,
+    lent), their batches alternated so both see the same load: the loader-level cost of a mixture."""
+    cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=0, slots=CAMS, seed=0)
+    loaders = {"loader_w0": ShardLoader(out, cfg), "loader_w0_mix": ShardLoader(loader_root(out, True), cfg)}
+    streams = {name: _endless(loader) for name, loader in loaders.items()}
+    times: dict[str, list[float]] = {name: [] for name in loaders}
+    for i in range(-3, batches):  # 3 warm-up batches each
+        for name, stream in streams.items():
+            t = time.process_time()
+            batch = next(stream)
+            if i >= 0:
+                times[name].append(time.process_time() - t)
+            del batch  # back to the ring
+    for loader in loaders.values():
+        loader.close()
+    return {name: {"batches": batches, "median_cpu_s": statistics.median(ts), "mean_cpu_s": statistics.fmean(ts),
+                   "items_per_cpu_s_at_median": 32 / statistics.median(ts)} for name, ts in times.items()}
+
+
+def _endless(loader: ShardLoader):
+    while True:  # the loader's iterator ends with its epoch
+        yield from loader
 
 
 def _children_cpu() -> float:
@@ -262,7 +294,8 @@ def main() -> None:
     p.add_argument("--settings", default=",".join(f"{n}_w{w}" for n, w, _ in SETTINGS),
                    help="comma list of the loader settings to time (default: all)")
     p.add_argument("--read-batch", type=int, default=0, metavar="N",
-                   help="only time N single batch reads (`read_batch_cost`) on each dataset of --data")
+                   help="only time N single batch reads (`read_batch_cost`) and N loader batches (0 workers, "
+                        "`loader_cpu_interleaved`), each of the folder and of its mixture, on each dataset of --data")
     p.add_argument("--loader-only", action="store_true",
                    help="time the loader settings only (no CPU-normalised row, LeRobot or host-to-device table)")
     where = p.add_mutually_exclusive_group()
@@ -284,8 +317,8 @@ def main() -> None:
         info = load_index(out).info()
         res["datasets"][name] = {k: info[k] for k in ("num_episodes", "num_frames", "bytes")}
         if args.read_batch:
-            res["loader"][name] = {"read_batch": read_batch_cost(out, args.read_batch),
-                                   "read_batch_mix": read_batch_cost(out, args.read_batch, mixture=True)}
+            res["loader"][name] = {**read_batch_cost(out, args.read_batch),
+                                   **loader_cpu_interleaved(out, args.read_batch)}
             continue
         res["loader"][name] = compare(out, args.seconds, args.rounds, settings)
     if not (args.loader_only or args.read_batch):

@@ -1,6 +1,7 @@
 """Weighted mixtures of shard folders (datakit/loader/mixture.py, mixture_dataset.py): the schedule's
 proportions, resume on other world sizes, per-source normalisation and padding against numpy on the
 source tables, slots and prompts per source, the fps rule."""
+import dataclasses
 import json
 import shutil
 
@@ -114,6 +115,14 @@ def test_per_source_normalisation_padding_slots_and_prompt(shards_rgb, shards_b)
         assert host["image_mask"][i].tolist() == [True, False, True]
     loader.close()
     b_only.close()
+    # a source with fewer slots than another: its items' last slot is empty, kept (no pruning) as zeros
+    short = [MixtureSource(root=str(shards_rgb), weight=0.5, name="a"),
+             MixtureSource(root=str(shards_b), weight=0.5, name="b", slots=("cam.hand", "cam.front"))]
+    batch = next(iter(ShardLoader(short, dataclasses.replace(cfg, prune_slots=False))))
+    of_b = batch["source"] == 1
+    assert of_b.any() and batch["images"].shape[1] == 3
+    assert not batch["image_mask"][of_b, 2].any() and not batch["images"][of_b, 2].any()
+    assert batch["image_mask"][of_b, :2].all()
 
 
 def test_mixture_refuses_other_fps_unless_set_and_reads_at_the_set_rate(shards_rgb, shards_b, tmp_path):  # noqa: F811
@@ -135,7 +144,11 @@ def test_mixture_refuses_other_fps_unless_set_and_reads_at_the_set_rate(shards_r
         np.testing.assert_array_equal(batch["action"][i, :, :3].numpy(), action[[r, r + 2, r + 4]])
     loader.close()
     with pytest.raises(ValueError, match=r"share the name\(s\) \['out'\]"):  # two folders named out/
-        ShardLoader({str(shards_rgb): 1.0, str(shards_b): 1.0}, LoaderConfig(**cfg))
+        ShardLoader([MixtureSource(root=str(shards_rgb), weight=1), MixtureSource(root=str(shards_b), weight=1)],
+                    LoaderConfig(**cfg))
+    mapped = ShardLoader({str(shards_rgb): 1.0, str(shards_b): 1.0}, LoaderConfig(**cfg))
+    assert [s.name for s in mapped.sources] == [str(shards_rgb), str(shards_b)]  # a mapping: the paths
+    mapped.close()
 
 
 def test_plan_of_a_mixture_weights_its_sources(shards_rgb, shards_b, capsys):  # noqa: F811

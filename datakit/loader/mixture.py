@@ -19,6 +19,7 @@ a small source wraps and reshuffles while a large one goes on. Everything is a p
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -35,7 +36,7 @@ CHUNK_SAMPLES = 4096  # SourceOrders computes the schedule of this many samples'
 class MixtureSource:
     root: str  # shard folder path or URL
     weight: float  # > 0; the sources' weights are normalised to sum 1
-    name: str = ""  # "" -> the folder's basename (names must be unique)
+    name: str = ""  # "" -> the folder's basename (unique in a mixture; a mapping's colliding ones: the paths)
     # This source's cameras filling the model's slots, in slot order (None: that slot empty for this
     # source); None -> the loader config's `slots` (as for one folder).
     slots: tuple[str | None, ...] | None = None
@@ -58,6 +59,8 @@ def mixture_sources(root: str | Path | Mapping[str, float] | Sequence[MixtureSou
         return None
     if isinstance(root, Mapping):
         sources = tuple(MixtureSource(root=str(k), weight=float(v)) for k, v in root.items())
+        if len({s.name for s in sources}) < len(sources):  # droid/out, libero/out: the paths name them
+            sources = tuple(dataclasses.replace(s, name=s.root) for s in sources)
     else:
         sources = tuple(root)
         bad = [s for s in sources if not isinstance(s, MixtureSource)]

@@ -90,7 +90,7 @@ class MixtureDataset(torch.utils.data.Dataset):
             if len(seen) > 1:
                 (a, ra), (b, rb) = list(seen.items())[:2]
                 raise ValueError(f"mixture sources {ra} and {rb} store slot {j}'s camera at frame shapes {a} and {b}; "
-                                 "convert both to one size (datakit convert --size)")
+                                 "convert both to one size (datakit convert --resize HxW)")
 
     def _setup(self) -> None:
         cfg, n = self.cfg, self.num_slots

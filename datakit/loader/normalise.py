@@ -6,7 +6,8 @@ here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", or Pi0.5's as
 permuted uint8 and writes the output dtype in a single kernel. Cameras of different sizes arrive
 one tensor per slot (`slots.slot_images`); each view is resized to the model's input on its own,
 and views that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model
-sees the same batch whatever sizes the cameras store. State and action are mapped with the index statistics, `x * scale + bias`.
+sees the same batch whatever sizes the cameras store. State and action are mapped with the index statistics, `x * scale + bias`
+(a mixture: each item with its own source's, `from_sources`).
 Random choices are pure functions of (seed, epoch, step, row), so a resumed run augments
 exactly as the unbroken one did.
 """

@@ -10,6 +10,7 @@ samples/s, with its own slots and sample shape; the mixture's numbers combine th
 - host-to-device bytes per step = the share-weighted mean of the sources' batches.
 Not modelled: a mixed batch keeps the union of its items' slots (each source's plan prunes as if its
 batches were its own alone), so the image bytes are a lower bound where the sources fill different slots.
+A source with fewer samples than one global batch is refused by its own plan (the loader mixes it).
 `trainkit inspect` calls `mixture_plan` with the training run's loader config.
 """
 from __future__ import annotations
