@@ -1,13 +1,16 @@
 """What `dreamzero` needs from datakit.loader: its loader preset (`dreamzero_config`, and
-`loader_config` at a model config's shapes: a 33-frame clip of three views
-tiled into one canvas on the device, the last states, the actions of the blocks), and the batch
-adapter that adds the host-side extras and builds `DreamZeroBatch` on the device.
+`loader_config` at a model config's shapes: a 33-frame clip of three views tiled into one canvas on
+the device, the last states, the actions of the blocks), and the batch adapter that adds the
+host-side extras and builds `DreamZeroBatch` (features) on the device.
 
 Host side, per batch (from the batch's own CPU generator, seeded by the trainer from the batch's
 position, so the same on any device and after a resume): the text tokens of the task (its UTF-8
-bytes + 1, padded with 0 to text_len), the flow noise of the noisy latent frames and of the
-actions, and one flow time per action block, t ~ U(0.001, 0.999). Device side: the canvas frames,
-state and actions zero-padded to the model's channels, the actions split into their blocks.
+bytes + 1, padded with 0 to text_len), the flow noise of the latents and of the actions, and one
+step id of the discrete schedule per latent frame (schedule.py: uniform over 0..999, a block's
+frames sharing the id of its first), as its sigma and training weight. Device side: the frame
+path's stand-in features (standin.py: latents, text and CLIP features from the frames), the state
+and actions zero-padded to the model's channels with the action mask (real channels, not padding
+past the episode's end).
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ import torch.nn.functional as F
 from datakit.loader import LoaderConfig
 from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
+from trainkit.models.dreamzero import schedule
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
+from trainkit.models.dreamzero.standin import StandIns, first_frame_cond
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
 
@@ -62,23 +67,30 @@ def task_tokens(task: str, length: int) -> torch.Tensor:
     return torch.tensor(ids + [0] * (length - len(ids)), dtype=torch.int64)
 
 
+def flow_extras(cfg: DreamZeroConfig, b: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The flow-matching draws of `b` samples: noise of the latents and actions, each frame's sigma
+    and training weight (schedule.py), in this order from `generator`."""
+    h, w = cfg.latent_hw
+    noise = torch.randn((b, cfg.latent_channels, cfg.latent_frames, h, w), generator=generator)
+    action_noise = torch.randn((b, cfg.horizon, cfg.action_dim), generator=generator)
+    ids = schedule.block_ids(torch.randint(0, cfg.train_timesteps, (b, cfg.latent_frames), generator=generator),
+                             cfg.frames_per_block)
+    sigma = schedule.sigmas(cfg.train_timesteps, cfg.shift)[ids].float()
+    weight = schedule.weights(cfg.train_timesteps, cfg.shift)[ids].float()
+    return {"noise": noise, "action_noise": action_noise, "sigma": sigma, "weight": weight}
+
+
 class DreamZeroBatches:
-    """The `dreamzero` batch adapter (trainkit.models.family.BatchAdapter)."""
+    """The `dreamzero` batch adapter (trainkit.models.family.BatchAdapter) for frame shards."""
 
     def __init__(self, cfg: DreamZeroConfig, index: ShardIndex, loader: LoaderConfig):
         self.cfg = cfg
         self.tokens = torch.stack([task_tokens(t, cfg.text_len) for t in index.tasks]) if index.tasks else \
             torch.zeros((1, cfg.text_len), dtype=torch.int64)
+        self.standins = StandIns(cfg)
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
-        c = self.cfg
-        b = hb["action"].shape[0]
-        video_noise = torch.randn((b, c.blocks * c.frames_per_block, c.tokens_per_frame, c.patch_channels),
-                                  generator=generator)
-        action_noise = torch.randn((b, c.blocks, c.actions_per_block, c.action_dim), generator=generator)
-        time = torch.rand((b, c.blocks), generator=generator) * 0.998 + 0.001
-        return {**hb, "tokens": self.tokens[hb["task_index"]], "video_noise": video_noise,
-                "action_noise": action_noise, "time": time}
+        return {**hb, "tokens": self.tokens[hb["task_index"]], **flow_extras(self.cfg, hb["action"].shape[0], generator)}
 
     def model_batch(self, b: HostBatch) -> DreamZeroBatch:
         c = self.cfg
@@ -87,8 +99,13 @@ class DreamZeroBatches:
             raise ModelConfigError(f"the shards have {state.shape[-1]} state / {actions.shape[-1]} action channels; "
                                    f"the model takes at most {c.state_dim} / {c.action_dim} (model.state_dim, "
                                    "model.action_dim)")
-        state = F.pad(state, (0, c.state_dim - state.shape[-1]))
-        actions = F.pad(actions, (0, c.action_dim - actions.shape[-1]))
-        return DreamZeroBatch(video=b["images"][:, 0], tokens=b["tokens"], state=state,
-                              actions=actions.view(-1, c.blocks, c.actions_per_block, c.action_dim),
-                              video_noise=b["video_noise"], action_noise=b["action_noise"], time=b["time"])
+        real = torch.arange(c.action_dim, device=actions.device) < actions.shape[-1]
+        action_mask = (real[None, None, :] & ~b["action_is_pad"][:, :, None]).float()
+        video = b["images"][:, 0]
+        latents = self.standins.latents(video)
+        cond = first_frame_cond(latents, None) if c.first_frame_concat else latents[:, :0]
+        return DreamZeroBatch(latents=latents, cond=cond, text=self.standins.text_features(b["tokens"]),
+                              image=self.standins.image_features(video[:, 0]),
+                              state=F.pad(state, (0, c.state_dim - state.shape[-1])),
+                              actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
+                              noise=b["noise"], action_noise=b["action_noise"], sigma=b["sigma"], weight=b["weight"])
