@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ORACLE_PY = Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin" / "python"
 ORACLE = ROOT / "tools" / "diffusers_oracle" / "wan_oracle.py"
 # diffusers draws the time sinusoid in float32, Wan (and trainkit) in float64: at timestep 700 the
-# angles differ by ~4e-5, which the rest carries; measured max |diff| 2e-6 (out) at these timesteps
-TOL = dict(rtol=2e-4, atol=2e-5)
+# angles differ by ~4e-5, which the rest carries: measured max |diff| of the output 1.1e-5 at these
+# timesteps (torch 2.13 CPU); the controls below miss by far more
+TOL = dict(rtol=2e-4, atol=5e-5)
 OVERRIDES = {"text_len": 512, "first_frame_concat": True}  # diffusers splits the context at 512 text tokens
 
 
@@ -46,10 +47,10 @@ def one_softmax(self, x, text, image):
     return self.o(out.transpose(1, 2).flatten(2))
 
 
-def norms_unswapped(self, x, e0, text, image, rope, seq, kernel):
+def norms_unswapped(self, x, e0, text, image, layout):
     mod = self.modulation.float()[:, None] + e0
-    segs = seq.segments
-    x = x + dz.gated(self.self_attn(dz.segmented(self.norm1(x), mod, segs, 0, 1), rope, seq, kernel), mod, segs, 2)
+    segs = layout.seq.segments
+    x = x + dz.gated(self.self_attn(dz.segmented(self.norm1(x), mod, segs, 0, 1), layout), mod, segs, 2)
     x = x + self.cross_attn(self.norm2(x), text, image)
     return x + dz.gated(self.ffn(dz.segmented(self.norm3(x), mod, segs, 3, 4)), mod, segs, 5)
 

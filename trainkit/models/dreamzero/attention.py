@@ -4,7 +4,7 @@ q, k, v token-major (B, T, H, hd) -> (B, T, H * hd).
 - "blocks": one unmasked SDPA per part of the pattern (`TokenSequence.calls`): a clean block's queries over
   the clean prefix, a noisy group's over the clean prefix before it plus the group (its key spans
   concatenated). No mask, so the fused kernels (flash / cuDNN / efficient) run, and only the
-  block-causal work is done: 40% of full attention's pairs at the 5b shapes.
+  block-causal work is done: 30% of full attention's pairs at the 5b shapes.
 - "flex": FlexAttention with a block mask from the same pattern (CUDA; tiles of 128 tokens, the
   ones cut by a part boundary evaluated by the mask function, a lookup in the dense mask).
 - "dense": SDPA with the dense (T, T) mask: full attention's cost, the reference.

@@ -1,7 +1,7 @@
 """The analytic cost of one `dreamzero` sample: FLOPs (forward + backward), token counts, and the
 activations autograd saves (inspect's memory estimate). Counts every matmul (2 FLOPs per
 multiply-add) and attention's QK^T and AV over the pairs the block-causal pattern computes
-(sequence.py: 40% of full attention's at 5b), not norms, modulation, RoPE or activations. The whole
+(sequence.py: 30% of full attention's at 5b), not norms, modulation, RoPE or activations. The whole
 DiT trains (3x its forward); the features come from the cache (no encoder runs). With LoRA the
 base weights get no gradient, but the count stays the model's (3x), as MFU is counted.
 `tests/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.

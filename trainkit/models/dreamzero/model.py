@@ -150,6 +150,15 @@ def gated(y: torch.Tensor, mod: torch.Tensor, segments: tuple[tuple[int, ...], i
     return (torch.cat(out, dim=1) if len(out) > 1 else out[0]).to(y.dtype)
 
 
+class Layout:
+    """What every block reads besides its tensors: the sequence, the attention kernel and the RoPE
+    tables. A plain object, not a dataclass or tuple, so FSDP2's input casting leaves it alone (the
+    tables stay float32 under a bf16 policy) and a block's arguments stay few."""
+
+    def __init__(self, seq: TokenSequence, kernel: str, rope: tuple[torch.Tensor, torch.Tensor]):
+        self.seq, self.kernel, self.rope = seq, kernel, rope
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d: int, heads: int, eps: float):
         super().__init__()
@@ -157,12 +166,12 @@ class SelfAttention(nn.Module):
         self.q, self.k, self.v, self.o = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.norm_q, self.norm_k = RMSNorm(d, eps), RMSNorm(d, eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], seq: TokenSequence,
-                kernel: str) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
         b, t, _ = x.shape
-        q = apply_rope(self.norm_q(self.q(x)).view(b, t, self.heads, -1), *rope)
-        k = apply_rope(self.norm_k(self.k(x)).view(b, t, self.heads, -1), *rope)
-        return self.o(block_causal_attention(q, k, self.v(x).view(b, t, self.heads, -1), seq, kernel))
+        q = apply_rope(self.norm_q(self.q(x)).view(b, t, self.heads, -1), *layout.rope)
+        k = apply_rope(self.norm_k(self.k(x)).view(b, t, self.heads, -1), *layout.rope)
+        v = self.v(x).view(b, t, self.heads, -1)
+        return self.o(block_causal_attention(q, k, v, layout.seq, layout.kernel))
 
 
 class CrossAttention(nn.Module):
@@ -199,11 +208,11 @@ class WanBlock(nn.Module):
         self.modulation = nn.Parameter(torch.empty(1, 6, d))
 
     def forward(self, x: torch.Tensor, e0: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
-                rope: tuple[torch.Tensor, torch.Tensor], seq: TokenSequence, kernel: str) -> torch.Tensor:
-        """x (B, T, d); e0 (B, S, 6, d) float32: the time projection of each segment."""
-        mod = self.modulation.float()[:, None] + e0  # (B, S, 6, d): shift, scale, gate; then for the FFN
-        segs = seq.segments
-        y = self.self_attn(segmented(self.norm1(x), mod, segs, 0, 1), rope, seq, kernel)
+                layout: Layout) -> torch.Tensor:
+        """x (B, T, d); e0 (B, S, 6, d): the time projection of each segment."""
+        mod = self.modulation.float()[:, None] + e0.float()  # (B, S, 6, d): shift, scale, gate; then for the FFN
+        segs = layout.seq.segments
+        y = self.self_attn(segmented(self.norm1(x), mod, segs, 0, 1), layout)
         x = x + gated(y, mod, segs, 2)
         x = x + self.cross_attn(self.norm3(x), text, image)
         y = self.ffn(segmented(self.norm2(x), mod, segs, 3, 4))
@@ -310,9 +319,9 @@ class DreamZero(nn.Module):
     def run_blocks(self, x: torch.Tensor, e0: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
                    seq: TokenSequence) -> torch.Tensor:
         rope = rope_tables(seq, self.cfg.grid, self.cfg.head_dim, self.cfg.rope_theta, x.device)
-        kernel = "dense" if seq.plain else self.cfg.attention
+        layout = Layout(seq, "dense" if seq.plain else self.cfg.attention, rope)
         for block in self.blocks:
-            x = block(x, e0, text, image, rope, seq, kernel)
+            x = block(x, e0, text, image, layout)
         return x
 
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
