@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from trainkit.models import build_model
 from trainkit.models.dreamzero import model as dz
+from trainkit.models.dreamzero.weights import diffusers_name
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_PY = Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin" / "python"
@@ -96,6 +97,7 @@ def test_plain_wan_equals_diffusers_wan_transformer(tmp_path, monkeypatch):
     torch.testing.assert_close(out, want["out"], **TOL)
     torch.testing.assert_close(loss, want["loss"], **TOL)
     assert set(want["grads"]) == set(grads)  # every parameter gets a gradient on both sides
+    assert {k: diffusers_name(k) for k in grads} == want["names"]  # weights.py's table is diffusers' conversion
     for name, grad in grads.items():
         torch.testing.assert_close(grad, want["grads"][name], **TOL, msg=lambda m: f"{name}: {m}")
 

@@ -10,7 +10,7 @@ encoder_hidden_states (B, 512, text_dim), encoder_hidden_states_image (B, 257, i
 (B, out_channels, F, H, W), weight (B, F)}. The weights go through diffusers' own
 `convert_wan_transformer_to_diffusers` and load strictly. OUT.pt: the output, the loss
 (mean over (B, F) of weight x the per-frame MSE against target) and every parameter's gradient,
-mapped back to Wan's original names.
+mapped back to Wan's original names, and the name diffusers' conversion gives each original name.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def run(doc: dict) -> dict:
     loss = (((out - x["target"]) ** 2).mean(dim=(1, 3, 4)) * x["weight"]).mean()
     loss.backward()
     grads = {names[n]: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return {"out": out.detach(), "loss": loss.detach(), "grads": grads}
+    return {"out": out.detach(), "loss": loss.detach(), "grads": grads, "names": {v: k for k, v in names.items()}}
 
 
 if __name__ == "__main__":
