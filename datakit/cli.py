@@ -1,4 +1,4 @@
-"""The `datakit` command: convert, verify, info, doctor, plan, bench-decoders, demo.
+"""The `datakit` command: convert, verify, info, doctor, plan, encode, bench-decoders, demo.
 
 Errors in the input print one line naming the file and the problem (exit 2); `--debug` shows
 the traceback too.
@@ -111,7 +111,7 @@ COMMANDS = {
 
 def _register_optional() -> None:
     """The side commands, in datakit/commands/ (imported here so `datakit --help` lists them)."""
-    from datakit.commands import demo, info
+    from datakit.commands import demo, encode, info
     from datakit.commands.doctor.command import add_parser as add_doctor, run as run_doctor
     from datakit.commands.plan.command import add_parser as add_plan, run as run_plan
 
@@ -119,6 +119,7 @@ def _register_optional() -> None:
     COMMANDS["demo"] = (demo.add_parser, demo.run)
     COMMANDS["doctor"] = (add_doctor, run_doctor)
     COMMANDS["plan"] = (add_plan, run_plan)
+    COMMANDS["encode"] = (encode.add_parser, encode.run)
     try:  # bench-decoders needs matplotlib for its plot
         from datakit.commands.bench_decoders.command import add_parser, run
     except ImportError:

@@ -29,7 +29,7 @@ pip_install --upgrade pip
 pip_install -c tools/constraints.txt torch
 # ray (the [ray] extra: --engine ray and its tests) adds ~250 MB and ~45 s; ROBODATA_NO_RAY=1 leaves
 # it out, and the Ray tests then skip.
-extras="convert,dev,remote"
+extras="convert,dev,remote,encode"
 [ "${ROBODATA_NO_RAY:-0}" = 1 ] || extras="$extras,ray"
 pip_install -c tools/constraints.txt -e ".[$extras]"
 "$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto, safetensors, sentencepiece; print('installed: torch', torch.__version__, '| av', av.__version__)"

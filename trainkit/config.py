@@ -68,6 +68,9 @@ class DataConfig:
     # Whose statistics: "dataset" (the shard index's) or "checkpoint" (model.init_from's
     # policy_preprocessor.json or openpi assets/*/norm_stats.json: what the checkpoint was trained with)
     norm_from: Literal["dataset", "checkpoint"] = "dataset"
+    # A feature folder (`datakit encode`) as data.shards: the VAE it must have been encoded with (the
+    # digest `datakit encode` records as fingerprint.vae); "": any VAE whose latents fit the model
+    features_vae: str = ""
 
     def __post_init__(self) -> None:
         _choices(self, "data")

@@ -31,7 +31,9 @@ from typing import Any
 import torch
 
 from datakit.errors import DatakitError
-from datakit.loader import LoaderConfig, Normaliser, ShardDataset, ShardLoader
+from datakit.loader import LoaderConfig, ShardDataset, ShardLoader
+from datakit.loader.features import FeatureDataset, is_features
+from datakit.shards.features import FeatureIndex, load_features
 from datakit.shards.index import ShardIndex, is_finished, load_index
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
@@ -40,6 +42,8 @@ from trainkit.errors import DataError
 from trainkit.models import Family
 
 HostBatch = dict[str, torch.Tensor]
+# loader settings that describe frames (slots, pixels, the cache of a URL root): not a feature folder's
+FRAME_SETTINGS = ("slots", "prune_slots", "image_dtype", "cache_dir", "cache_bytes")
 
 
 @dataclass
@@ -48,8 +52,12 @@ class Shards:
 
     folder: Path  # the local folder of the index files (for a URL, the node-local cache's copy)
     cache: ShardCache | None  # a URL root's download cache (the loader downloads ahead through it)
-    index: ShardIndex
+    index: ShardIndex | FeatureIndex  # FeatureIndex: a feature folder (`datakit encode`): clips, not frames
     slots: tuple[str | None, ...]  # the model's image slots: a camera, or None for one never filled
+
+    @property
+    def features(self) -> bool:
+        return isinstance(self.index, FeatureIndex)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -61,6 +69,8 @@ def read_run_shards(dcfg: DataConfig, max_slots: int) -> Shards:
     shard cache, checked against the root's checksums.json; the shards themselves are downloaded
     as the loader reads) and fail early on a folder that is not finished datakit output or a slot
     naming a missing camera."""
+    if is_features(dcfg.shards):
+        return Shards(folder=Path(dcfg.shards), cache=None, index=_checked_features(dcfg), slots=())
     try:
         root, cache = open_root(dcfg.shards, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
     except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
@@ -72,6 +82,21 @@ def read_run_shards(dcfg: DataConfig, max_slots: int) -> Shards:
             cache.close()
         raise
     return Shards(folder=root, cache=cache, index=index, slots=slots)
+
+
+def _checked_features(dcfg: DataConfig) -> FeatureIndex:
+    """A feature folder's index, checked at open; data.features_vae (if set) against its VAE."""
+    try:
+        index = load_features(Path(dcfg.shards))
+    except DatakitError as e:
+        raise DataError(dcfg.shards, f"unreadable feature folder ({e})") from None
+    vae = index.fingerprint.get("vae")
+    if dcfg.features_vae and vae != dcfg.features_vae:
+        raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"encoded with VAE {vae} (fingerprint.vae); the run "
+                        f"wants {dcfg.features_vae} (data.features_vae)")
+    if dcfg.val_episodes or dcfg.val_fraction:
+        raise DataError(dcfg.shards, "a validation holdout (data.val_*) reads frames; a feature folder has none yet")
+    return index
 
 
 def _checked_index(dcfg: DataConfig, root: Path, max_slots: int) -> tuple[ShardIndex, tuple[str | None, ...]]:
@@ -142,16 +167,26 @@ class TrainData:
         `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout)."""
         self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
         index = shards.index
-        self.cfg: LoaderConfig = fam.loader_config(model_cfg, index, **loader_settings(
-            dcfg, shards.slots, seed=seed, rank=rank, world_size=world_size, micro_batch=micro_batch,
-            global_batch=global_batch, episodes=episodes, image_dtype=image_dtype, pin_memory=device.type == "cuda"))
+        settings = loader_settings(dcfg, shards.slots, seed=seed, rank=rank, world_size=world_size,
+                                   micro_batch=micro_batch, global_batch=global_batch, episodes=episodes,
+                                   image_dtype=image_dtype, pin_memory=device.type == "cuda")
+        if shards.features:  # clips of cached latents and embeddings: no frames, no slots
+            if fam.feature_batches is None:
+                raise DataError(dcfg.shards, f"a feature folder (datakit encode); family {fam.name} trains from "
+                                             "frames only")
+            self.adapter = fam.feature_batches(model_cfg, index, dcfg.shards)
+            self.cfg = LoaderConfig(**{k: v for k, v in settings.items() if k not in FRAME_SETTINGS})
+        else:
+            self.cfg = fam.loader_config(model_cfg, index, **settings)
         try:
-            dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
+            dataset = FeatureDataset(dcfg.shards, self.cfg) if shards.features else \
+                ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
             self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
         except ValueError as e:  # e.g. fewer samples than one global batch
             raise DataError(dcfg.shards, str(e)) from None
-        self.normaliser = Normaliser.from_index(index, self.cfg)  # the float32 path's host normaliser
-        self.adapter = fam.batches(model_cfg, index, self.cfg)
+        self.normaliser = dataset.normaliser()  # the float32 path's host normaliser
+        if not shards.features:
+            self.adapter = fam.batches(model_cfg, index, self.cfg)
 
     # -- resumable state: the sampler position of the next batch the training loop takes --
     def state_dict(self) -> dict[str, int]:
@@ -176,9 +211,14 @@ class TrainData:
         else:
             stream = (self._host_float32(hb) for hb in self._host_batches())
         for b in stream:
-            samples, slots = b["images"].shape[:2]
+            samples, slots = b["latents"].shape[0] if "latents" in b else b["images"].shape[0], self.slots(b)
             yield StepBatch(model=self.adapter.model_batch(b), samples=samples, slots=slots, rows=b["row"],
                             actions=b["action"], epoch=int(b["epoch"]), step=int(b["step"]))
+
+    @staticmethod
+    def slots(b: HostBatch) -> int:
+        """Image slots of a batch (the FLOP count's argument); a feature batch has none."""
+        return b["images"].shape[1] if "images" in b else 0
 
     def _host_batches(self) -> Iterator[HostBatch]:
         while True:  # the loader's iterator ends with its epoch; the next one continues its stream

@@ -48,6 +48,8 @@ class Split:
 def holdout(dcfg: DataConfig, index: ShardIndex) -> Split:
     """The episodes held out by `data.val_episodes` / `data.val_fraction`; DataError for an episode
     the index lacks or a holdout that leaves no training episode."""
+    if not (dcfg.val_episodes or dcfg.val_fraction):  # no holdout (a feature folder has no episode list)
+        return Split(train=None, val=())
     episodes = [e.episode_index for e in index.episodes]
     if dcfg.val_episodes:
         missing = sorted(set(dcfg.val_episodes) - set(episodes))
@@ -58,8 +60,6 @@ def holdout(dcfg: DataConfig, index: ShardIndex) -> Split:
     elif dcfg.val_fraction:
         n = max(1, round(dcfg.val_fraction * len(episodes)))
         val = tuple(sorted({episodes[int((i + 0.5) * len(episodes) / n)] for i in range(n)}))
-    else:
-        return Split(train=None, val=())
     train = tuple(e for e in episodes if e not in set(val))
     if not train:
         raise DataError(dcfg.shards, f"the holdout takes all {len(episodes)} episodes; leave some to train on")

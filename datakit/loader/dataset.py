@@ -38,6 +38,7 @@ import torch.utils.data
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
 from datakit.loader.config import LoaderConfig
+from datakit.loader.normalise import Normaliser
 from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
@@ -141,6 +142,15 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.stacked:
             return [(IMAGES, (b, keep.size, t, *self.slot_shapes[0]))]
         return [(slot_key(j), (b, t, *self.slot_shapes[s])) for j, s in enumerate(keep.tolist())]
+
+    def host_view(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A host batch as the caller sees it: frames are handed over as read (a feature folder's
+        raw tensors are typed here: `FeatureDataset.host_view`)."""
+        return batch
+
+    def normaliser(self) -> Normaliser:
+        """The device-side transform of this dataset's batches."""
+        return Normaliser.from_index(self.index, self.cfg)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         """One sample without the batch dimension (all slots kept, so keys and shapes are fixed)."""

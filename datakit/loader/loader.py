@@ -46,7 +46,7 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.dataset import ShardDataset, identity_collate
 from datakit.loader.gpu_batch import DeviceBatcher, HostBatch, pin_host
 from datakit.loader.loans import HostRing, Loans
-from datakit.loader.normalise import Normaliser
+from datakit.loader.features import FeatureDataset, is_features
 from datakit.loader.downloads import EpochDownloads
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.loader.shm_pool import (BufferPool, PooledDataset, WorkerFailure, buffer_bytes_for, check_shm_space,
@@ -76,9 +76,11 @@ class _StepBatches:
 class ShardLoader:
     """Deterministic, resumable batches of `ShardDataset` for one rank."""
 
-    def __init__(self, root: str | Path, cfg: LoaderConfig, dataset: ShardDataset | None = None):
+    def __init__(self, root: str | Path, cfg: LoaderConfig, dataset: ShardDataset | FeatureDataset | None = None):
         self.cfg = cfg
-        self.dataset = dataset if dataset is not None else ShardDataset(root, cfg)
+        if dataset is None:  # a feature folder (`datakit encode`) is read like shards, clip by clip
+            dataset = FeatureDataset(root, cfg) if is_features(root) else ShardDataset(root, cfg)
+        self.dataset = dataset
         ds = self.dataset
         blocks = block_ids(ds.shard[ds.anchors], cfg.block_size) if cfg.shuffle == "shard_block" else None
         self.sampler = StepSampler(
@@ -120,7 +122,7 @@ class ShardLoader:
 
         Batches the device batcher prefetched do not count as delivered: the state advances
         when a batch is handed to the caller."""
-        batcher = DeviceBatcher(Normaliser.from_index(self.dataset.index, self.cfg), device, depth=depth,
+        batcher = DeviceBatcher(self.dataset.normaliser(), device, depth=depth,
                                 pin_memory=self.cfg.pin_memory)
         start = (self.sampler.epoch, self.sampler.step)
         host = self._stream(*start, pin=batcher.pin)
@@ -180,7 +182,7 @@ def _outlive_sigterm(_worker_id: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: signal.alarm(WORKER_SIGTERM_GRACE_S))
 
 
-def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
+def host_batches(ds: ShardDataset | FeatureDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
                  pin: bool = False,
                  on_batch: Callable[[int, int], None] | None = None) -> Iterator[dict[str, torch.Tensor]]:
     """Host batches from (epoch, step) on, images lent (`cfg.lend_batches`, see `loans`): with
@@ -221,6 +223,7 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
                 batch = pool.receive(item, loans if lend else None)
             else:
                 batch = item
+            batch = ds.host_view(batch)
             batch["epoch"] = torch.tensor(epoch)
             batch["step"] = torch.tensor(step)
             yield batch
@@ -236,7 +239,7 @@ def host_batches(ds: ShardDataset, s: StepSampler, cfg: LoaderConfig, epoch: int
 class _RingReads(torch.utils.data.Dataset):
     """The single-process DataLoader's dataset: batches read into the lent `HostRing`."""
 
-    def __init__(self, dataset: ShardDataset, ring: HostRing):
+    def __init__(self, dataset: ShardDataset | FeatureDataset, ring: HostRing):
         self.dataset, self.ring = dataset, ring
 
     def __len__(self) -> int:

@@ -187,7 +187,7 @@ class PooledDataset(torch.utils.data.Dataset):
         buffer = pool.acquire(w)
         try:
             batch = self.dataset.read_batch(positions, alloc=lambda shape: pool.view(w, buffer, shape))
-            images = [(k, batch.pop(k)) for k in list(batch) if k == IMAGES or is_slot_key(k)]
+            images = [(k, batch.pop(k)) for k in list(batch) if is_lent(k)]
             at = 0
             for _, t in images:
                 dest = pool.view(w, buffer, tuple(t.shape), at)
@@ -202,6 +202,14 @@ class PooledDataset(torch.utils.data.Dataset):
             pool.abort(w, buffer)
             raise
         return RingBatch(worker=w, buffer=buffer, images=tuple((k, tuple(t.shape)) for k, t in images), arrays=arrays)
+
+
+FEATURE_BYTES = "feature_bytes."  # a feature batch's raw tensors (loader/features.py): lent like images
+
+
+def is_lent(key: str) -> bool:
+    """The batch keys that live in the worker's ring buffer (the rest travel as small arrays)."""
+    return key == IMAGES or is_slot_key(key) or key.startswith(FEATURE_BYTES)
 
 
 def buffer_bytes_for(dataset: Any, batch_size: int) -> int:

@@ -228,8 +228,14 @@ def write_index(out: Path, index: ShardIndex, table: pa.Table) -> None:
     manifest = index.to_json().encode()  # first: a value strict JSON cannot hold fails before any write
     write_frames(out / FRAMES_NAME, table)
     write_atomic(out / MANIFEST_NAME, manifest)
-    sums = {name: file_sha256(out / name) for name in (MANIFEST_NAME, FRAMES_NAME)}
-    write_atomic(out / CHECKSUMS_NAME, (json.dumps({"sha256": sums}, indent=1) + "\n").encode())
+    write_checksums(out)
+
+
+def write_checksums(out: Path) -> None:
+    """checksums.json, the last file of a finished folder (shards or features): the sha256 of its
+    index.json and frames.arrow."""
+    sums = {name: file_sha256(Path(out) / name) for name in (MANIFEST_NAME, FRAMES_NAME)}
+    write_atomic(Path(out) / CHECKSUMS_NAME, (json.dumps({"sha256": sums}, indent=1) + "\n").encode())
 
 
 def is_finished(out: Path) -> bool:

@@ -17,6 +17,8 @@ from typing import Any
 
 from datakit.durable import file_size
 from datakit.storage.roots import remote_url
+from datakit.shards.features import is_feature_folder
+from datakit.verify.features import check_features
 from datakit.verify.folder import VerifyReport, check_folder
 
 
@@ -30,6 +32,8 @@ def verify(out: str | Path, progress: bool = False, *, storage_options: dict[str
 
         return verify_remote(url, storage_options=storage_options, scratch=scratch)
     out = Path(out)
+    if is_feature_folder(out):  # `datakit encode`'s output
+        return check_features(out)
     return check_folder(out, lambda entry: _local_shard(out / entry.name))
 
 

@@ -140,6 +140,9 @@ class Family:
     loader_config: Callable[..., Any]
     # (config, index, loader config) -> the batch adapter (host extras + model batch)
     batches: Callable[[Any, Any, Any], BatchAdapter]
+    # (config, feature index, the folder) -> the batch adapter on a `datakit encode` feature folder,
+    # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
+    feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions

@@ -32,7 +32,9 @@ from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
 from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
 from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.commands.plan.features import plan_features
 from datakit.commands.plan.model import ThroughputPlan, plan_throughput
+from datakit.loader.features import is_features
 from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_frames, load_index
 
 
@@ -194,7 +196,30 @@ def table(plan: ThroughputPlan, bw: Bandwidth | None, rate: LoaderRate | None = 
     return t
 
 
+def _run_features(args) -> int:
+    """A feature folder: bytes per sample and the bandwidth a target needs (no frame model, no --measure)."""
+    plan = plan_features(Path(args.out), samples_per_s=args.samples_per_s, ranks=args.ranks,
+                         ranks_per_node=args.ranks_per_node)
+    if args.json:
+        print(json.dumps({"features": plan.to_dict()}, indent=1))
+        return 0
+    t = Table(title=f"datakit plan (features): {plan.samples_per_s:g} samples/s on {plan.ranks} ranks", show_header=False)
+    for row in (("clips", f"{plan.num_clips} ({_bytes(plan.dataset_bytes)})"),
+                ("bytes per sample (read)", f"{_bytes(plan.bytes_per_sample)} ("
+                 + ", ".join(f"{k} {_bytes(v)}" for k, v in plan.bytes_per_sample_by_field.items()) + ")"),
+                ("text + state/action per sample", f"{_bytes(plan.text_bytes_per_sample)} + "
+                                                   f"{_bytes(plan.numeric_bytes_per_sample)} (host-to-device)"),
+                ("read bandwidth per rank / node", f"{_rate(plan.read_bytes_per_s_per_rank)} / "
+                                                   f"{_rate(plan.read_bytes_per_s_per_node)}"),
+                ("host-to-device per GPU", _rate(plan.h2d_bytes_per_s_per_rank))):
+        t.add_row(*row)
+    Console().print(t)
+    return 0
+
+
 def run(args) -> int:
+    if is_features(args.out):  # `datakit encode`'s output: clips of stored tensors
+        return _run_features(args)
     cfg = loader_config(args)
     with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
         folder = _local_index(args.out, Path(scratch))

@@ -4,7 +4,7 @@ schedule (schedule.py), LoRA (lora.py), checkpoint formats (weights.py), shapes 
 loader preset and batch adapter (batches.py, with the frame path's stand-in features: standin.py),
 memory constants with the GPU runs behind them (memory.py); `FAMILY` is the record the trainer
 reaches it through."""
-from trainkit.models.dreamzero.batches import DreamZeroBatches, loader_config
+from trainkit.models.dreamzero.batches import DreamZeroBatches, DreamZeroFeatureBatches, loader_config
 from trainkit.models.dreamzero.config import PRESETS, DreamZeroConfig
 from trainkit.models.dreamzero.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.dreamzero.memory import MEMORY
@@ -16,6 +16,7 @@ from trainkit.models.family import Family, Sampler, Weights
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
+                feature_batches=DreamZeroFeatureBatches,
                 memory=MEMORY, weights=Weights(formats=FORMATS, read_plan=read_plan, export_tensors=export_tensors,
                                                config_json=config_json, config_from=config_from_checkpoint),
                 robot_dims={"state": "state_dim", "action": "action_dim"},

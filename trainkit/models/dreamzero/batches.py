@@ -11,6 +11,12 @@ frames sharing the id of its first), as its sigma and training weight. Device si
 path's stand-in features (standin.py: latents, text and CLIP features from the frames), the state
 and actions zero-padded to the model's channels with the action mask (real channels, not padding
 past the episode's end).
+
+From a feature folder (`datakit encode`, `DreamZeroFeatureBatches`) the same host draws, and on the
+device the cached features: latents (and Wan2.1-I2V's first-frame conditioning latents) normalised
+as Wan's VAE wrapper does, (z - latents_mean) / latents_std from the folder's VAE record; umT5 text
+zeroed past each prompt and zero-padded to text_len (Wan's padding); CLIP features as cached. No
+encoder runs in the step.
 """
 from __future__ import annotations
 
@@ -21,12 +27,13 @@ import torch.nn.functional as F
 
 from datakit.loader import LoaderConfig
 from datakit.loader.slots import view_sizes
+from datakit.shards.features import FeatureIndex
 from datakit.shards.index import ShardIndex
 from trainkit.models.dreamzero import schedule
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.dreamzero.model import DreamZeroBatch
 from trainkit.models.dreamzero.standin import StandIns, first_frame_cond
-from trainkit.errors import ModelConfigError
+from trainkit.errors import DataError, ModelConfigError
 from trainkit.models.family import HostBatch
 
 
@@ -107,5 +114,74 @@ class DreamZeroBatches:
         return DreamZeroBatch(latents=latents, cond=cond, text=self.standins.text_features(b["tokens"]),
                               image=self.standins.image_features(video[:, 0]),
                               state=F.pad(state, (0, c.state_dim - state.shape[-1])),
+                              actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
+                              noise=b["noise"], action_noise=b["action_noise"], sigma=b["sigma"], weight=b["weight"])
+
+
+def check_features(cfg: DreamZeroConfig, index: FeatureIndex, where: str) -> None:
+    """A feature folder fits this model, or DataError naming the folder's index.json with both sides:
+    the clip length, the frame size and the latent shape the model's config implies against the
+    folder's fingerprint and fields; the cached embeddings' widths against the model's; Wan2.1-I2V's
+    conditioning latents when the model concatenates them."""
+    fp = index.fingerprint
+    lat = index.fields["latents"].shape
+    sf = index.vae.get("scale_factor_spatial", cfg.vae_stride[1])
+    size = fp.get("size") or [lat[2] * sf, lat[3] * sf]
+    checks = [("clip frames", cfg.frames, fp.get("frames"), "model.frames"),
+              ("frame size", list(cfg.canvas), list(size), "model.view (x2: the canvas)"),
+              ("latent shape", [cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw], list(lat),
+               "model.latent_channels, frames, view, vae_stride")]
+    if "image" in index.fields:
+        checks.append(("image features", [cfg.image_tokens, cfg.image_width], list(index.fields["image"].shape),
+                       "model.image_grid, image_width"))
+    if index.text_width:
+        checks.append(("text width", cfg.text_width, index.text_width, "model.text_width"))
+    checks.append(("first-frame conditioning", cfg.first_frame_concat, "cond_latents" in index.fields,
+                   "model.first_frame_concat (datakit encode --cond first-frame)"))
+    for what, want, have, fields in checks:
+        if want != have:
+            raise DataError(f"{where.rstrip('/')}/index.json", f"{what} {have} (fingerprint of `datakit encode`) "
+                            f"differs from the run's {want} ({fields}); encode again for this model, or change it")
+    if cfg.horizon > index.span:
+        raise DataError(f"{where.rstrip('/')}/index.json", f"clips span {index.span} frames of actions; the model "
+                        f"takes {cfg.horizon} (model.actions_per_block x blocks)")
+
+
+class DreamZeroFeatureBatches:
+    """The `dreamzero` batch adapter on a feature folder (module docstring)."""
+
+    def __init__(self, cfg: DreamZeroConfig, index: FeatureIndex, where: str):
+        check_features(cfg, index, where)
+        self.cfg = cfg
+        c = cfg.latent_channels
+        self.mean = torch.tensor(index.vae.get("latents_mean") or [0.0] * c, dtype=torch.float32)
+        self.inv_std = 1 / torch.tensor(index.vae.get("latents_std") or [1.0] * c, dtype=torch.float32)
+
+    def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
+        return {**hb, **flow_extras(self.cfg, hb["action"].shape[0], generator)}
+
+    def _normalised(self, z: torch.Tensor) -> torch.Tensor:
+        shape = (1, -1, 1, 1, 1)
+        return (z.float() - self.mean.to(z.device).view(shape)) * self.inv_std.to(z.device).view(shape)
+
+    def model_batch(self, b: HostBatch) -> DreamZeroBatch:
+        c = self.cfg
+        state, actions = b["state"].float(), b["action"].float()[:, : c.horizon]
+        if state.shape[-1] > c.state_dim or actions.shape[-1] > c.action_dim:
+            raise ModelConfigError(f"the features have {state.shape[-1]} state / {actions.shape[-1]} action "
+                                   f"channels; the model takes at most {c.state_dim} / {c.action_dim}")
+        n, device = state.shape[0], state.device
+        state = F.pad(state, (0, c.state_dim - state.shape[-1]))[:, None].expand(-1, c.state_tokens, -1)
+        real = torch.arange(c.action_dim, device=device) < actions.shape[-1]
+        action_mask = real[None, None, :].expand(n, c.horizon, -1).float()
+        latents = self._normalised(b["latents"])
+        cond = first_frame_cond(latents, self._normalised(b["cond_latents"]) if "cond_latents" in b else None) \
+            if c.first_frame_concat else latents[:, :0]
+        text = torch.zeros((n, c.text_len, c.text_width), device=device)
+        if "text" in b:  # real tokens only, cut or zero-padded to the model's context (Wan's padding)
+            t = (b["text"].float() * b["text_mask"][..., None])[:, : c.text_len]
+            text[:, : t.shape[1]] = t
+        image = b["image"].float() if "image" in b else torch.zeros((n, c.image_tokens, c.image_width), device=device)
+        return DreamZeroBatch(latents=latents, cond=cond, text=text, image=image, state=state,
                               actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
                               noise=b["noise"], action_noise=b["action_noise"], sigma=b["sigma"], weight=b["weight"])

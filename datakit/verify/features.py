@@ -1,0 +1,78 @@
+"""`datakit verify` on a feature folder (`datakit encode`'s output): the checks of `folder.py`
+for the feature format.
+
+1. index.json and frames.arrow against checksums.json (`checksum_problems`, shared);
+2. index.json field by field (`shards/features.py`), the clip table's schema and row count, every
+   clip's offsets inside its shard;
+3. each shard: size, sha256, and every indexed tensor (clip fields, prompt embeddings) against the
+   tar headers: a member starts exactly there, with the .npy header of the index's dtype and shape.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from datakit.durable import check_size, file_size, file_sha256
+from datakit.errors import IndexFileError, Problem, ShardError
+from datakit.shards.features import (
+    DTYPES, PROMPT_KEY, FeatureIndex, check_clip_reads, load_clips, load_features,
+)
+from datakit.shards.index import FRAME_KEY, FRAMES_NAME, OFFSET_PREFIX, column
+from datakit.shards.writer import npy_header
+from datakit.verify.folder import VerifyReport, _tar_members, checksum_problems
+
+
+def _expected(index: FeatureIndex, table) -> dict[int, dict[str, tuple[int, bytes]]]:
+    """Per shard: member name -> (data offset, the .npy header it must carry)."""
+    want: dict[int, dict[str, tuple[int, bytes]]] = {i: {} for i in range(len(index.shards))}
+    shard, ep, start = column(table, "shard"), column(table, "episode_index"), column(table, "start")
+    for name, f in index.fields.items():
+        hdr = npy_header(tuple(f.shape), np.dtype(DTYPES[f.dtype][1]))
+        for s, e, t, o in zip(shard.tolist(), ep.tolist(), start.tolist(), column(table, OFFSET_PREFIX + name).tolist()):
+            want[s][f"{FRAME_KEY.format(episode=e, frame=t)}.{name}.npy"] = (o, hdr)
+    for p, e in enumerate(index.prompts):
+        hdr = npy_header((e.tokens, index.text_width), np.dtype(DTYPES[index.text_dtype][1]))
+        want[e.shard][f"{PROMPT_KEY.format(prompt=p)}.text.npy"] = (e.offset, hdr)
+    return want
+
+
+def check_features(out: Path) -> VerifyReport:
+    rep = VerifyReport()
+    sums = checksum_problems(out)
+    index = load_features(out, against_checksums=False)
+    table = load_clips(out, index, against_checksums=False)
+    rep.frames = index.num_clips
+    try:
+        check_clip_reads(index, column(table, "shard"), {f: column(table, OFFSET_PREFIX + f) for f in index.fields},
+                         out / FRAMES_NAME)
+        want = _expected(index, table)
+    except IndexFileError as e:
+        rep.problems.append(Problem.of(e))
+        want = {}
+    for i, entry in enumerate(index.shards):
+        rep.shards += 1
+        path = out / entry.name
+        size = file_size(path)
+        try:
+            check_size(path, size, entry.bytes)
+        except ShardError as e:
+            rep.problems.append(Problem.of(e))
+            continue
+        rep.bytes += size
+        if file_sha256(path) != entry.sha256:
+            rep.problems.append(Problem(str(path), "sha256 differs from the index (the shard is damaged)"))
+            continue
+        found = _tar_members(path)
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        for name, (off, hdr) in want.get(i, {}).items():
+            if name not in found:
+                rep.problems.append(Problem(str(path), f"member {name} is missing"))
+            elif found[name] + len(hdr) != off:
+                rep.problems.append(Problem(str(path), f"member {name} is at {found[name]}, the index says "
+                                                       f"{off - len(hdr)}"))
+            elif data[found[name] : off].tobytes() != hdr:
+                rep.problems.append(Problem(str(path), f"member {name} is not the index's dtype and shape"))
+            rep.offsets_checked += 1
+    rep.problems += sums
+    return rep

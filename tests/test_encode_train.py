@@ -1,0 +1,59 @@
+"""The stand-in DreamZero family trains from a feature folder (`datakit encode`): cached latents of the
+model's shape in place of its VAE stand-in, CLIP features in place of its image stand-in; a folder whose
+fingerprint disagrees with the run's config (clip length, size, latent shape, VAE) is refused with one line
+naming both."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dreamzero_fixtures import CAMS3, shards_3cam  # noqa: F401
+from encode_fixtures import encoders  # noqa: F401
+from datakit.encode import EncodeConfig, encode
+from trainkit.config import load_config
+from trainkit.errors import DataError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "trainkit" / "configs"
+
+
+@pytest.fixture(scope="module")
+def feature_folder(encoders, shards_3cam, tmp_path_factory):  # noqa: F811
+    """17-frame clips of the wrist view at the tiny preset's 64x128 canvas: latents (6, 5, 4, 8)."""
+    out = tmp_path_factory.mktemp("dz_features") / "f"
+    encode(shards_3cam, out, EncodeConfig(vae=encoders["wan2.2"], image_encoder=encoders["image"], frames=17,
+                                          size=(64, 128), camera=CAMS3[0], dtype="float32", progress=False))
+    return out
+
+
+def _cfg(folder: Path, out: Path, *sets: str):
+    return load_config(CONFIGS / "dreamzero_tiny.toml", [f"data.shards={folder}", f"output.dir={out}",
+                                                         "train.steps=3", "train.micro_batch=2", "model.latent_channels=6",
+                                                         "output.log_every=1", *sets])
+
+
+def test_trains_from_cached_latents(feature_folder, tmp_path):
+    from trainkit.train import run
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = run(_cfg(feature_folder, tmp_path / "run"))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(res.losses) == 3 and all(math.isfinite(v) for v in res.losses.values())
+
+
+@pytest.mark.parametrize("sets,what", [(("model.frames=9",), "clip frames"),
+                                       (("model.view=[16, 32]",), "frame size"),
+                                       (("model.latent_channels=8",), "latent shape"),
+                                       (("data.features_vae=0000",), "VAE")])
+def test_a_mismatched_fingerprint_is_refused_with_one_line(feature_folder, tmp_path, sets, what):
+    from trainkit.train import run
+
+    with pytest.raises(DataError) as e:
+        run(_cfg(feature_folder, tmp_path / "run", *sets))
+    text = str(e.value)
+    assert what in text and "index.json" in text and len(text.splitlines()) == 1
