@@ -281,3 +281,15 @@ def test_configs_and_inspect_of_the_5b_and_14b_presets():
         assert m["params_gib"] + m["optimizer_gib"] == pytest.approx(12 * trainable / w / 2 ** 30, rel=1e-3)
     assert not reports[1]["memory"]["fits"] and reports[2]["memory"]["fits"] and reports[8]["memory"]["fits"]
     assert reports[1]["memory"]["fits_from_world_size"] == 2
+
+
+def test_tune_searches_the_optimised_config_under_a_memory_cap():
+    """`trainkit tune --memory-cap` on the shipped 5b config: the config's own setting fits a 125 GiB
+    cap, micro-batch 4 without recompute does not, and recomputing every other block brings it under."""
+    from trainkit.trials.tune import Space, candidates
+
+    cfg = load_config(CONFIGS / "dreamzero_5b_optimised.toml", required=False)
+    pool = {(c.setting.micro_batch, dict(c.setting.ac_stride)["blocks"], c.setting.compile): c.peak(1.0)
+            for c in candidates(cfg, Space(micro_batches=(2, 4), strides=(0, 2), groups=(1,), compile=(True,)), 1)}
+    assert pool[(2, 0, True)] < 125 < pool[(4, 0, True)]
+    assert pool[(4, 2, True)] < 125
