@@ -293,3 +293,37 @@ def test_tune_searches_the_optimised_config_under_a_memory_cap():
             for c in candidates(cfg, Space(micro_batches=(2, 4), strides=(0, 2), groups=(1,), compile=(True,)), 1)}
     assert pool[(2, 0, True)] < 125 < pool[(4, 0, True)]
     assert pool[(4, 2, True)] < 125
+
+
+def test_feature_batches_normalise_and_pad_as_wan():
+    """From a feature folder: latents (and the first-frame conditioning latents) as (z - mean) / std
+    of the folder's VAE record, Wan2.1's mask channels on latent frame 0; text zeroed past each
+    prompt and zero-padded to text_len; the clip's first state on every state token."""
+    from types import SimpleNamespace
+
+    from trainkit.models.dreamzero.batches import DreamZeroFeatureBatches, check_features
+
+    cfg = dataclasses.replace(PRESETS["tiny"](), first_frame_concat=True)
+    c, f, (h, w) = cfg.latent_channels, cfg.latent_frames, cfg.latent_hw
+    mean, std = torch.arange(c, dtype=torch.float32), torch.arange(1, c + 1, dtype=torch.float32)
+    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas)}, span=cfg.horizon,
+                            fields={"latents": SimpleNamespace(shape=(c, f, h, w)),
+                                    "cond_latents": SimpleNamespace(shape=(c, f - 1, h, w))},
+                            vae={"latents_mean": mean.tolist(), "latents_std": std.tolist()}, text_width=cfg.text_width)
+    adapter = DreamZeroFeatureBatches(cfg, index, "feat")
+    g = torch.Generator().manual_seed(0)
+    hb = {"latents": torch.randn(2, c, f, h, w, generator=g), "cond_latents": torch.randn(2, c, f - 1, h, w, generator=g),
+          "text": torch.randn(2, 5, cfg.text_width, generator=g), "text_mask": torch.tensor([[1] * 5, [1] * 3 + [0] * 2]).bool(),
+          "state": torch.randn(2, 6, generator=g), "action": torch.randn(2, cfg.horizon + 3, 7, generator=g)}
+    b = adapter.model_batch(adapter.extras(hb, g))
+    norm = lambda z: (z - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1)  # noqa: E731
+    torch.testing.assert_close(b.latents, norm(hb["latents"]))
+    assert b.cond.shape == (2, 4 + c, f, h, w) and bool((b.cond[:, :4, 0] == 1).all()) and not b.cond[:, :4, 1:].any()
+    torch.testing.assert_close(b.cond[:, 4:, 1:], norm(hb["cond_latents"]))
+    torch.testing.assert_close(b.cond[:, 4:, :1], b.latents[:, :, :1])
+    assert b.text.shape == (2, cfg.text_len, cfg.text_width) and not b.text[1, 3:].any() and not b.text[0, 5:].any()
+    torch.testing.assert_close(b.text[0, :5], hb["text"][0])
+    assert torch.equal(b.state[:, 0, :6], hb["state"]) and torch.equal(b.state[:, -1], b.state[:, 0])
+    assert b.actions.shape == (2, cfg.horizon, cfg.action_dim) and bool((b.action_mask[..., 7:] == 0).all())
+    with pytest.raises(Exception, match="first-frame conditioning"):  # a Wan2.2 folder for a Wan2.1-I2V model
+        check_features(cfg, SimpleNamespace(**{**vars(index), "fields": {"latents": index.fields["latents"]}}), "feat")
