@@ -17,8 +17,8 @@ fails (it also needs Pillow, importlib_metadata: named in one line if missing).
    text (512 x 4096) and CLIP (257 x 1280) features; "in the loop" = the same step after running the VAE,
    umT5-XXL (transformers UMT5EncoderModel, 4096 x 24 layers) on a 512-token prompt and CLIP ViT-H/14
    (CLIPVisionModel, 1280 x 32 layers) on the first frame. Ratio = in-the-loop step time / cache step time.
-Random weights: every matrix N(0, 1/fan_in), every norm weight N(1, 0.1) (not all 1), biases N(0, 0.02);
-weights that are all-equal would let kernels or the VAE's causal cache degenerate.
+Random weights: every norm scale (the VAE's RMS gammas, LayerNorm / T5 norm weights) N(1, 0.1), not all 1;
+every other matrix or conv kernel N(0, 1/fan_in); biases and other vectors N(0, 0.02).
 """
 from __future__ import annotations
 
@@ -77,10 +77,12 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
         if g is None:  # drawn where the weights are (5.7B umT5 values on a CPU generator take minutes)
             g = torch.Generator(device=p.device).manual_seed(seed)
         v = torch.randn(p.shape, generator=g, device=p.device)
-        if p.dim() >= 2:
-            v *= p[0].numel() ** -0.5
-        elif "norm" in name or name.endswith("gamma") or (name.endswith("weight") and p.dim() == 1):
+        if name.endswith("bias"):
+            v *= 0.02
+        elif "norm" in name or name.endswith("gamma"):  # the Wan VAE's RMS gammas are (C, 1, 1[, 1])
             v = 1.0 + 0.1 * v
+        elif p.dim() >= 2:
+            v *= p[0].numel() ** -0.5
         else:
             v *= 0.02
         p.copy_(v.to(p.dtype))

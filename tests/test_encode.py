@@ -155,3 +155,35 @@ def test_cli_resumes_refuses_and_says_one_line(features, encoders, source, tmp_p
     assert "1 + 4k" in capsys.readouterr().err
     assert main(["encode", str(source), str(tmp_path / "g"), "--vae", str(tmp_path), "--clip", "5"]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_plan_counts_the_clip_tensors(features, capsys):
+    """`datakit plan` on a feature folder: bytes read per sample = the stored tensors of one clip."""
+    import json
+
+    from datakit.shards.features import load_features
+
+    index = load_features(features["wan2.1"])
+    want = sum(int(np.prod(f.shape)) * 4 for f in index.fields.values())  # float32
+    assert main(["plan", str(features["wan2.1"]), "--samples-per-s", "10", "--ranks", "2", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["features"]
+    assert plan["bytes_per_sample"] == want and plan["read_bytes_per_s_per_rank"] == want * 5
+
+
+def test_clip_list_is_a_pure_function_of_the_seed():
+    """Starts inside the episode, distinct, non-overlapping by default (as many as fit), the same for
+    the same (seed, episode) whatever else is planned, and another seed moves them."""
+    from datakit.encode.clips import episode_starts
+
+    moved = False
+    for length in (9, 17, 40, 101):
+        for per in (0, 3):
+            s = episode_starts(length, 9, 7, 2, per)
+            assert s == episode_starts(length, 9, 7, 2, per) and s == sorted(set(s))
+            assert all(0 <= x <= length - 9 for x in s)
+            if per == 0:
+                assert len(s) == length // 9 and all(b - a >= 9 for a, b in zip(s, s[1:]))
+            else:
+                assert len(s) == min(3, length - 8)
+            moved |= s != episode_starts(length, 9, 8, 2, per)
+    assert moved and episode_starts(8, 9, 0, 0, 0) == []

@@ -35,7 +35,6 @@ def _die() -> None:
 
 def _killed_run(src: Path, out: Path, cfg: EncodeConfig, point: str, n: int) -> None:
     """In the child: arm the kill at `point` (its n-th occurrence), then encode."""
-    import datakit.encode.run as run
     import datakit.encode.shard as shard
 
     count = {"k": 0}

@@ -32,4 +32,4 @@ pip_install -c tools/constraints.txt torch
 extras="convert,dev,remote,encode"
 [ "${ROBODATA_NO_RAY:-0}" = 1 ] || extras="$extras,ray"
 pip_install -c tools/constraints.txt -e ".[$extras]"
-"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto, safetensors, sentencepiece; print('installed: torch', torch.__version__, '| av', av.__version__)"
+"$VENV/bin/python" -c "import torch, av, decord, pyarrow, h5py, webdataset, fsspec, s3fs, huggingface_hub, moto, safetensors, sentencepiece, diffusers, transformers; print('installed: torch', torch.__version__, '| av', av.__version__)"

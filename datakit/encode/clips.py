@@ -41,11 +41,14 @@ def episode_starts(length: int, span: int, seed: int, episode_index: int, per_ep
     return sorted(int(s) for s in rng.choice(length - span + 1, size=n, replace=False))
 
 
-def plan_clips(index: ShardIndex, task_of_row: np.ndarray, span: int, seed: int,
-               per_episode: int) -> list[list[Clip]]:
-    """Per source shard (one job each), its clips in episode and start order."""
+def plan_clips(index: ShardIndex, task_of_row: np.ndarray, span: int, seed: int, per_episode: int,
+               camera: str) -> list[list[Clip]]:
+    """Per source shard (one job each), its clips in episode and start order. Episodes where the
+    camera is blank or missing (convert's camera status) give no clip: black frames teach nothing."""
     jobs: list[list[Clip]] = [[] for _ in index.shards]
     for e in index.episodes:
+        if e.camera_status.get(camera) != "real":
+            continue
         for s in episode_starts(e.length, span, seed, e.episode_index, per_episode):
             row = e.row_start + s
             jobs[e.shard].append(Clip(e.episode_index, s, row, int(task_of_row[row])))

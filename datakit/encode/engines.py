@@ -54,6 +54,8 @@ class Worker:
     """One process's encoders and source reader."""
 
     def __init__(self, src: Path, cfg: EncodeConfig, camera: str, device: str):
+        if device == "cpu":  # one thread everywhere: CPU matmul sums in another order on 2 threads than on 1
+            torch.set_num_threads(1)  # (umT5's outputs differed), and the bytes must not depend on the engine
         self.cfg, self.device, self.src = cfg, device, ClipSource(open_shards(src), camera)
         self._clips: Encoders | None = None  # VAE (+ CLIP): loaded at the first clip job
         self._text: Encoders | None = None  # umT5: loaded at the text job only
@@ -84,8 +86,6 @@ def _init(src: Path, cfg: EncodeConfig, camera: str, counter, parent: int) -> No
     with counter.get_lock():
         rank = counter.value
         counter.value += 1
-    if device_for(cfg, rank) == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
     _W["w"] = Worker(src, cfg, camera, device_for(cfg, rank))
 
 

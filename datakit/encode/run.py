@@ -78,7 +78,7 @@ def _open_output(out: Path, fp: dict[str, Any]) -> bool:
         why = fingerprint_diff(load_features(out).fingerprint, fp)
         if why is not None:
             raise OutputError(out, f"holds features made otherwise ({why}); use a new folder, or --force")
-        return False if why else True
+        return True
     staging, path = out / STAGING, out / STAGING / OPTIONS_NAME
     try:
         staging.mkdir(exist_ok=True)
@@ -106,14 +106,14 @@ def _camera(index: ShardIndex, cfg: EncodeConfig) -> str:
     return camera
 
 
-def plan_jobs(index: ShardIndex, frames: pa.Table, cfg: EncodeConfig) -> tuple[list[Job], list[str]]:
+def plan_jobs(index: ShardIndex, frames: pa.Table, cfg: EncodeConfig, camera: str) -> tuple[list[Job], list[str]]:
     """(jobs in shard order, the distinct prompts): a clip job per source shard holding clips, and
     the text job last when there is a text encoder."""
-    per_shard = plan_clips(index, column(frames, "task_index"), cfg.span, cfg.seed, cfg.clips_per_episode)
+    per_shard = plan_clips(index, column(frames, "task_index"), cfg.span, cfg.seed, cfg.clips_per_episode, camera)
     jobs = [Job(i, clips, []) for i, clips in enumerate(per_shard) if clips]
     if not jobs:
         raise ConfigError("--clip", f"no episode of the source holds a clip of {cfg.span} frames "
-                                    f"({cfg.frames} at stride {cfg.stride})")
+                                    f"({cfg.frames} at stride {cfg.stride}) with camera {camera} real")
     prompts = list(dict.fromkeys(index.tasks))
     if cfg.text_encoder is not None and prompts:
         jobs.append(Job(len(index.shards), [], prompts))
@@ -189,7 +189,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         if _open_output(out, fp):
             shutil.rmtree(out / STAGING, ignore_errors=True)
             return EncodeSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
-        jobs, prompts = plan_jobs(index, frames, cfg)
+        jobs, prompts = plan_jobs(index, frames, cfg, camera)
         kept = {job.index: j for job in jobs
                 if (j := load_journal(out, job.index, _planned(job), ["text"] if job.prompts else clip_fields(cfg)))}
         _remove_unfinished(out)  # left by a killed run

@@ -80,7 +80,7 @@ def encode_clips(enc: Encoders, src: ClipSource, cfg: EncodeConfig, out: Path, i
         for b in range(0, len(clips), cfg.batch):
             group = clips[b : b + cfg.batch]
             raw = torch.from_numpy(np.stack([src.frames(c, cfg) for c in group]))
-            x = to_vae_input(raw, cfg.size)
+            x = to_vae_input(raw.to(enc.device), cfg.size)  # resized where the VAE runs
             lat = enc.latents(x)
             cond = enc.first_frame_cond(x) if cfg.cond == "first-frame" else None
             for k, c in enumerate(group):

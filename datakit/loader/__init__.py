@@ -8,10 +8,12 @@ batch's per-camera frames, stacked or one tensor per slot when the cameras diffe
 (verified shard files) -> shm_pool (workers read into reused shared-memory ring buffers) -> loader
 (DataLoader, resumable state) -> gpu_batch (pinned ring, side-stream copy) -> normalise (on the
 device; nv12: NV12 -> normalised RGB in two passes; resize: each view to the model's input).
-interop: LeRobot-style items, WebDataset URLs.
+interop: LeRobot-style items, WebDataset URLs. features: a feature folder (`datakit encode`) in place
+of dataset, a clip per position, the rest of the flow unchanged.
 """
 from datakit.loader.config import LoaderConfig, loader_config_from_toml, loader_config_to_toml
 from datakit.loader.dataset import ShardDataset
+from datakit.loader.features import FeatureDataset
 from datakit.loader.gpu_batch import DeviceBatcher, PinnedRing, h2d_bytes
 from datakit.loader.interop import LeRobotView, lerobot_config, webdataset_urls
 from datakit.loader.loader import ShardLoader
@@ -20,7 +22,7 @@ from datakit.loader.sampler import StepSampler, epoch_order
 from datakit.loader.slots import slot_images
 
 __all__ = [
-    "DeviceBatcher", "LeRobotView", "LoaderConfig", "Normaliser", "PinnedRing", "ShardDataset", "ShardLoader",
+    "DeviceBatcher", "FeatureDataset", "LeRobotView", "LoaderConfig", "Normaliser", "PinnedRing", "ShardDataset", "ShardLoader",
     "StepSampler", "epoch_order", "h2d_bytes", "lerobot_config", "loader_config_from_toml", "loader_config_to_toml",
     "slot_images", "webdataset_urls",
 ]
