@@ -95,24 +95,27 @@ class _null:
 
 
 def block_timing(preset: str = "14b", device: str = "cuda") -> dict:
-    """Forward + backward of one DiT block of `preset` over one sample (14b: 15,060 tokens), bf16, eager."""
+    """Forward + backward of one DiT block of `preset` over one sample (14b: 15,940 tokens), bf16, eager."""
     import torch
     from trainkit.models.dreamzero import PRESETS, TokenSequence
     from trainkit.models.dreamzero.flops import block_forward
-    from trainkit.models.dreamzero.model import WanBlock
+    from trainkit.models.dreamzero.model import Layout, WanBlock
+    from trainkit.models.dreamzero.rope import rope_tables
 
     cfg = PRESETS[preset]()
     seq = TokenSequence.of(cfg)
     torch.manual_seed(0)
-    block = WanBlock(cfg, seq).to(device, torch.bfloat16)
+    block = WanBlock(cfg).to(device, torch.bfloat16)
     for name, p in block.named_parameters():
         torch.nn.init.normal_(p, std=0.02 if p.dim() > 1 else 1.0) if "norm" not in name else torch.nn.init.ones_(p)
     x = torch.randn(1, seq.total, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
-    ctx = torch.randn(1, cfg.context_tokens, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
-    mod = (0.1 * torch.randn(1, cfg.blocks + 1, 6, cfg.dim, device=device, dtype=torch.bfloat16)).requires_grad_(True)
+    text = torch.randn(1, cfg.text_len, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    image = torch.randn(1, cfg.image_tokens, cfg.dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    mod = (0.1 * torch.randn(1, cfg.blocks + 2, 6, cfg.dim, device=device)).requires_grad_(True)
+    layout = Layout(seq, cfg.attention, rope_tables(seq, cfg.grid, cfg.head_dim, cfg.rope_theta, torch.device(device)))
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    ms = timed(lambda: block(x, ctx, mod).sum().backward(), device, warmup=2, iters=5)
+    ms = timed(lambda: block(x, mod, text, image, layout).sum().backward(), device, warmup=2, iters=5)
     flop = 3 * block_forward(cfg)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
     return {"preset": preset, "tokens": seq.total, "params": sum(p.numel() for p in block.parameters()),

@@ -1,5 +1,7 @@
 """bench/probes/ holds exact copies of the shared probes (../shared/probes/*.py), each sha256 in
-bench/probes/SHA256SUMS (`sha256sum` format: `cd bench/probes && sha256sum -c SHA256SUMS`).
+bench/probes/SHA256SUMS (`sha256sum` format: `cd bench/probes && sha256sum -c SHA256SUMS`), and the
+repository's own probes (OWN: written here, no shared original, e.g. the DreamZero probe of the real
+Wan block).
 
 A copy that drifts from its recorded hash fails here on any clone. Where the shared folder is
 present (/work/shared/probes, or ../shared/probes beside the repository), a recorded hash that
@@ -17,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "bench" / "probes"
 SHARED = [Path("/work/shared/probes"), ROOT.parent / "shared" / "probes"]
+OWN = {"dreamzero_wan_probe.py"}  # probes of this repository, not copies
 
 
 def recorded() -> dict[str, str]:
@@ -35,7 +38,8 @@ def sha256(path: Path) -> str:
 def test_every_probe_is_recorded_and_matches_its_hash():
     sums = recorded()
     files = sorted(p.name for p in PROBES.iterdir() if p.is_file() and p.name != "SHA256SUMS")
-    assert files == sorted(sums), "bench/probes/ holds only the recorded copies of the shared probes"
+    assert files == sorted({*sums, *OWN}), "bench/probes/ holds only the recorded copies of the shared probes and OWN"
+    assert not OWN & set(sums), "an own probe is not a copy of a shared one"
     for name, digest in sums.items():
         assert sha256(PROBES / name) == digest, f"bench/probes/{name} drifted from bench/probes/SHA256SUMS"
 

@@ -198,7 +198,7 @@ def test_a_resume_rebuilds_the_recorded_shape_without_init_from(exported, shards
     assert load_run_model(tmp_path / "run")[0].cfg.lm_width == 96
 
 
-@pytest.mark.parametrize("config", ["gr00t_tiny.toml", "dreamzero_tiny.toml"])
+@pytest.mark.parametrize("config", ["gr00t_tiny.toml"])
 def test_a_family_without_a_checkpoint_mapping_says_so(exported, shards_rgb, tmp_path, capsys, config):  # noqa: F811
     from trainkit.cli import main
 

@@ -232,15 +232,14 @@ def tiny_batch(name: str, cfg, b: int = 3):
     if name == "dreamzero":
         from trainkit.models.dreamzero import DreamZeroBatch
 
-        h, w = cfg.canvas
-        frames = cfg.blocks * cfg.frames_per_block
-        return DreamZeroBatch(video=randn(b, cfg.frames, 3, h, w),
-                              tokens=torch.randint(1, 257, (b, cfg.text_len), generator=g),
-                              state=randn(b, cfg.state_tokens, cfg.state_dim),
-                              actions=randn(b, cfg.blocks, cfg.actions_per_block, cfg.action_dim),
-                              video_noise=randn(b, frames, cfg.tokens_per_frame, cfg.patch_channels),
-                              action_noise=randn(b, cfg.blocks, cfg.actions_per_block, cfg.action_dim),
-                              time=torch.rand((b, cfg.blocks), generator=g))
+        h, w = cfg.latent_hw
+        f = cfg.latent_frames
+        return DreamZeroBatch(latents=randn(b, cfg.latent_channels, f, h, w), cond=torch.zeros(b, 0, f, h, w),
+                              text=randn(b, cfg.text_len, cfg.text_width), image=randn(b, cfg.image_tokens, cfg.image_width),
+                              state=randn(b, cfg.state_tokens, cfg.state_dim), actions=randn(b, cfg.horizon, cfg.action_dim),
+                              action_mask=torch.ones(b, cfg.horizon, cfg.action_dim),
+                              noise=randn(b, cfg.latent_channels, f, h, w), action_noise=randn(b, cfg.horizon, cfg.action_dim),
+                              sigma=torch.rand((b, f), generator=g), weight=torch.ones(b, f))
     size = (cfg.image_size,) * 2 if name == "pi05" else (cfg.image_height, cfg.image_width)
     image_mask = torch.tensor([[True, True], [True, False], [True, True]])[:b]
     token_mask = torch.arange(cfg.text_len)[None] < torch.tensor([cfg.text_len, 9, 17])[:b, None]
@@ -280,12 +279,14 @@ def hand_euler(name: str, model, batch, noise: tuple[torch.Tensor, ...], steps: 
                 v, _ = model.action_head(vl, image_keep, batch.token_mask, r(batch, noise=x, actions=x, time=t))
                 x = x + sign * v / steps
             return x
-        xv, xa = noise  # dreamzero: video latents and actions together, every block at the same t, 1 down to 0
+        xv, xa = noise  # dreamzero: latents and actions together, every frame at one sigma, shifted grid 1 -> 0
+        shift = model.cfg.shift
+        sig = [shift * s / (1 + (shift - 1) * s) for s in (1.0 - i / steps for i in range(steps))] + [0.0]
         for i in range(steps):
-            t = torch.full(batch.time.shape, 1.0 - i / steps)
-            pv, pa, _ = model.velocities(r(batch, time=t), xv, xa)
-            xv, xa = xv - sign * pv.reshape(xv.shape) / steps, xa - sign * pa / steps
-        return xa.reshape(xa.shape[0], -1, xa.shape[-1])
+            pv, pa, _ = model.velocities(r(batch, sigma=torch.full(batch.sigma.shape, sig[i])), xv, xa)
+            dt = sig[i + 1] - sig[i]
+            xv, xa = xv + sign * dt * model.unpatchify(pv, xv.shape[-2:]), xa + sign * dt * pa
+        return xa
 
 
 def tiny_model(name: str) -> torch.nn.Module:
@@ -325,7 +326,7 @@ def test_the_sampler_never_reads_the_recorded_actions(name):
     fam = family(name)
     batch = tiny_batch(name, model.cfg)
     nan = {f: torch.full_like(getattr(batch, f), float("nan"))
-           for f in ("actions", "noise", "video_noise", "action_noise", "time") if hasattr(batch, f)}
+           for f in ("actions", "noise", "video_noise", "action_noise", "time", "sigma", "weight") if hasattr(batch, f)}
     g = torch.Generator().manual_seed(3)
     noise = tuple(torch.randn((3, *s), generator=g) for s in fam.sampler.noise_shapes(model.cfg))
     clean = fam.sampler.sample(model, batch, noise, 2)

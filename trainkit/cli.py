@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
     e.add_argument("run_dir")
     e.add_argument("out")
-    e.add_argument("--format", required=True, choices=("lerobot", "openpi"),
+    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "dreamzero", "wan", "diffusers"),
                    help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's format")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),

@@ -1,6 +1,9 @@
 """The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` +
 `config.json` (LeRobot's or openpi's format) into a built model through its family's mapping
 (`Family.weights`, e.g. trainkit/models/pi05/weights.py); `write_weights` writes one (`trainkit export`).
+The weights may also be sharded safetensors with their index (`model.safetensors.index.json`, as
+`save_pretrained` shards large models), or diffusers' `diffusion_pytorch_model.safetensors` (one
+file or sharded with its index): the files' headers are read together as one checkpoint.
 
     info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
 
@@ -17,8 +20,10 @@ source that is not floating point (an integer or bool tensor would be cast silen
 with one line naming the file and the key. While loading, each tensor is checked finite in float32
 (NaN/inf weights, or float64 values beyond float32's range): one bad value would otherwise surface
 at step 0 as a non-finite loss blamed on the batch or the learning rate. Checkpoint keys no rule
-reads (tensors the flow loss never uses) are counted in the log line. A resume never comes here: it
-reloads trainkit's own DCP checkpoint.
+reads (tensors the flow loss never uses) are counted in the log line. A rule with no sources keeps
+the parameter's own initial value (a part the checkpoint does not hold: DreamZero's action MLPs on a
+Wan base DiT, fresh LoRA adapters); those are counted in the log line too. A resume never comes
+here: it reloads trainkit's own DCP checkpoint.
 """
 from __future__ import annotations
 
@@ -42,14 +47,38 @@ from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
+# the weight files a folder may hold, in the order looked for: one file, or shards named by an index
+WEIGHT_STEMS = (WEIGHTS_NAME, "diffusion_pytorch_model.safetensors")
+
+
+def weight_files(folder: Path) -> list[Path] | None:
+    """The folder's safetensors files (one, or the shards its index names); None: none found."""
+    for name in WEIGHT_STEMS:
+        if (folder / name).is_file():
+            return [folder / name]
+        index = folder / f"{name}.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                names = sorted(set(weight_map.values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise CheckpointError(str(index), f"not a safetensors index ({type(e).__name__}: {str(e)[:200]})") from None
+            for n in names:
+                if not isinstance(n, str) or "/" in n or not (folder / n).is_file():
+                    raise CheckpointError(str(index), f"names shard {n!r}, which the folder lacks")
+            return [folder / n for n in names]
+    return None
 
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles]:
-    """(the checked header of the folder's weights, what the folder says about the model's shape)."""
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        if not (folder / name).is_file():
-            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[str, Path]]:
+    """(the checked header of the folder's weights, what the folder says about the model's shape,
+    the file holding each key)."""
+    files = weight_files(folder)
+    for name, missing in ((WEIGHTS_NAME, files is None), (CONFIG_NAME, not (folder / CONFIG_NAME).is_file())):
+        if missing:
+            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors (or "
+                                  "its shards and index, or diffusers' diffusion_pytorch_model.safetensors) and "
                                   "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
     try:
         config = json.loads((folder / CONFIG_NAME).read_text())
@@ -57,8 +86,18 @@ def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles]:
         raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(config, dict):
         raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
-    header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
-    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config, metadata=metadata)
+    header: dict[str, Entry] = {}
+    where: dict[str, Path] = {}
+    metadata: dict[str, str] = {}
+    for path in files:
+        part, md = read_header_and_metadata(path)
+        metadata = metadata or md
+        for key, entry in part.items():
+            if key in header:
+                raise CheckpointError(str(path), f"tensor {key!r} is also in {where[key].name}")
+            header[key], where[key] = entry, path
+    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
+                                   metadata=metadata), where
 
 
 def read_checkpoint(folder: str | Path) -> CheckpointFiles:
@@ -67,17 +106,35 @@ def read_checkpoint(folder: str | Path) -> CheckpointFiles:
     return _read_folder(Path(folder))[1]
 
 
-def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
-    """(the checked header, safetensors' reader) of the folder's weights."""
-    from safetensors import SafetensorError, safe_open
+class _Reader:
+    """safetensors' readers of every file of a checkpoint, each tensor read from the file holding it."""
 
+    def __init__(self, where: Mapping[str, Path]):
+        from safetensors import SafetensorError, safe_open
+
+        self.where = where
+        self.files: dict[Path, Any] = {}
+        for path in sorted(set(where.values())):
+            try:
+                self.files[path] = safe_open(str(path), framework="pt", device="cpu")
+            except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
+                raise CheckpointError(str(path), f"unreadable safetensors ({type(e).__name__}: {str(e)[:200]})") from None
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.files.clear()
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        return self.files[self.where[key]].get_tensor(key)
+
+
+def _open(folder: Path) -> tuple[dict[str, Entry], _Reader]:
+    """(the checked header, a reader) of the folder's weights."""
     check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
-    header = _read_folder(folder)[0]
-    try:
-        return header, safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
-        raise CheckpointError(str(folder / WEIGHTS_NAME), f"unreadable safetensors ({type(e).__name__}: "
-                              f"{str(e)[:200]})") from None
+    header, _, where = _read_folder(folder)
+    return header, _Reader(where)
 
 
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
@@ -85,16 +142,18 @@ def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
     from the file's header alone: the launch check, before any GPU work."""
     header, f = _open(Path(folder))
     with f:
-        return _plan(model, fam, Path(folder), header)[0]
+        return _plan(model, fam, Path(folder), header, f.where)[0]
 
 
-def _plan(model: nn.Module, fam: Family, folder: Path, header: Mapping[str, Entry]) -> tuple[str, list[Any]]:
-    path = str(folder / WEIGHTS_NAME)
+def _plan(model: nn.Module, fam: Family, folder: Path, header: Mapping[str, Entry],
+          where: Mapping[str, Path]) -> tuple[str, list[Any]]:
+    files = sorted(set(where.values()))
+    path = str(files[0] if len(files) == 1 else folder)
     fmt, rules = plan(model, fam, {k: e.shape for k, e in header.items()}, path)
     for rule in rules:
         for key in rule.sources:
             if header[key].dtype not in FLOAT_DTYPES:
-                raise CheckpointError(path, f"tensor {key!r} is {header[key].dtype}, not floating point "
+                raise CheckpointError(str(where[key]), f"tensor {key!r} is {header[key].dtype}, not floating point "
                                       f"(weights are {'/'.join(FLOAT_DTYPES)}; it would be cast silently)")
     return fmt, rules
 
@@ -122,24 +181,29 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     header, f = _open(folder)
     with f:
         keys = set(header)
-        fmt, rules = _plan(model, fam, folder, header)
+        fmt, rules = _plan(model, fam, folder, header, f.where)
         dtypes: set[str] = set()
         with torch.no_grad():
             for rule in rules:
+                if not rule.sources:
+                    continue  # kept at its init
                 param = params[rule.target]
-                sources = [_read(f, folder / WEIGHTS_NAME, k) for k in rule.sources]
+                sources = [_read(f, f.where[k], k) for k in rule.sources]
                 dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
                 # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
                 combined = [t.to(param.device).float() for t in sources]
                 for key, t in zip(rule.sources, combined):
-                    _check_finite(folder / WEIGHTS_NAME, key, t)
+                    _check_finite(f.where[key], key, t)
                 _copy_into(param, rule.gather(combined))
     used = {k for r in rules for k in r.sources}
+    kept = sum(not r.sources for r in rules)
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
-            "tensors": len(rules), "dtypes": sorted(dtypes),
+            "tensors": len(rules) - kept, "kept_at_init": kept, "dtypes": sorted(dtypes),
             "unused_keys": len(keys - used), "seconds": time.perf_counter() - t0}
-    say(f"model.init_from {folder}: {fmt} format, {len(rules)} parameters from {len(used)} tensors "
-        f"({'/'.join(info['dtypes'])}); {info['unused_keys']} keys not used by the flow loss; {info['seconds']:.1f} s")
+    fresh = f"; {kept} kept at their init (not in the checkpoint)" if kept else ""
+    say(f"model.init_from {folder}: {fmt} format, {len(rules) - kept} parameters from {len(used)} tensors "
+        f"({'/'.join(info['dtypes'])}){fresh}; {info['unused_keys']} keys not used by the flow loss; "
+        f"{info['seconds']:.1f} s")
     return info
 
 
@@ -171,6 +235,8 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
     for rule in rules:
         if rule.target not in params:
             raise CheckpointError(path, f"the mapping names parameter {rule.target!r}, which this model lacks")
+        if not rule.sources:
+            continue  # kept at its init
         missing = [k for k in rule.sources if k not in shapes]
         if missing:
             raise CheckpointError(path, f"missing key {missing[0]!r} (for {rule.target})")

@@ -1,9 +1,10 @@
 """The analytic cost of one `dreamzero` sample: FLOPs (forward + backward), token counts, and the
 activations autograd saves (inspect's memory estimate). Counts every matmul (2 FLOPs per
 multiply-add) and attention's QK^T and AV over the pairs the block-causal pattern computes
-(sequence.py: 33% of full attention's at 5b), not norms, modulation, activations or the embedding
-lookup. Trained parts count 3x their forward, the frozen stand-ins 1x (forward only); recompute is
-not counted. `tests/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.
+(sequence.py: 30% of full attention's at 5b), not norms, modulation, RoPE or activations. The whole
+DiT trains (3x its forward); the features come from the cache (no encoder runs). With LoRA the
+base weights get no gradient, but the count stays the model's (3x), as MFU is counted.
+`tests/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.
 The image-slot argument of the contract does not change anything here: the three views are one
 canvas (datakit's tiling), whatever the batch carries.
 """
@@ -16,55 +17,43 @@ from trainkit.models.family import Activations
 
 def tokens_per_sample(cfg: DreamZeroConfig, n_slots: int = 3) -> dict[str, int]:
     """Token counts of one sample: DiT sequence parts and the cross-attention context."""
-    seq = TokenSequence.of(cfg)
-    return {"video_clean": cfg.latent_frames * cfg.tokens_per_frame,
-            "video_noisy": (cfg.latent_frames - 1) * cfg.tokens_per_frame, "actions": cfg.horizon,
-            "state": cfg.state_tokens, "context": cfg.context_tokens, "sequence": seq.total}
-
-
-def frozen_forward(cfg: DreamZeroConfig) -> float:
-    """Forward FLOPs of the frozen stand-ins: the VAE patch map and the image patch map (the text
-    stand-in is a lookup)."""
-    h, w = cfg.latent_hw
-    vae = 2 * cfg.latent_frames * h * w * cfg.vae_patch * cfg.latent_channels
-    ch, cw = cfg.canvas
-    image = 2 * cfg.image_grid ** 2 * 3 * (ch // cfg.image_grid) * (cw // cfg.image_grid) * cfg.image_width
-    return float(vae + image)
+    video = cfg.latent_frames * cfg.tokens_per_frame
+    return {"video_clean": video, "video_noisy": video, "actions": cfg.horizon, "state": cfg.state_tokens,
+            "context": cfg.context_tokens, "sequence": TokenSequence.of(cfg).total}
 
 
 def block_forward(cfg: DreamZeroConfig) -> float:
     """Forward FLOPs of one DiT block over one sample."""
-    d, t, c = cfg.dim, TokenSequence.of(cfg).total, cfg.context_tokens
-    pairs = TokenSequence.of(cfg).attended_pairs
-    linear = 2 * t * (3 * d * d + d * d + d * d + d * d + 2 * d * cfg.ffn)  # qkv, o, cross q, cross o, MLP
-    cross_kv = 2 * c * d * 2 * d
-    return float(linear + cross_kv + 4 * pairs * d + 4 * t * c * d)
+    d, seq = cfg.dim, TokenSequence.of(cfg)
+    t, c = seq.total, cfg.context_tokens
+    linear = 2 * t * (4 * d * d + 2 * d * d + 2 * d * cfg.ffn)  # self q, k, v, o; cross q, o; FFN
+    context_kv = 2 * c * 2 * d * d  # cross k, v over the text; k_img, v_img over the image
+    return float(linear + context_kv + 4 * seq.attended_pairs * d + 4 * t * c * d)
 
 
-def trained_forward(cfg: DreamZeroConfig) -> float:
-    """Forward FLOPs of the trained parts of one sample."""
-    d, lf, tpf = cfg.dim, cfg.latent_frames, cfg.tokens_per_frame
-    noisy_video = (lf - 1) * tpf
-    groups = cfg.blocks + 1  # flow-time segments: clean + one per block
-    embed = (2 * (lf * tpf + noisy_video) * cfg.patch_channels * d + 2 * cfg.horizon * cfg.action_dim * d
-             + 2 * cfg.state_tokens * cfg.state_dim * d)
-    context = 2 * cfg.text_len * (cfg.text_width * d + d * d) + 2 * cfg.image_tokens * (cfg.image_width * d + d * d)
-    time = 2 * groups * (cfg.freq_dim * d + d * d) + 2 * groups * d * 6 * d
-    heads = 2 * noisy_video * d * cfg.patch_channels + 2 * cfg.horizon * (d * d + d * cfg.action_dim)
-    return float(embed + context + time + heads + cfg.depth * block_forward(cfg))
+def root_forward(cfg: DreamZeroConfig) -> float:
+    """Forward FLOPs outside the blocks: embeddings, time, head, the action/state MLPs."""
+    d, video = cfg.dim, cfg.latent_frames * cfg.tokens_per_frame
+    segments = cfg.blocks + 2  # flow-time segments: clean, noisy frame 0, one per block
+    patch = 2 * 2 * video * cfg.in_dim * cfg.patch[1] * cfg.patch[2] * d  # clean and noisy
+    text = 2 * cfg.text_len * (cfg.text_width * d + d * d)
+    image = 2 * cfg.image_tokens * (cfg.image_width ** 2 + cfg.image_width * d)
+    time = 2 * segments * (cfg.freq_dim * d + d * d + 6 * d * d)
+    head = 2 * video * d * cfg.patch_channels
+    actions = 2 * cfg.horizon * (cfg.action_dim * d + 3 * d * d + d * cfg.mlp_hidden + cfg.mlp_hidden * cfg.action_dim)
+    states = 2 * cfg.state_tokens * (cfg.state_dim * cfg.mlp_hidden + cfg.mlp_hidden * d)
+    return float(patch + text + image + time + head + actions + states)
 
 
 def flops_per_sample(cfg: DreamZeroConfig, n_slots: int = 3) -> float:
-    """Model FLOPs of one sample, forward + backward: trained 3x, frozen 1x, no recompute."""
-    return 3.0 * trained_forward(cfg) + frozen_forward(cfg)
+    """Model FLOPs of one sample, forward + backward (3x the forward), no recompute."""
+    return 3.0 * (root_forward(cfg) + cfg.depth * block_forward(cfg))
 
 
 def blocks_attention_extra(cfg: DreamZeroConfig) -> int:
     """Elements of one sample's block that `attention = "blocks"` (attention.py) keeps beyond one
-    attention: the key and value spans it concatenates for each noisy part (SDPA saves its own
-    inputs) and each part's output before they are concatenated into the block's. 2.51 GiB per
-    sample over the 5b's 30 blocks; measured 2.41 (blocks minus flex at micro-batch 3, one H200:
-    118.25 vs 111.03 GiB, /work/shared/gpu-runs/dreamzero_gpu.json and dz_flex.json)."""
+    attention: the key and value spans it concatenates for each noisy group (SDPA saves its own
+    inputs) and each part's output before they are concatenated into the block's."""
     seq = TokenSequence.of(cfg)
     concatenated = sum(k1 - k0 for _, keys in seq.calls if len(keys) > 1 for k0, k1 in keys)
     return (2 * concatenated + seq.total) * cfg.dim
@@ -72,19 +61,18 @@ def blocks_attention_extra(cfg: DreamZeroConfig) -> int:
 
 def activations(cfg: DreamZeroConfig, n_slots: int = 3) -> Activations:
     """Saved-for-backward elements of ONE sample, eager: per block the set kept without recompute,
-    and its input (all a recomputed block keeps). Per token of a block: norm1 input/output and the
-    modulated input (3), q, k, v and their normed q, k (5),
-    attention output, o output (2), cross-attention's norm, q and normed q, output (4), norm2
-    output, modulated input (2), the MLP's up output and GELU output (2 x ffn), down output (1):
-    17 x dim + 2 x ffn; plus the context's cross k, v and normed k (3 x dim per context token);
-    plus, under the "blocks" attention, its concatenated key/value spans and per-part outputs
-    (`blocks_attention_extra`; "flex" and "dense" keep none: one kernel each, q, k, v and output).
-    Outside the blocks: the video (the frozen stand-ins' input) and the clean/noisy latent tokens."""
+    and its input (all a recomputed block keeps). Per token of a block: norm1 output and the
+    modulated input (2), q, k, v, their normed and roped q, k (7), attention output, o output and
+    the gated sum (3), norm3 output, cross q and normed q, the two attentions' outputs and their
+    sum, o output (6), norm2 output, modulated input (2), the FFN's up output and GELU output
+    (2 x ffn), down output and the gated sum (2): 22 x dim + 2 x ffn; plus the context's cross k,
+    v and normed k (3 x dim per context token); plus, under the "blocks" attention, its
+    concatenated key/value spans and per-part outputs (`blocks_attention_extra`). Outside the
+    blocks: the clean and noisy latents and their patch tokens, the context embeddings."""
     d, t, c = cfg.dim, TokenSequence.of(cfg).total, cfg.context_tokens
     extra = blocks_attention_extra(cfg) if cfg.attention == "blocks" else 0
-    block = (t * (17 * d + 2 * cfg.ffn) + 3 * c * d + extra, t * d)
-    h, w = cfg.canvas
-    video = cfg.frames * 3 * h * w
-    root = video + (2 * cfg.latent_frames - 1) * cfg.tokens_per_frame * (cfg.patch_channels + d)
-    return Activations(blocks={"vae": [(video, video)], "text_encoder": [(0, 0)], "image_encoder": [(0, 0)],
-                               "blocks": [block] * cfg.depth}, root=root)
+    block = (t * (22 * d + 2 * cfg.ffn) + 3 * c * d + extra, t * d)
+    video = cfg.latent_frames * cfg.tokens_per_frame
+    latents = 2 * video * cfg.in_dim * cfg.patch[1] * cfg.patch[2]
+    root = latents + 2 * video * d + c * (d + cfg.text_width)
+    return Activations(blocks={"blocks": [block] * cfg.depth}, root=root)

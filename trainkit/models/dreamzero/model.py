@@ -1,29 +1,34 @@
-"""The `dreamzero` model family: a DreamZero-shaped world-action model (random init), after Wan 2.2.
+"""The `dreamzero` model: DreamZero's Wan DiT with action and state tokens (the official
+`CausalWanModel`, Wan's original parameter names, so checkpoints map one to one: weights.py).
 
-Video (B, F, 3, H, W), normalised -> `vae` (a frozen stand-in: a fixed random linear map of each
-(4, 16, 16) pixel patch to 48 channels at 5b: Wan's VAE stride and channels, not its weights) ->
-latents -> DiT tokens (patch (1, 2, 2)). Context: `text_encoder` (a frozen random embedding of the
-task's UTF-8 bytes, 512 x 4096, in place of umT5) and `image_encoder` (a frozen random patch
-projection of the conditioning canvas, 257 x 1280, in place of CLIP), each then projected by a
-trained MLP to the DiT width, as Wan does. No weights are downloaded; the stand-ins cost what a
-cheap encoder costs, not what umT5/CLIP/the VAE cost (they are frozen, so they do not train).
+Inputs are features (a `datakit encode` cache, or the frame path's stand-ins in batches.py): clean
+VAE latents (B, C, F, H, W), umT5 text embeddings (B, 512, 4096), CLIP features (B, 257, 1280), the
+states and the actions. No encoder runs here.
 
-The sequence is DreamZero's teacher forcing (sequence.py): clean latent frames, their noisy copies
-per action block, the noisy action chunk of each block, and the state tokens. `blocks` are Wan
-DiT blocks: adaLN modulation (shift, scale, gate for attention and MLP) from the flow time of each
-token's segment (clean: time 0; block i's noisy frames and actions: the block's time, so the
-action's flow time is tied to its block's video time), self-attention with RMSNorm on q and k,
-block-causal (attention.py), cross-attention to the context, GELU MLP. adaLN-zero: the shared
-time projection starts at zero; each block adds its own learned modulation table (Wan's,
-N(0, 1/dim)), so a block's gates start small, not zero (no all-zero GEMM operand in backward).
-Flow matching: x_t = t * noise + (1 - t) * x, target noise - x; loss = video MSE (noisy frames)
-+ action MSE (actions decoded by a small MLP). Noise and time come in the batch (host-drawn).
-At inference `sample_actions` denoises every block's latent frames and actions together from t = 1
-to t = 0 in `SAMPLE_STEPS` Euler steps (DreamZero's 16 steps, on a uniform time grid: the stand-in
-trains on uniform times, so neither Wan's shifted schedule nor guidance is used).
+The block is Wan's original layout: `norm1` (LayerNorm without affine) modulated by shift/scale ->
+self-attention (q, k, v, o; RMSNorm over the full width on q and k; RoPE: rope.py; block-causal:
+sequence.py, attention.py) -> gate; `norm3` (affine LayerNorm) -> I2V cross-attention: text K/V
+and image K/V (`k_img`, `v_img`, `norm_k_img`) with one softmax each, the two outputs summed, then
+`o`; `norm2` modulated -> gelu-tanh FFN (`ffn.0`, `ffn.2`) -> gate. `modulation` (1, 6, dim) plus
+the time projection gives the six (shift, scale, gate) x 2. Text MLP 4096 -> d -> d (gelu-tanh);
+time sinusoid 256 -> d -> d (SiLU), then SiLU + Linear d -> 6d; image MLPProj LN(1280) -> 1280 ->
+GELU -> d -> LN(d); head: LayerNorm without affine modulated by `head.modulation` (1, 2, d) plus the
+time embedding, Linear d -> out x patch.
+
+Actions and states are tokens of the same DiT: `action_encoder` (W1 a -> d; W2 [W1 a; sin/cos of
+the action's timestep] -> d, swish; W3 d -> d), `state_encoder` and `action_decoder` (two-layer
+ReLU MLPs), each "category-specific" with one category (weights (1, in, out), DreamZero's names).
+
+Training (`forward`): DreamZero's teacher forcing with the discrete flow-matching schedule
+(schedule.py): each latent frame noised at its step's sigma (a block's frames share one; frame 0
+its own), the actions at their block's; velocity targets noise - x; loss = video MSE per frame x
+the schedule's weight + action MSE under the action mask x the weight of its block.
+`wan` runs the DiT as plain Wan (no action/state tokens, one time per sample, dense attention):
+what tests/test_dreamzero_diffusers_parity.py compares with diffusers' `WanTransformer3DModel`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -32,281 +37,391 @@ import torch.nn.functional as F
 
 from trainkit.models.dreamzero.attention import block_causal_attention
 from trainkit.models.dreamzero.config import DreamZeroConfig
+from trainkit.models.dreamzero.lora import LoRALinear, apply_lora
+from trainkit.models.dreamzero.rope import apply_rope, rope_tables
+from trainkit.models.dreamzero.schedule import sigmas
 from trainkit.models.dreamzero.sequence import TokenSequence
 from trainkit.models.layers import RMSNorm
 
 
 @dataclass
 class DreamZeroBatch:
-    """One micro-batch; B samples, n = cfg.blocks action blocks."""
-    video: torch.Tensor | None  # (B, F, 3, H, W) float, normalised canvas frames (None: from a feature folder)
-    tokens: torch.Tensor | None  # (B, text_len) int64 text tokens (UTF-8 bytes + 1, 0 = padding)
-    state: torch.Tensor        # (B, state_tokens, state_dim) float32, normalised, zero-padded
-    actions: torch.Tensor      # (B, n, actions_per_block, action_dim) float32, normalised, zero-padded
-    video_noise: torch.Tensor  # (B, n * frames_per_block, tokens_per_frame, patch_channels) float32
+    """One micro-batch of features; B samples, F latent frames, n = cfg.blocks blocks."""
+    latents: torch.Tensor      # (B, C, F, H, W) clean VAE latents (the posterior mode)
+    cond: torch.Tensor         # (B, 4 + C, F, H, W) Wan2.1-I2V conditioning (mask + first frame), or (B, 0, F, H, W)
+    text: torch.Tensor         # (B, text_len, text_width) umT5 embeddings, zero past the prompt (Wan's padding)
+    image: torch.Tensor        # (B, image_tokens, image_width) CLIP features of the first frame
+    state: torch.Tensor        # (B, n * states_per_block, state_dim) float32, normalised, zero-padded
+    actions: torch.Tensor      # (B, n * actions_per_block, action_dim) float32, normalised, zero-padded
+    action_mask: torch.Tensor  # like actions, float32: 1 where the robot has the channel (and the action is real)
+    noise: torch.Tensor        # like latents, float32
     action_noise: torch.Tensor  # like actions, float32
-    time: torch.Tensor         # (B, n) float32 flow time of each block, in (0, 1)
-    # from a feature folder (`datakit encode`), in place of the frozen stand-ins' outputs:
-    latents: torch.Tensor | None = None  # (B, latent_channels, latent frames, h, w): the cached VAE latents
-    text: torch.Tensor | None = None  # (B, text_len, text_width): cached text embeddings, zero-padded
-    image: torch.Tensor | None = None  # (B, image tokens, image_width): cached first-frame image features
+    sigma: torch.Tensor        # (B, F) float32 noise level of each latent frame (a block's frames share one)
+    weight: torch.Tensor       # (B, F) float32 the schedule's training weight of each frame's step
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> DreamZeroBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return replace(self, **{k: v.to(device, non_blocking=non_blocking) for k, v in moved.items() if v is not None})
+        return replace(self, **{k: v.to(device, non_blocking=non_blocking) for k, v in moved.items()})
 
 
 SAMPLE_STEPS = 16  # Euler steps of the sampler: DreamZero's WANPolicyHead default num_inference_steps
 
 
-@torch.no_grad()
-def sample_actions(model: nn.Module, batch: DreamZeroBatch, video_noise: torch.Tensor, action_noise: torch.Tensor,
-                   steps: int = SAMPLE_STEPS) -> torch.Tensor:
-    """DreamZero's joint sampler on the teacher-forcing sequence: from noise at t = 1, `steps` Euler
-    steps to t = 0 of the noisy latent frames and actions of every block together (each block sees
-    the clean frames before it: its observations, as in a rollout with the camera's frames in the
-    KV cache), dt = -1/steps, t_i = 1 + i dt for every block. Returns the normalised action chunk
-    (B, horizon, action_dim) fp32, the blocks in order. The batch's actions, noise and time are not read."""
-    dt = -1.0 / steps
-    xv, xa = video_noise.float(), action_noise.float()
-    for i in range(steps):
-        t = torch.full(batch.time.shape, 1.0 + i * dt, dtype=torch.float32, device=xa.device)
-        pred_v, pred_a, _ = model.velocities(replace(batch, time=t), xv, xa)
-        xv, xa = xv + dt * pred_v.view_as(xv), xa + dt * pred_a
-    return xa.flatten(1, 2)
-
-
 def time_features(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal features (..., dim) of flow time in [0, 1] (Wan's sinusoidal_embedding_1d on 1000 t)."""
+    """Wan's sinusoidal_embedding_1d of timesteps (0..1000 scale): [cos, sin], float64 math, float32 out."""
     half = dim // 2
-    freq = torch.pow(10_000.0, -torch.arange(half, device=t.device, dtype=torch.float32) / half)
-    angle = (1000.0 * t.float())[..., None] * freq
-    return torch.cat([angle.cos(), angle.sin()], dim=-1)
+    freq = torch.pow(10_000.0, -torch.arange(half, device=t.device, dtype=torch.float64) / half)
+    angle = t.double()[..., None] * freq
+    return torch.cat([angle.cos(), angle.sin()], dim=-1).float()
 
 
-class VideoPatchify(nn.Module):
-    """The frozen VAE stand-in: (B, F, 3, H, W) -> (B, latent frames, h, w, channels). Frame 0 is
-    encoded alone (repeated to the temporal stride), then every `stride[0]` frames, as Wan's causal VAE."""
+def action_time_features(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """GR00T's SinusoidalPositionalEncoding (DreamZero's action encoder): [sin, cos], float32."""
+    half = dim // 2
+    freq = torch.exp(-torch.arange(half, device=t.device, dtype=torch.float32) * (math.log(10_000.0) / half))
+    angle = t.float()[..., None] * freq
+    return torch.cat([angle.sin(), angle.cos()], dim=-1)
 
-    def __init__(self, cfg: DreamZeroConfig):
+
+class CategoryLinear(nn.Module):
+    """DreamZero's CategorySpecificLinear with one category: x @ W[0] + b[0]; W (1, in, out)."""
+
+    def __init__(self, inp: int, out: int):
         super().__init__()
-        self.stride = cfg.vae_stride
-        self.proj = nn.Linear(cfg.vae_patch, cfg.latent_channels, bias=False)
+        self.W = nn.Parameter(torch.empty(1, inp, out))
+        self.b = nn.Parameter(torch.empty(1, out))
 
-    def forward(self, video: torch.Tensor) -> torch.Tensor:
-        st, sh, sw = self.stride
-        b, f, c, h, w = video.shape
-        x = torch.cat([video[:, :1].expand(b, st, c, h, w), video[:, 1:]], dim=1)  # (B, Lf * st, 3, H, W)
-        x = x.reshape(b, -1, st, c, h // sh, sh, w // sw, sw).permute(0, 1, 4, 6, 2, 3, 5, 7)
-        return self.proj(x.flatten(4).to(self.proj.weight.dtype))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.W[0].to(x.dtype) + self.b[0].to(x.dtype)
 
 
-class TextStandIn(nn.Module):
-    """The frozen text-encoder stand-in: token ids -> (B, text_len, text_width)."""
+class CategoryMLP(nn.Module):
+    """DreamZero's CategorySpecificMLP: layer2(relu(layer1(x)))."""
 
-    def __init__(self, cfg: DreamZeroConfig):
+    def __init__(self, inp: int, hidden: int, out: int):
         super().__init__()
-        self.embed = nn.Embedding(cfg.text_vocab, cfg.text_width)
+        self.layer1, self.layer2 = CategoryLinear(inp, hidden), CategoryLinear(hidden, out)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed(tokens)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer2(F.relu(self.layer1(x)))
 
 
-class ImageStandIn(nn.Module):
-    """The frozen image-encoder stand-in: the conditioning canvas (B, 3, H, W) -> a class token and
-    grid^2 patch tokens (B, grid^2 + 1, image_width) by one linear map of each patch."""
+class ActionEncoder(nn.Module):
+    """DreamZero's MultiEmbodimentActionEncoder with one category."""
 
-    def __init__(self, cfg: DreamZeroConfig):
+    def __init__(self, action_dim: int, dim: int):
         super().__init__()
-        self.grid = cfg.image_grid
-        h, w = cfg.canvas
-        self.proj = nn.Linear(3 * (h // cfg.image_grid) * (w // cfg.image_grid), cfg.image_width, bias=False)
-        self.cls = nn.Parameter(torch.zeros(1, 1, cfg.image_width))
+        self.dim = dim
+        self.W1, self.W2, self.W3 = CategoryLinear(action_dim, dim), CategoryLinear(2 * dim, dim), CategoryLinear(dim, dim)
 
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = image.shape
-        g = self.grid
-        x = image.reshape(b, c, g, h // g, g, w // g).permute(0, 2, 4, 1, 3, 5).flatten(3).flatten(1, 2)
-        x = self.proj(x.to(self.proj.weight.dtype))
-        return torch.cat([self.cls.expand(b, -1, -1).to(x.dtype), x], dim=1)
+    def forward(self, actions: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        """actions (B, A, action_dim), timesteps (B, A) on the 0..1000 scale."""
+        a = self.W1(actions)
+        x = torch.cat([a, action_time_features(timesteps, self.dim).to(a.dtype)], dim=-1)
+        return self.W3(F.silu(self.W2(x)))
 
 
-def per_segment(y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor | None, clean: int) -> torch.Tensor:
-    """y * scale (+ shift) with one (scale, shift) per flow-time segment: (B, segments, dim) each,
-    segment 0 for the first `clean` tokens, segment i for the i-th equal part of the rest. Done
-    as broadcasts over the two views (no per-token copy of the modulation)."""
-    head, rest = y[:, :clean] * scale[:, :1], y[:, clean:].unflatten(1, (scale.shape[1] - 1, -1)) * scale[:, 1:, None]
-    if shift is not None:
-        head, rest = head + shift[:, :1], rest + shift[:, 1:, None]
-    return torch.cat([head, rest.flatten(1, 2)], dim=1)
+def segmented(y: torch.Tensor, mod: torch.Tensor, segments: tuple[tuple[int, ...], int], shift: int, scale: int,
+              ) -> torch.Tensor:
+    """norm output y (B, T, d) -> y (1 + scale) + shift per time segment: `mod` (B, S, K, d) holds one
+    modulation per segment (the leading spans of the given lengths, then `groups` equal ones); as
+    broadcasts over views, never one copy per token. Float32 math."""
+    head, groups = segments
+    out, start = [], 0
+    for i, length in enumerate(head):
+        out.append(y[:, start:start + length].float() * (1 + mod[:, i:i + 1, scale]) + mod[:, i:i + 1, shift])
+        start += length
+    if groups:
+        rest = y[:, start:].float().unflatten(1, (groups, -1))
+        m = mod[:, len(head):, None]
+        out.append((rest * (1 + m[..., scale, :]) + m[..., shift, :]).flatten(1, 2))
+    return torch.cat(out, dim=1).to(y.dtype) if len(out) > 1 else out[0].to(y.dtype)
+
+
+def gated(y: torch.Tensor, mod: torch.Tensor, segments: tuple[tuple[int, ...], int], gate: int) -> torch.Tensor:
+    """y (B, T, d) times the segment's gate (float32 math, y's dtype out)."""
+    head, groups = segments
+    out, start = [], 0
+    for i, length in enumerate(head):
+        out.append(y[:, start:start + length].float() * mod[:, i:i + 1, gate])
+        start += length
+    if groups:
+        out.append((y[:, start:].float().unflatten(1, (groups, -1)) * mod[:, len(head):, None, gate]).flatten(1, 2))
+    return (torch.cat(out, dim=1) if len(out) > 1 else out[0]).to(y.dtype)
+
+
+class Layout:
+    """What every block reads besides its tensors: the sequence, the attention kernel and the RoPE
+    tables. A plain object, not a dataclass or tuple, so FSDP2's input casting leaves it alone (the
+    tables stay float32 under a bf16 policy) and a block's arguments stay few."""
+
+    def __init__(self, seq: TokenSequence, kernel: str, rope: tuple[torch.Tensor, torch.Tensor]):
+        self.seq, self.kernel, self.rope = seq, kernel, rope
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d: int, heads: int, eps: float):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.norm_q, self.norm_k = RMSNorm(d, eps), RMSNorm(d, eps)
+
+    def forward(self, x: torch.Tensor, layout: Layout) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = apply_rope(self.norm_q(self.q(x)).view(b, t, self.heads, -1), *layout.rope)
+        k = apply_rope(self.norm_k(self.k(x)).view(b, t, self.heads, -1), *layout.rope)
+        v = self.v(x).view(b, t, self.heads, -1)
+        return self.o(block_causal_attention(q, k, v, layout.seq, layout.kernel))
+
+
+class CrossAttention(nn.Module):
+    """Wan's I2V cross-attention: text and image keys each with their own softmax, outputs summed."""
+
+    def __init__(self, d: int, heads: int, eps: float):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.k_img, self.v_img = nn.Linear(d, d), nn.Linear(d, d)
+        self.norm_q, self.norm_k, self.norm_k_img = RMSNorm(d, eps), RMSNorm(d, eps), RMSNorm(d, eps)
+
+    def forward(self, x: torch.Tensor, text: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        b, h = x.shape[0], self.heads
+        heads = lambda z: z.view(b, z.shape[1], h, -1).transpose(1, 2)  # noqa: E731
+        q = heads(self.norm_q(self.q(x)))
+        out = F.scaled_dot_product_attention(q, heads(self.norm_k(self.k(text))), heads(self.v(text)))
+        out = out + F.scaled_dot_product_attention(q, heads(self.norm_k_img(self.k_img(image))), heads(self.v_img(image)))
+        return self.o(out.transpose(1, 2).flatten(2))
 
 
 class WanBlock(nn.Module):
-    """One DiT block: modulated self-attention (qk RMSNorm, block-causal), cross-attention to the
-    context, modulated GELU MLP; `time_mod` (B, segments, 6, dim) is the time modulation of each
-    flow-time segment (clean, then one per action block)."""
+    """One DiT block in Wan's original layout (module docstring)."""
 
-    def __init__(self, cfg: DreamZeroConfig, seq: TokenSequence):
+    def __init__(self, cfg: DreamZeroConfig):
         super().__init__()
-        d, self.heads, self.seq, self.kernel = cfg.dim, cfg.heads, seq, cfg.attention
-        self.modulation = nn.Parameter(torch.zeros(1, 1, 6, d))
-        self.norm1 = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.norm_q, self.norm_k = RMSNorm(d, cfg.eps), RMSNorm(d, cfg.eps)
-        self.o = nn.Linear(d, d)
-        self.norm_x = nn.LayerNorm(d, eps=cfg.eps)  # before cross-attention (Wan's cross_attn_norm)
-        self.cross_q, self.cross_kv, self.cross_o = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
-        self.norm_cq, self.norm_ck = RMSNorm(d, cfg.eps), RMSNorm(d, cfg.eps)
-        self.norm2 = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
-        self.up, self.down = nn.Linear(d, cfg.ffn), nn.Linear(cfg.ffn, d)
+        d, eps = cfg.dim, cfg.eps
+        self.norm1 = nn.LayerNorm(d, eps=eps, elementwise_affine=False)
+        self.self_attn = SelfAttention(d, cfg.heads, eps)
+        self.norm3 = nn.LayerNorm(d, eps=eps)
+        self.cross_attn = CrossAttention(d, cfg.heads, eps)
+        self.norm2 = nn.LayerNorm(d, eps=eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn, d))
+        self.modulation = nn.Parameter(torch.empty(1, 6, d))
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, time_mod: torch.Tensor) -> torch.Tensor:
-        """x (B, T, dim), context (B, C, dim), time_mod (B, segments, 6, dim)."""
-        b, t, d = x.shape
-        h, clean = self.heads, self.seq.clean
-        mod = (self.modulation + time_mod).to(x.dtype)  # (B, segments, 6, dim)
-        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mod.unbind(2)
-        y = per_segment(self.norm1(x), 1 + scale_a, shift_a, clean)
-        q, k, v = self.qkv(y).chunk(3, dim=-1)
-        q, k = self.norm_q(q), self.norm_k(k)
-        a = block_causal_attention(q.view(b, t, h, -1), k.view(b, t, h, -1), v.view(b, t, h, -1), self.seq,
-                                   self.kernel)
-        x = x + per_segment(self.o(a), gate_a, None, clean)
-        cq = self.norm_cq(self.cross_q(self.norm_x(x))).view(b, t, h, -1).transpose(1, 2)
-        ck, cv = self.cross_kv(context).chunk(2, dim=-1)
-        ck = self.norm_ck(ck).view(b, -1, h, d // h).transpose(1, 2)
-        a = F.scaled_dot_product_attention(cq, ck, cv.view(b, -1, h, d // h).transpose(1, 2))
-        x = x + self.cross_o(a.transpose(1, 2).reshape(b, t, d))
-        y = per_segment(self.norm2(x), 1 + scale_m, shift_m, clean)
-        return x + per_segment(self.down(F.gelu(self.up(y), approximate="tanh")), gate_m, None, clean)
+    def forward(self, x: torch.Tensor, e0: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
+                layout: Layout) -> torch.Tensor:
+        """x (B, T, d); e0 (B, S, 6, d): the time projection of each segment."""
+        mod = self.modulation.float()[:, None] + e0.float()  # (B, S, 6, d): shift, scale, gate; then for the FFN
+        segs = layout.seq.segments
+        y = self.self_attn(segmented(self.norm1(x), mod, segs, 0, 1), layout)
+        x = x + gated(y, mod, segs, 2)
+        x = x + self.cross_attn(self.norm3(x), text, image)
+        y = self.ffn(segmented(self.norm2(x), mod, segs, 3, 4))
+        return x + gated(y, mod, segs, 5)
+
+
+class Head(nn.Module):
+    def __init__(self, cfg: DreamZeroConfig):
+        super().__init__()
+        d = cfg.dim
+        self.norm = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
+        self.head = nn.Linear(d, cfg.patch_channels)
+        self.modulation = nn.Parameter(torch.empty(1, 2, d))
+
+    def forward(self, x: torch.Tensor, e: torch.Tensor, segments: tuple[tuple[int, ...], int]) -> torch.Tensor:
+        """x (B, T, d), e (B, S, d) float32: the time embedding of each segment."""
+        mod = self.modulation.float()[:, None] + e[:, :, None]  # (B, S, 2, d): shift, scale
+        return self.head(segmented(self.norm(x), mod, segments, 0, 1))
 
 
 class DreamZero(nn.Module):
-    """DreamZero-shaped world-action model. Block lists: the frozen stand-ins `vae`, `text_encoder`,
-    `image_encoder` (one module each) and the trained DiT `blocks` (BLOCK_LISTS)."""
+    """DreamZero's action-conditioned Wan DiT. Block list: `blocks` (BLOCK_LISTS); the embeddings,
+    head and action/state MLPs are the root's."""
 
-    BLOCK_LISTS = ("vae", "text_encoder", "image_encoder", "blocks")
-    FROZEN = ("vae", "text_encoder", "image_encoder")
+    BLOCK_LISTS = ("blocks",)
+    FROZEN: tuple[str, ...] = ()
 
     def __init__(self, cfg: DreamZeroConfig):
         super().__init__()
         self.cfg = cfg
-        self.seq = seq = TokenSequence.of(cfg)
+        self.seq = TokenSequence.of(cfg)
         d = cfg.dim
-        self.vae = nn.ModuleList([VideoPatchify(cfg)])
-        self.text_encoder = nn.ModuleList([TextStandIn(cfg)])
-        self.image_encoder = nn.ModuleList([ImageStandIn(cfg)])
-        self.patch_embed = nn.Linear(cfg.patch_channels, d)
-        self.pos_frame = nn.Parameter(torch.zeros(cfg.latent_frames, 1, d))
-        self.pos_space = nn.Parameter(torch.zeros(cfg.tokens_per_frame, d))
-        self.pos_action = nn.Parameter(torch.zeros(cfg.actions_per_block, d))
-        self.pos_state = nn.Parameter(torch.zeros(cfg.state_tokens, d))
-        self.action_in = nn.Linear(cfg.action_dim, d)
-        self.state_in = nn.Linear(cfg.state_dim, d)
-        self.text_proj = nn.Sequential(nn.Linear(cfg.text_width, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
-        self.image_proj = nn.Sequential(nn.LayerNorm(cfg.image_width), nn.Linear(cfg.image_width, d), nn.GELU(),
-                                        nn.Linear(d, d), nn.LayerNorm(d))
-        self.time_embed = nn.Sequential(nn.Linear(cfg.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
-        self.time_proj = nn.Linear(d, 6 * d)  # adaLN-zero: zero at init
-        self.blocks = nn.ModuleList(WanBlock(cfg, seq) for _ in range(cfg.depth))
-        self.head_modulation = nn.Parameter(torch.zeros(1, 1, 2, d))
-        self.head_norm = nn.LayerNorm(d, eps=cfg.eps, elementwise_affine=False)
-        self.head = nn.Linear(d, cfg.patch_channels)
-        self.action_out = nn.Sequential(nn.Linear(d, d), nn.SiLU(), nn.Linear(d, cfg.action_dim))
+        self.patch_embedding = nn.Conv3d(cfg.in_dim, d, kernel_size=cfg.patch, stride=cfg.patch)
+        self.text_embedding = nn.Sequential(nn.Linear(cfg.text_width, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
+        self.time_embedding = nn.Sequential(nn.Linear(cfg.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+        self.img_emb = nn.Module()
+        self.img_emb.proj = nn.Sequential(nn.LayerNorm(cfg.image_width), nn.Linear(cfg.image_width, cfg.image_width),
+                                          nn.GELU(), nn.Linear(cfg.image_width, d), nn.LayerNorm(d))
+        self.blocks = nn.ModuleList(WanBlock(cfg) for _ in range(cfg.depth))
+        self.head = Head(cfg)
+        self.state_encoder = CategoryMLP(cfg.state_dim, cfg.mlp_hidden, d)
+        self.action_encoder = ActionEncoder(cfg.action_dim, d)
+        self.action_decoder = CategoryMLP(d, cfg.mlp_hidden, cfg.action_dim)
+        if cfg.lora_rank:
+            self.requires_grad_(False)  # LoRA: the DiT's base frozen, the action/state MLPs trained in full
+            apply_lora(self.blocks, cfg.lora_targets, cfg.lora_rank, cfg.lora_alpha)
+            for m in (self.state_encoder, self.action_encoder, self.action_decoder):
+                m.requires_grad_(True)
         self.init_weights()
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """(Re-)initialise every parameter from the global torch RNG, in module order: matrices
-        N(0, 0.02), biases 0, norm scales 1, the time projection 0 (adaLN-zero), modulation tables
-        N(0, 1/dim) (Wan), position tables N(0, 0.02); the frozen stand-ins N(0, 1/fan_in) (text:
-        N(0, 1)), so latents and context have unit scale. Works after `to_empty()` from meta."""
-        frozen = {id(m) for name in self.FROZEN for m in getattr(self, name).modules()}
+        """(Re-)initialise every parameter from the global torch RNG, as DreamZero's init_weights: linears
+        Xavier-uniform with zero bias, the patch embedding Xavier on its flattened kernel, the text and
+        time MLPs N(0, 0.02), the head's output zero, modulations N(0, 1/dim) (Wan), category-specific
+        weights N(0, 0.02^2) with zero bias, norms 1 / 0, LoRA A kaiming, B zero. Works after `to_empty()`."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                if module is self.time_proj:
-                    nn.init.zeros_(module.weight)
-                else:
-                    std = module.in_features ** -0.5 if id(module) in frozen else 0.02
-                    nn.init.normal_(module.weight, std=std)
+                nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=1.0)
             elif isinstance(module, (nn.LayerNorm, RMSNorm)) and getattr(module, "weight", None) is not None:
                 nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, CategoryLinear):
+                nn.init.normal_(module.W, std=0.02)
+                nn.init.zeros_(module.b)
+        w = self.patch_embedding.weight
+        nn.init.xavier_uniform_(w.view(w.shape[0], -1))
+        nn.init.zeros_(self.patch_embedding.bias)
+        for seq in (self.text_embedding, self.time_embedding):
+            for m in seq:
+                if isinstance(m, nn.Linear):
+                    nn.init.normal_(m.weight, std=0.02)
+        nn.init.zeros_(self.head.head.weight)
         d = self.cfg.dim
         for block in self.blocks:
             nn.init.normal_(block.modulation, std=d ** -0.5)
-        nn.init.normal_(self.head_modulation, std=d ** -0.5)
-        for p in (self.pos_frame, self.pos_space, self.pos_action, self.pos_state, self.image_encoder[0].cls):
-            nn.init.normal_(p, std=0.02)
+        nn.init.normal_(self.head.modulation, std=d ** -0.5)
+        for module in self.modules():
+            if isinstance(module, LoRALinear):
+                module.init_lora()
 
-    def video_tokens(self, batch: DreamZeroBatch) -> torch.Tensor:
-        """The clip's frames (B, F, 3, H, W) through the VAE stand-in, or its cached latents (B, C, Lf,
-        h, w) -> latent patch tokens (B, latent frames, tokens_per_frame, patch_channels)."""
+    # --- pieces ------------------------------------------------------------------------------------
+    def embed_video(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """(B, C, F, H, W) latents (+ the conditioning channels) -> (B, F * h * w, d) tokens."""
+        dtype = self.patch_embedding.weight.dtype
+        x = torch.cat([x, cond], dim=1) if self.cfg.first_frame_concat else x
+        return self.patch_embedding(x.to(dtype)).flatten(2).transpose(1, 2)
+
+    def time(self, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """timesteps (B, S) on the 0..1000 scale -> (e (B, S, d), e0 (B, S, 6, d)), float32."""
+        dtype = self.time_embedding[0].weight.dtype
+        e = self.time_embedding(time_features(timesteps, self.cfg.freq_dim).to(dtype))
+        e0 = self.time_projection(e).unflatten(-1, (6, self.cfg.dim))
+        return e.float(), e0.float()
+
+    def context(self, text: torch.Tensor, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = self.text_embedding[0].weight.dtype
+        return self.text_embedding(text.to(dtype)), self.img_emb.proj(image.to(dtype))
+
+    def run_blocks(self, x: torch.Tensor, e0: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
+                   seq: TokenSequence) -> torch.Tensor:
+        rope = rope_tables(seq, self.cfg.grid, self.cfg.head_dim, self.cfg.rope_theta, x.device)
+        layout = Layout(seq, "dense" if seq.plain else self.cfg.attention, rope)
+        for block in self.blocks:
+            x = block(x, e0, text, image, layout)
+        return x
+
+    def patchify(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, F, H, W) -> (B, F, h * w, ph * pw * C): the head's output layout (Wan's unpatchify inverted)."""
+        b, c, f, h, w = x.shape
         _, ph, pw = self.cfg.patch
-        if batch.latents is not None:
-            lat = batch.latents.permute(0, 2, 3, 4, 1)  # (B, Lf, h, w, C)
-        else:
-            lat = self.vae[0](batch.video)  # (B, Lf, h, w, C)
-        b, lf, h, w, c = lat.shape
-        lat = lat.reshape(b, lf, h // ph, ph, w // pw, pw, c).permute(0, 1, 2, 4, 6, 3, 5)
-        return lat.reshape(b, lf, (h // ph) * (w // pw), c * ph * pw)
+        x = x.reshape(b, c, f, h // ph, ph, w // pw, pw).permute(0, 2, 3, 5, 4, 6, 1)
+        return x.reshape(b, f, (h // ph) * (w // pw), ph * pw * c)
 
+    def unpatchify(self, tokens: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        """(B, F, h * w, ph * pw * C) -> (B, C, F, H, W)."""
+        b, f = tokens.shape[:2]
+        (_, ph, pw), (h, w) = self.cfg.patch, hw
+        x = tokens.reshape(b, f, h // ph, w // pw, ph, pw, -1).permute(0, 6, 1, 2, 4, 3, 5)
+        return x.reshape(b, -1, f, h, w)
+
+    # --- the two forwards ---------------------------------------------------------------------------
     def velocities(self, batch: DreamZeroBatch, video_x_t: torch.Tensor | None = None,
                    action_x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(video velocity (B, n, fpb x tpf, patch_channels), action velocity (B, n, apb, action_dim),
-        the clean latent tokens of blocks 1..n (B, n x fpb, tpf, patch_channels)), fp32, at the noisy
-        latents and actions given and each block's time `batch.time`; None: the training points
-        t * noise + (1 - t) * x (given, the batch's noise and actions are not read: the sampler's case)."""
-        cfg = self.cfg
-        n, fpb, tpf = cfg.blocks, cfg.frames_per_block, cfg.tokens_per_frame
-        dtype = self.patch_embed.weight.dtype
-        x0 = self.video_tokens(batch).float()  # (B, Lf, tpf, P): clean latent tokens
-        b = x0.shape[0]
-        target = x0[:, 1:]
+        """Teacher forcing: (video velocity (B, F, h*w, ph*pw*C), action velocity (B, horizon, action_dim),
+        the video target's clean latents patchified like the velocity), fp32, at each frame's sigma
+        `batch.sigma` (actions and states at their block's). `video_x_t` (B, C, F, H, W) and `action_x_t`
+        given (the sampler), the batch's noise and actions are not read; None: the training points
+        (1 - sigma) x + sigma noise."""
+        cfg, seq = self.cfg, self.seq
+        n, fpb, apb, spb = cfg.blocks, cfg.frames_per_block, cfg.actions_per_block, cfg.states_per_block
+        x0 = batch.latents.float()
+        sigma = batch.sigma.float()
+        block_sigma = sigma[:, 1::fpb]  # (B, n)
         if video_x_t is None:
-            t_frames = batch.time.float().repeat_interleave(fpb, dim=1)[:, :, None, None]  # (B, n * fpb, 1, 1)
-            video_x_t = t_frames * batch.video_noise.float() + (1 - t_frames) * target
+            s = sigma[:, None, :, None, None]
+            video_x_t = (1 - s) * x0 + s * batch.noise.float()
+        action_sigma = block_sigma.repeat_interleave(apb, dim=1)[..., None]
         if action_x_t is None:
-            t_act = batch.time.float()[:, :, None, None]
-            action_x_t = t_act * batch.action_noise.float() + (1 - t_act) * batch.actions.float()
+            action_x_t = (1 - action_sigma) * batch.actions.float() + action_sigma * batch.action_noise.float()
+        steps = cfg.train_timesteps
+        dtype = self.patch_embedding.weight.dtype
 
-        pos = self.pos_frame + self.pos_space  # (Lf, tpf, dim)
-        clean = self.patch_embed(x0.to(dtype)) + pos  # (B, Lf, tpf, dim)
-        noisy = (self.patch_embed(video_x_t.to(dtype)) + pos[1:]).view(b, n, fpb * tpf, -1)
-        acts = self.action_in(action_x_t.to(dtype)) + self.pos_action  # (B, n, apb, dim)
-        state = self.state_in(batch.state.to(dtype)) + self.pos_state
-        x = torch.cat([clean[:, 0], state, clean[:, 1:].flatten(1, 2),
-                       torch.cat([noisy, acts], dim=2).flatten(1, 2)], dim=1)
+        clean = self.embed_video(x0, batch.cond)
+        noisy = self.embed_video(video_x_t, batch.cond).unflatten(1, (cfg.latent_frames, -1))  # (B, F, hw, d)
+        b = clean.shape[0]
+        acts = self.action_encoder(action_x_t.to(dtype), (action_sigma[..., 0] * steps)).view(b, n, apb, -1)
+        states = self.state_encoder(batch.state.to(dtype)).view(b, n, spb, -1)
+        groups = torch.cat([noisy[:, 1:].reshape(b, n, fpb * noisy.shape[2], -1), acts, states], dim=2)
+        x = torch.cat([clean, noisy[:, 0], groups.flatten(1, 2)], dim=1)
 
-        image = batch.image if batch.image is not None else self.image_encoder[0](batch.video[:, 0])
-        text = batch.text if batch.text is not None else self.text_encoder[0](batch.tokens)
-        context = torch.cat([self.image_proj(image.to(dtype)), self.text_proj(text.to(dtype))], dim=1)
-        seg_time = torch.cat([torch.zeros_like(batch.time[:, :1]), batch.time], dim=1).float()  # (B, n + 1)
-        e = self.time_embed(time_features(seg_time, cfg.freq_dim).to(dtype))  # (B, n + 1, dim)
-        time_mod = self.time_proj(F.silu(e)).unflatten(-1, (6, cfg.dim))  # (B, n + 1, 6, dim)
-        for block in self.blocks:
-            x = block(x, context, time_mod)
+        seg_t = torch.cat([torch.zeros_like(sigma[:, :1]), sigma[:, :1], block_sigma], dim=1) * steps  # (B, n + 2)
+        e, e0 = self.time(seg_t)
+        text, image = self.context(batch.text, batch.image)
+        x = self.run_blocks(x, e0, text, image, seq)
 
-        out = x[:, self.seq.clean:].view(b, n, self.seq.noisy_block, -1)
-        shift, scale = (self.head_modulation + e[:, 1:, None]).unsqueeze(2).unbind(3)  # (B, n, 1, dim) each
-        video = out[:, :, :fpb * tpf]
-        pred_v = self.head(self.head_norm(video) * (1 + scale) + shift).float()
-        return pred_v, self.action_out(out[:, :, fpb * tpf:]).float(), target
+        video = x[:, seq.noisy_video_index().to(x.device)]
+        pred_v = self.head(video, e[:, 1:], ((cfg.tokens_per_frame,), n)).float()
+        pred_a = self.action_decoder(x[:, seq.action_index().to(x.device)]).float()
+        return pred_v.unflatten(1, (cfg.latent_frames, -1)), pred_a, self.patchify(x0)
 
     def forward(self, batch: DreamZeroBatch,
                 per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Scalar loss (fp32): video flow-matching MSE + action flow-matching MSE; `per_item`: (that
-        loss, each sample's (B,) video + action MSE, detached), for the per-source loss."""
-        pred_v, pred_a, target = self.velocities(batch)
-        target_v = (batch.video_noise.float() - target).view_as(pred_v)
-        target_a = batch.action_noise.float() - batch.actions.float()
-        loss = F.mse_loss(pred_v, target_v) + F.mse_loss(pred_a, target_a)
-        if not per_item:
-            return loss
-        return loss, ((pred_v.detach() - target_v).square().flatten(1).mean(1)
-                      + (pred_a.detach() - target_a).square().flatten(1).mean(1))
+        """Scalar loss (fp32): video MSE per frame x its step's weight + masked action MSE x its block's
+        weight; `per_item`: (that loss, each sample's (B,) share of it, detached), for the per-source loss."""
+        pred_v, pred_a, x0 = self.velocities(batch)
+        target_v = self.patchify(batch.noise.float()) - x0
+        video = ((pred_v - target_v) ** 2).mean(dim=(2, 3)) * batch.weight.float()
+        apb = self.cfg.actions_per_block
+        action_w = batch.weight.float()[:, 1::self.cfg.frames_per_block].repeat_interleave(apb, dim=1)
+        err = (pred_a - (batch.action_noise.float() - batch.actions.float())) ** 2 * batch.action_mask.float()
+        per_sample = video.mean(dim=1) + (err.mean(dim=2) * action_w).mean(dim=1)  # (B,): their mean is the loss
+        loss = video.mean() + (err.mean(dim=2) * action_w).mean()
+        return (loss, per_sample.detach()) if per_item else loss
+
+    def wan(self, x_t: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor, image: torch.Tensor,
+            cond: torch.Tensor) -> torch.Tensor:
+        """Plain Wan: the DiT over noisy latents x_t (B, C, F, H, W) at one timestep per sample (B,)
+        (0..1000), dense attention, no action or state token -> the velocity (B, C, F, H, W), fp32."""
+        seq = TokenSequence.of(self.cfg, plain=True)
+        x = self.embed_video(x_t, cond)
+        e, e0 = self.time(timestep[:, None].float())
+        txt, img = self.context(text, image)
+        x = self.run_blocks(x, e0, txt, img, seq)
+        out = self.head(x, e, seq.segments).float()
+        return self.unpatchify(out.unflatten(1, (x_t.shape[2], -1)), x_t.shape[-2:])
+
+
+@torch.no_grad()
+def sample_actions(model: nn.Module, batch: DreamZeroBatch, video_noise: torch.Tensor, action_noise: torch.Tensor,
+                   steps: int = SAMPLE_STEPS) -> torch.Tensor:
+    """DreamZero's joint sampler on the teacher-forcing sequence: the noisy latent frames and actions
+    of every block from noise (sigma 1) to 0 in `steps` Euler steps over the shifted schedule
+    (sigma_k = shift s / (1 + (shift - 1) s), s = 1 - k / steps), every frame at the same sigma;
+    each block sees the clean latents before it (its observations, as in a rollout with the camera's
+    frames in the KV cache). Returns the normalised action chunk (B, horizon, action_dim) fp32; the
+    batch's actions, noise and sigma are not read."""
+    cfg = model.cfg
+    grid = sigmas(steps, cfg.shift).tolist() + [0.0]
+    xv, xa = video_noise.float(), action_noise.float()
+    b, f = xv.shape[0], xv.shape[2]
+    for k in range(steps):
+        s = torch.full((b, f), grid[k], dtype=torch.float32, device=xa.device)
+        pred_v, pred_a, _ = model.velocities(replace(batch, sigma=s), xv, xa)
+        dt = grid[k + 1] - grid[k]
+        xv = xv + dt * model.unpatchify(pred_v, xv.shape[-2:])
+        xa = xa + dt * pred_a
+    return xa
