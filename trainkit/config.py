@@ -179,6 +179,10 @@ class ParallelConfig:
     # fnmatch patterns of nn.Linear names trained with rowwise FP8 GEMMs (torchao; CUDA sm89+ only;
     # parallel/float8.py); [] = every linear in param_dtype
     float8_modules: list[str] = field(default_factory=list)
+    # torchao's scaling recipe for them: "rowwise" (a scale per row: the most accurate),
+    # "rowwise_with_gw_hp" (the weight-gradient GEMM in bf16, so no column-wise casts),
+    # "tensorwise" (one scale per tensor: the cheapest casts)
+    float8_recipe: Literal["rowwise", "rowwise_with_gw_hp", "tensorwise"] = "rowwise"
     param_dtype: Dtype = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
     reduce_dtype: Dtype = "float32"  # dtype of gradient reduce-scatter
     expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -82,7 +82,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         apply_attention(model, cfg.attention, cfg.param_dtype)
         plan.applied.append(f"attention_{cfg.attention}")
     if cfg.float8_modules:
-        plan.float8_linears = apply_float8(model, cfg.float8_modules)
+        plan.float8_linears = apply_float8(model, cfg.float8_modules, cfg.float8_recipe)
         plan.applied.append("float8")
     # 1. recompute: innermost wrapper around a block
     if any(cfg.ac_stride.values()):
