@@ -145,3 +145,19 @@ def test_evaluation_without_a_holdout_is_refused(shards_rgb, tmp_path, capsys): 
     assert code == 2
     assert capsys.readouterr().err.strip() == ("trainkit: train.eval_every: needs held-out episodes: set "
                                                "data.val_episodes or data.val_fraction")
+
+
+def test_ema_skip_flag_leaves_the_average_or_equals_the_plain_update():
+    """The deferred non-finite check's device flag: 1 keeps the average, 0 is the usual update."""
+    from trainkit.optim.ema import WeightEMA
+
+    model = torch.nn.Linear(3, 2)
+    ema, plain = WeightEMA(model, 0.9), WeightEMA(model, 0.9)
+    start = [s.clone() for s in ema.shadow]
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    ema.update(skip=torch.ones(()))
+    assert all(torch.equal(s, s0) for s, s0 in zip(ema.shadow, start))  # the initial weights still
+    ema.update(skip=torch.zeros(()))
+    plain.update()
+    assert all(torch.allclose(a, b) for a, b in zip(ema.shadow, plain.shadow))

@@ -234,3 +234,18 @@ def test_tiny_model_with_both_switches_compiled_tracks_the_masked_bf16_loss_on_c
     got.backward()
     assert abs(float(got) - float(want)) <= 0.02 * abs(float(want))
     assert all(torch.isfinite(p.grad).all() for p in fast.parameters() if p.grad is not None)
+
+
+def test_inductor_settings_are_checked_against_torch_and_applied(monkeypatch):
+    """`parallel.inductor`: each name must be a torch._inductor.config setting of the same type."""
+    import torch._inductor.config as inductor
+
+    from trainkit.parallel.compile import apply_inductor_config
+
+    monkeypatch.setattr(inductor, "max_pointwise_cat_inputs", inductor.max_pointwise_cat_inputs)  # restored after
+    apply_inductor_config({"max_pointwise_cat_inputs": 1})
+    assert inductor.max_pointwise_cat_inputs == 1
+    with pytest.raises(ConfigError, match=r"^parallel\.inductor\.no_such_knob: torch .* has no"):
+        apply_inductor_config({"no_such_knob": 1})
+    with pytest.raises(ConfigError, match=r"^parallel\.inductor\.max_pointwise_cat_inputs: expected int"):
+        apply_inductor_config({"max_pointwise_cat_inputs": "one"})

@@ -160,3 +160,33 @@ def test_two_ranks_take_the_same_decision(nan_action_shards, tmp_path):  # noqa:
     summary = json.loads((skip / "summary.json").read_text())
     assert summary["nonfinite_skipped"] == bad_steps(skip) and summary["nonfinite_skipped"]
     assert sorted(results[1]["losses"]) == [s for s in range(STEPS) if s not in summary["nonfinite_skipped"]]
+
+
+@pytest.mark.parametrize("mode", ["stop", "skip"])
+def test_a_deferred_check_takes_the_same_decisions(nan_action_shards, tmp_path, capsys, mode):  # noqa: F811
+    """`train.nonfinite_check=deferred` (no host sync a step; fused AdamW's found_inf skips on the
+    device, the host reads the verdict a step later): the same steps are left out or named as the
+    synchronous check's, no metrics line for them, and every update that ran was finite."""
+    out = tmp_path / "run"
+    code, err = cli_run(capsys, f"data.shards={nan_action_shards}", f"output.dir={out}", f"train.steps={STEPS}",
+                        "parallel.fsdp=none", "output.log_every=4", "output.record_samples=true",
+                        "train.nonfinite_check=deferred", "optim.fused=true", "train.ema_decay=0.9",
+                        f"train.on_nonfinite={mode}")
+    rows = _rows_per_step(out)
+    bad = sorted(s for s, r in rows.items() if NAN_ACTION_ANCHORS & set(r))
+    logged = step_lines(out)
+    assert bad and all(math.isfinite(x["loss"]) and math.isfinite(x["grad_norm"]) for x in logged)
+    if mode == "stop":
+        line = _one_line(err)
+        assert code == 2 and f"step {bad[0] + 1}:" in line and 'train.on_nonfinite="stop"' in line, line
+        assert [x["step"] for x in logged] == list(range(bad[0]))
+        return
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["nonfinite_skipped"] == bad
+    assert [x["step"] for x in logged] == [s for s in range(STEPS) if s not in bad]
+
+
+def test_deferred_check_needs_fused_adamw(shards_rgb, tmp_path, capsys):  # noqa: F811
+    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'run'}", "train.steps=1",
+                        "train.nonfinite_check=deferred", "optim.fused=false")
+    assert code == 2 and "train.nonfinite_check" in _one_line(err) and "optim.fused" in err, err

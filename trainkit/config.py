@@ -184,6 +184,10 @@ class TrainConfig:
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
     # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/optim/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"
+    # When the host reads that check: "sync" waits for each step's verdict before the optimiser step
+    # (one host sync a step, the GPU idle meanwhile); "deferred" skips a non-finite update on the
+    # device (fused AdamW's found_inf: needs optim.fused) and reads the verdict one step later.
+    nonfinite_check: Literal["sync", "deferred"] = "sync"
     # EMA of the trainable weights, ema = d x ema + (1 - d) x w after every applied step, on the
     # sharded fp32 parameters and in the checkpoint (trainkit/optim/ema.py); 0 = off.
     ema_decay: float = 0.0
@@ -266,9 +270,17 @@ class ParallelConfig:
     # fnmatch patterns of nn.Linear names trained with rowwise FP8 GEMMs (torchao; CUDA sm89+ only;
     # parallel/float8.py); [] = every linear in param_dtype
     float8_modules: list[str] = field(default_factory=list)
+    # torchao's scaling recipe for them: "rowwise" (a scale per row: the most accurate),
+    # "rowwise_with_gw_hp" (the weight-gradient GEMM in bf16, so no column-wise casts),
+    # "tensorwise" (one scale per tensor: the cheapest casts)
+    float8_recipe: Literal["rowwise", "rowwise_with_gw_hp", "tensorwise"] = "rowwise"
     param_dtype: Dtype = "bfloat16"  # compute dtype of parameters (FSDP mixed precision / autocast)
     reduce_dtype: Dtype = "float32"  # dtype of gradient reduce-scatter
     expandable_segments: bool = True  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    # torch._inductor.config settings for the compiled blocks, e.g. {max_pointwise_cat_inputs = 1}
+    # (names checked against the installed torch when compile applies them: parallel/compile.py;
+    # without parallel.compile they change nothing)
+    inductor: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _choices(self, "parallel")
@@ -276,6 +288,9 @@ class ParallelConfig:
             for k, v in d.items():
                 if v < (1 if name == "group" else 0):
                     raise ConfigError(f"parallel.{name}.{k}", f"must be >= {1 if name == 'group' else 0}, got {v}")
+        for k, v in self.inductor.items():
+            if not isinstance(v, (bool, int, float, str)):
+                raise ConfigError(f"parallel.inductor.{k}", f"must be a boolean, number or string, got {v!r}")
 
 
 @dataclass(kw_only=True)

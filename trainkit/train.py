@@ -157,6 +157,9 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)
+    if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
+        raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
+                          "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
     fam = family(cfg.model.family)
     cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     with torch.device("meta"):
@@ -266,7 +269,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     # forward + backward, maybe a graph; with a mixture also the per-item losses
     step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture))
     per_source = SourceLoss(mixture, device) if mixture else None
-    guard = NonFiniteGuard(cfg.train.on_nonfinite, device)
+    guard = NonFiniteGuard(cfg.train.on_nonfinite, device, deferred=cfg.train.nonfinite_check == "deferred",
+                           on_skip=metrics.discard)
     batches = data.batches()
     sample_log = SampleLog(out, rank) if cfg.output.record_samples else None
     metrics.start(start)
@@ -294,11 +298,11 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
             # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM
-            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum))
-            if applied:
+            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum), opt=opt)
+            if applied:  # deferred check: always, and the device skips a non-finite step's update itself
                 opt.step()
                 if ema is not None:
-                    ema.update()
+                    ema.update(skip=guard.skip_flag)
             sched.step()
             step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
             if per_source is not None:
@@ -310,6 +314,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
             profiler.after_step(step - start)
             stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
+                guard.settle(params)  # deferred: the verdicts of the steps about to be logged
                 # the per-source all-reduce: at log steps only, on every rank alike
                 metrics.flush(per_source.reduce() if per_source is not None else None)
             if val is not None and (step + 1 == cfg.train.steps or cfg.train.eval_every and
@@ -320,6 +325,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 metrics.close()  # before the save's collectives: no rank exits before rank 0 has logged
             saved = None
             if checkpoint_due(cfg.output, step + 1, cfg.train.steps, stopping=stopping):
+                guard.settle(params)
                 check_state(step, model, opt, device)  # a non-finite state is never saved
                 saved = save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
                                         keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)

@@ -182,6 +182,10 @@ class Metrics:
         if self._bar is not None:
             self._bar.update(1)
 
+    def discard(self, step: int) -> None:
+        """Drop step `step`'s record, not yet flushed (a deferred non-finite check skipped it)."""
+        self.records = [r for r in self.records if r.step != step]
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Leave the block's wall time (a validation pass) out of the current interval's step time."""

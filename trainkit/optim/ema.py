@@ -43,9 +43,16 @@ class WeightEMA:
             self.shadow = [p.detach().clone() for p in self.params]  # DTensors stay sharded like their parameter
 
     @torch.no_grad()
-    def update(self) -> None:
-        """ema <- decay x ema + (1 - decay) x weights."""
-        torch._foreach_lerp_([_local(s) for s in self.shadow], [_local(p) for p in self.params], 1.0 - self.decay)
+    def update(self, skip: torch.Tensor | None = None) -> None:
+        """ema <- decay x ema + (1 - decay) x weights; `skip` (a 0-dim device flag, the deferred
+        non-finite check's): 1 leaves the average unchanged, without a host sync."""
+        shadow, params = [_local(s) for s in self.shadow], [_local(p) for p in self.params]
+        if skip is None:
+            torch._foreach_lerp_(shadow, params, 1.0 - self.decay)
+            return
+        weight = (1.0 - skip) * (1.0 - self.decay)
+        for s, p in zip(shadow, params):
+            s.lerp_(p, weight)
 
     @torch.no_grad()
     def reset(self) -> None:

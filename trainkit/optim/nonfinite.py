@@ -21,12 +21,24 @@ checkpoint is ever non-finite.
 `step` arguments are the trainer's 0-based step index (metrics.jsonl's "step", `skipped`); the
 messages say the k-th step, `step k`, as the terminal's step lines and the checkpoint names count.
 
-Cost: one host sync per step (the decision must come before `opt.step()`) and, with several ranks,
-an all-reduce of one flag per rank, so every rank takes the same decision (a rank's loss is its
-own; the grad norm is global) and knows which ranks saw a non-finite loss. The same all-reduce
-carries each rank's request to stop (a SIGTERM, trainkit/train.py), so all ranks stop together.
+Cost: with `train.nonfinite_check = "sync"`, one host sync per step (the decision must come before
+`opt.step()`): the GPU may idle while the host then launches the optimiser step (Pi0.5 `full` on
+one H200 at micro-batch 40: the same 54.4 samples/s either way; its idle time is elsewhere). With several ranks, an all-reduce of
+one flag per rank, so every rank takes the same decision (a rank's loss is its own; the grad norm
+is global) and knows which ranks saw a non-finite loss. The same all-reduce carries each rank's
+request to stop (a SIGTERM, trainkit/train.py), so all ranks stop together.
+
+`train.nonfinite_check = "deferred"` takes the same decision without the sync: the update of a
+non-finite step is skipped on the device (fused AdamW's `found_inf`, the flag GradScaler uses; the
+EMA update is weighted by it too), the flags go to pinned host memory behind an event, and the host
+reads step N's verdict while step N+1 runs (`settle()`, also before every metrics flush and
+checkpoint). What changes: "stop" raises one step later (naming step N; step N changed no weight),
+a skipped step's metrics record is dropped at the next settle, and a SIGTERM stops one step later.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -54,26 +66,43 @@ def _all_finite(tensors: list[torch.Tensor], device: torch.device) -> bool:
     return bool(ok.item())
 
 
-class NonFiniteGuard:
-    """Per step: collects the micro-batches' rows and actions, then decides whether the step is applied."""
+@dataclass
+class _Pending:
+    """A deferred step's verdict, on its way to the host."""
 
-    def __init__(self, mode: str, device: torch.device):
-        self.mode, self.device = mode, device
+    step: int
+    host: torch.Tensor  # the all-reduced flags, copied to (pinned) host memory behind `event`
+    event: torch.cuda.Event | None  # None on a CPU (the copy was synchronous)
+    micro: list[tuple[torch.Tensor, torch.Tensor]]  # the step's (rows, actions) per micro-batch
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+
+
+class NonFiniteGuard:
+    """Per step: collects the micro-batches' rows and actions, then decides whether the step is applied
+    (`deferred`: on the device, read by the host a step later; `on_skip(step)` then drops its record)."""
+
+    def __init__(self, mode: str, device: torch.device, *, deferred: bool = False,
+                 on_skip: Callable[[int], None] | None = None):
+        self.mode, self.device, self.deferred, self.on_skip = mode, device, deferred, on_skip
         self.rank, self.world = rank_world()
         self.skipped: list[int] = []  # steps left out under "skip"
         self._run = 0  # non-finite steps in a row
         self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mean_loss = torch.zeros(())  # the last checked step's loss, averaged over ranks
         self.stop_requested = False  # some rank was asked to stop at the last checked step (SIGTERM)
+        self.skip_flag: torch.Tensor | None = None  # deferred: 1.0 on the device when this step is skipped
+        self._pending: _Pending | None = None
 
     def add(self, rows: torch.Tensor, actions: torch.Tensor) -> None:
         self._micro.append((rows, actions))
 
     def step_ok(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter],
-                stop: bool = False) -> bool:
+                stop: bool = False, opt: torch.optim.Optimizer | None = None) -> bool:
         """True: apply the step. False: skip it (counted). NonFiniteError under "stop", or when the
         parameters have diverged. `stop`: this rank was asked to end the run (SIGTERM); afterwards
-        `stop_requested` says whether any rank was, the same on every rank."""
+        `stop_requested` says whether any rank was, the same on every rank. Deferred: always True,
+        `opt` (fused AdamW) skips the update on the device, and the previous step is settled."""
         micro, self._micro = self._micro, []
         # per-rank non-finite flags, the loss sum, the ranks asking to stop
         flags = torch.zeros(self.world + 2, device=self.device)
@@ -83,7 +112,45 @@ class NonFiniteGuard:
         if dist.is_initialized() and self.world > 1:
             dist.all_reduce(flags)  # the one collective of the check also averages the loss over ranks
         self.mean_loss = flags[self.world] / self.world
-        values = flags.tolist()
+        if not self.deferred:
+            return self._decide(step, flags.tolist(), micro, loss, grad_norm, params)
+        if opt is None:
+            raise ValueError("a deferred check needs the optimiser (its found_inf skips the update)")
+        self.skip_flag = (flags[:self.world] > 0).any().float()
+        opt.found_inf = self.skip_flag  # read by fused AdamW's step: no update, step counts unchanged
+        cuda = self.device.type == "cuda"
+        host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=cuda)
+        host.copy_(flags, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        previous = self._pending
+        self._pending = _Pending(step, host, event, micro, loss.detach(), grad_norm.detach())
+        if previous is not None:
+            self._settle(previous, params)
+        return True
+
+    def settle(self, params: list[nn.Parameter]) -> None:
+        """Deferred: read the last step's verdict now (before a metrics flush, a checkpoint, the end)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._settle(pending, params)
+
+    def _settle(self, p: _Pending, params: list[nn.Parameter]) -> None:
+        if p.event is not None:
+            p.event.synchronize()  # long done: the host is a step ahead of it
+        try:
+            applied = self._decide(p.step, p.host.tolist(), p.micro, p.loss, p.grad_norm, params)
+        except NonFiniteError:
+            applied = False
+            raise
+        finally:
+            if not applied and self.on_skip:  # its metrics record is already there: no line for it
+                self.on_skip(p.step)
+
+    def _decide(self, step: int, values: list[float], micro: list[tuple[torch.Tensor, torch.Tensor]],
+                loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter]) -> bool:
         self.stop_requested = values[self.world + 1] > 0
         bad_ranks = [r for r, f in enumerate(values[:self.world]) if f]
         self._run = self._run + 1 if bad_ranks else 0

@@ -30,7 +30,7 @@ from trainkit.config import ParallelConfig
 from trainkit.errors import ConfigError
 from trainkit.parallel.attention import apply_attention
 from trainkit.parallel.activation_checkpoint import apply_ac
-from trainkit.parallel.compile import apply_compile
+from trainkit.parallel.compile import apply_compile, apply_inductor_config
 from trainkit.parallel.float8 import apply_float8
 from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
 from trainkit.parallel.frozen import frozen_lists, replicate_frozen
@@ -82,7 +82,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         apply_attention(model, cfg.attention, cfg.param_dtype)
         plan.applied.append(f"attention_{cfg.attention}")
     if cfg.float8_modules:
-        plan.float8_linears = apply_float8(model, cfg.float8_modules)
+        plan.float8_linears = apply_float8(model, cfg.float8_modules, cfg.float8_recipe)
         plan.applied.append("float8")
     # 1. recompute: innermost wrapper around a block
     if any(cfg.ac_stride.values()):
@@ -90,6 +90,9 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
         plan.applied.append("activation_checkpointing")
     # 2. compile each block (with its checkpoint wrapper inside the graph)
     if cfg.compile:
+        if cfg.inductor:
+            apply_inductor_config(cfg.inductor)
+            plan.applied.append("inductor_config")
         plan.compiled_blocks = apply_compile(model, lists)
         plan.applied.append("compile")
     # 3. FSDP2 units per block group, then the root; bf16 params, fp32 reduce

@@ -2,7 +2,9 @@
 
     float8_modules = ["lm_layers.*.lm.mlp.*"]   # Gemma-2B's GeGLU: gate_up 2048 -> 32768, down 16384 -> 2048
 
-Each matching `nn.Linear` becomes torchao's `Float8Linear` with the "rowwise" recipe: inputs,
+Each matching `nn.Linear` becomes torchao's `Float8Linear`, by default with the "rowwise" recipe
+(`parallel.float8_recipe`; "rowwise_with_gw_hp" keeps the weight-gradient GEMM in bf16 and so
+skips the column-wise casts, "tensorwise" scales whole tensors: cheaper casts, coarser): inputs,
 weights and output gradients are cast to e4m3 with one scale per row (per column for the weight
 gradient's operands), the three GEMMs of forward + backward run through `torch._scaled_mm`, and
 the weights stay in the configured precision (fp32 master, bf16 compute through FSDP). The casts
@@ -51,8 +53,9 @@ def check_float8_device() -> None:
                           f"{torch.cuda.get_device_name()} is {cap[0]}.{cap[1]}")
 
 
-def apply_float8(model: nn.Module, patterns: list[str]) -> list[str]:
-    """Convert the matched linears to rowwise float8 training in place; returns their names."""
+def apply_float8(model: nn.Module, patterns: list[str], recipe: str = "rowwise") -> list[str]:
+    """Convert the matched linears to float8 training (torchao's `recipe`: rowwise,
+    rowwise_with_gw_hp, tensorwise) in place; returns their names."""
     check_float8_device()
     names = float8_targets(model, patterns)
     if not names:
@@ -65,6 +68,6 @@ def apply_float8(model: nn.Module, patterns: list[str]) -> list[str]:
     except ImportError:
         raise ConfigError(KEY, "needs torchao (pip install 'robodata[float8]', torchao >= 0.17 for torch 2.11)") from None
     wanted = set(names)
-    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("rowwise"),
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda _m, fqn: fqn in wanted)
     return names

@@ -6,8 +6,8 @@
 The ladder starts from the config as it is (`baseline`) and turns the switches of `RUNGS` on one
 at a time, each rung keeping the switches of the rungs below it that ran. The default order is the
 write-ups' (slot pruning, uint8 host-to-device, per-block FSDP, prefetch, grouping, compile, fused
-AdamW, expandable segments, mask-free attention, CUDA graphs, FP8, then the larger micro-batch with
-recompute re-tuned); `--rungs` picks and orders others. Values that depend on the family (the FSDP
+AdamW, the sync-free non-finite check, expandable segments, mask-free attention, the target's
+Inductor settings, CUDA graphs, FP8, then the larger micro-batch with recompute re-tuned); `--rungs` picks and orders others. Values that depend on the family (the FSDP
 grouping, the micro-batch, the recompute stride) come from the target config: `--target`, by
 default the baseline's sibling with "baseline" replaced by "optimised" in its name.
 
@@ -68,8 +68,10 @@ RUNGS: tuple[Rung, ...] = (
     Rung("grouping", "grouping", {"parallel.group": FROM_TARGET}),
     Rung("compile", "torch.compile", {"parallel.compile": True}),
     Rung("fused_adamw", "fused AdamW", {"optim.fused": True}),
+    Rung("deferred_check", "sync-free non-finite check", {"train.nonfinite_check": "deferred"}),
     Rung("expandable_segments", "expandable segments", {"parallel.expandable_segments": True}),
     Rung("mask_free_attention", "mask-free attention", {"parallel.attention": "varlen"}),
+    Rung("inductor", "Inductor settings", {"parallel.inductor": FROM_TARGET}, skip_empty=True),
     Rung("cuda_graphs", "CUDA graphs", {"parallel.cuda_graphs": True}, needs_cuda=True),
     Rung("fp8", "FP8", {"parallel.float8_modules": FROM_TARGET}, needs_cuda=True, parity="rel", skip_empty=True),
     Rung("micro_batch", "larger micro-batch, recompute re-tuned",
