@@ -38,9 +38,9 @@ LOSS_TOL = 1e-5  # fp32, other summation orders (as tests/test_trainkit_train.py
 COMMON = ("output.progress=false", "data.num_workers=0", f"train.steps={STEPS}", "train.micro_batch=2",
           "optim.lr=1e-2", "optim.warmup_steps=0", "optim.schedule=constant", "output.log_every=10")
 BASELINE = ("parallel.fsdp=root", "parallel.frozen=shard", "parallel.prefetch=false",
-            "parallel.ac_stride={lm_layers = 1, dit_blocks = 1}", "data.h2d_dtype=float32", "data.prune_slots=false",
+            "parallel.ac_stride={lm_layers = 1, vl_blocks = 1, dit_blocks = 1}", "data.h2d_dtype=float32", "data.prune_slots=false",
             "optim.fused=false")
-OPTIMISED = ("parallel.fsdp=block", "parallel.frozen=replicate", "parallel.group={lm_layers = 2, dit_blocks = 2}",
+OPTIMISED = ("parallel.fsdp=block", "parallel.frozen=replicate", "parallel.group={lm_layers = 2, vl_blocks = 2, dit_blocks = 2}",
              "parallel.ac_stride={dit_blocks = 2}", "data.h2d_dtype=uint8", "data.prune_slots=true", "optim.fused=true")
 
 
@@ -84,7 +84,7 @@ def test_baseline_equals_optimised_over_20_steps(runs):
     assert max(abs(a - b) for a, b in zip(base, opt)) < LOSS_TOL, (base, opt)
     assert runs["baseline"]["applied"] == ["activation_checkpointing", "fsdp_root"]
     assert runs["optimised"]["applied"] == ["frozen_replicated", "activation_checkpointing", "fsdp_block", "prefetch"]
-    assert runs["optimised"]["units"] == 1 + 2  # trained LLM layers in one unit, 4 DiT blocks in 2; no frozen unit
+    assert runs["optimised"]["units"] == 1 + 1 + 2  # trained LLM layers, VL blocks in one unit each, 4 DiT blocks in 2
 
 
 def test_resume_equals_the_unbroken_run(runs):
@@ -95,15 +95,15 @@ def test_resume_equals_the_unbroken_run(runs):
 
 def test_frozen_units_gather_once_per_step(runs):
     """Sharded frozen units (2 vision, 2 lower LLM) gather in forward only (no_grad: no backward);
-    the 3 trained units twice; the root once: counted as torch.distributed sees them, and as
+    the 4 trained units twice; the root once: counted as torch.distributed sees them, and as
     `trainkit inspect` predicts."""
     from trainkit.estimate.inspect import inspect_model
 
-    expected = 4 * 1 + 3 * 2 + 1
+    expected = 4 * 1 + 4 * 2 + 1
     assert [h["all_gathers_per_step"] for h in runs["sharded_frozen"]["history"]] == [expected, expected]
     assert runs["sharded_frozen"]["all_gathers_per_step"] == expected
     assert inspect_model(runs["cfgs"]["sharded_frozen"], world_size=2)["fsdp"]["all_gathers_per_step"] == expected
-    assert runs["optimised"]["all_gathers_per_step"] == 3 * 2 + 1  # replicated: no frozen unit at all
+    assert runs["optimised"]["all_gathers_per_step"] == 4 * 2 + 1  # replicated: no frozen unit at all
 
 
 def test_frozen_parameters_are_untouched_and_hold_no_optimiser_state(runs, tmp_path):
@@ -145,7 +145,8 @@ def test_frozen_parts_get_no_gradient_and_no_fsdp_unit():
         # replicated: plain tensors outside FSDP (no gather, no reduce); sharded: FSDP holds them
         assert all(isinstance(p, DTensor) == (mode == "shard") for p in frozen), mode
         assert all(isinstance(p, DTensor) for p in model.parameters() if p.requires_grad)
-        assert len(plan.units) == (2 + 2 + 2 + 4 if mode == "shard" else 2 + 4)  # vision, frozen LLM, trained LLM, DiT
+        # vision, frozen LLM, trained LLM, VL self-attention, DiT
+        assert len(plan.units) == (2 + 2 + 2 + 2 + 4 if mode == "shard" else 2 + 2 + 4)
     with pytest.raises(ConfigError, match=r"^parallel\.ac_stride\.vision_blocks: a frozen block list runs under no_grad"):
         parallelize(build_model("gr00t", "tiny"), ParallelConfig(fsdp="none", ac_stride={"vision_blocks": 1}), 1)
 
@@ -162,7 +163,7 @@ def tiny_batch(cfg, b: int = 3, slots: int = 2) -> Gr00tBatch:
     return Gr00tBatch(images=torch.randn(b, slots, 3, cfg.image_height, cfg.image_width, generator=g),
                       image_mask=image_mask, tokens=torch.randint(3, 259, (b, cfg.text_len), generator=g),
                       token_mask=token_mask, state=torch.randn(b, cfg.state_dim, generator=g), actions=actions,
-                      action_mask=mask, noise=noise, time=time)
+                      action_mask=mask, noise=noise, time=time, state_drop=torch.tensor([False, True, False])[:b])
 
 
 def dense_block(block, x, temb, vl, key_keep):
@@ -183,11 +184,16 @@ def dense_block(block, x, temb, vl, key_keep):
     scores = scores.masked_fill(~key_keep[:, None, None, :], float("-inf"))
     attn = (scores.softmax(dim=-1) @ split(v)).transpose(1, 2).reshape(b, s, d)
     x = x + attn @ block.out.weight.T + block.out.bias
-    ff = F.gelu(F.layer_norm(x, (d,), eps=1e-5) @ block.ff_in.weight.T + block.ff_in.bias, approximate="tanh")
-    return x + ff @ block.ff_out.weight.T + block.ff_out.bias
+    ff = F.gelu(F.layer_norm(x, (d,), eps=1e-5) @ block.ff.ff_in.weight.T + block.ff.ff_in.bias, approximate="tanh")
+    return x + ff @ block.ff.ff_out.weight.T + block.ff.ff_out.bias
 
 
 def test_alternating_cross_attention_equals_dense_masks_over_the_vl_sequence():
+    """The model's key masks (`action_head`: text = valid non-image tokens, image = valid image
+    tokens, a missing camera's tokens hidden) through each DiT block, against explicit softmax
+    attention over the whole VL sequence with masks built here."""
+    from trainkit.models.gr00t.model import _keys
+
     torch.manual_seed(0)
     model = build_model("gr00t", "tiny")
     cfg = model.cfg
@@ -202,21 +208,25 @@ def test_alternating_cross_attention_equals_dense_masks_over_the_vl_sequence():
     image_keep = torch.ones(b, n_img, dtype=torch.bool)
     image_keep[0, 4:] = False
     text_keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
-    is_image = torch.arange(n_img + n_txt) < n_img
+    is_image = (torch.arange(n_img + n_txt) < n_img)[None].expand(b, -1)
     full_keep = torch.cat([image_keep, text_keep], dim=1)
     x = torch.randn(b, 1 + cfg.horizon, cfg.dit_width)
     temb = torch.randn(b, cfg.dit_width)
+    masks = {"text": _keys(~is_image & full_keep, ~is_image), "image": _keys(is_image & full_keep, is_image)}
     ours, ref = x, x
     for i, block in enumerate(model.dit_blocks):
         kind = block_context(i)
-        ctx = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}[kind]
-        ours = block(ours, temb, *ctx)
-        keys = {"text": full_keep & ~is_image, "image": full_keep & is_image, "self": None}[kind]  # N1.6's masks
+        ours = block(ours, temb, *((None, None) if kind == "self" else (vl, masks[kind])))
+        keys = {"text": torch.cat([torch.zeros(b, n_img, dtype=torch.bool), text_keep], 1),
+                "image": torch.cat([image_keep, torch.zeros(b, n_txt, dtype=torch.bool)], 1), "self": None}[kind]
         ref = dense_block(block, ref, temb, None if kind == "self" else vl, keys)
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5, msg=lambda m: f"block {i} ({kind}): {m}")
     # the masks matter: attending to text where the image is due changes the output
     wrong = dense_block(model.dit_blocks[2], x, temb, vl, full_keep & ~is_image)
-    assert not torch.allclose(model.dit_blocks[2](x, temb, vl[:, :n_img], image_keep), wrong, atol=1e-3)
+    assert not torch.allclose(model.dit_blocks[2](x, temb, vl, masks["image"]), wrong, atol=1e-3)
+    # a sample without any valid image key attends to every image position, not to nothing (NaN)
+    none = _keys(torch.zeros(1, 4, dtype=torch.bool), torch.tensor([[True, True, False, False]]))
+    assert none.tolist() == [[True, True, False, False]]
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3])
@@ -241,8 +251,12 @@ def test_full_shapes_match_n16_and_the_probe():
     assert round(total / 1e9, 2) == 2.65 and round(trained / 1e9, 2) == 1.30  # probe: 2.64B / 1.30B (vocab 151,680)
     # the probe counts 1.427 TFLOP for 2 cameras, 58 text tokens, 50 actions; this model counts the
     # causal LLM attention in full (the masked kernel computes it), which the probe halves, and
-    # the decoder over all 51 tokens
-    assert flops_per_sample(model.cfg, 2) == pytest.approx(1.427e12, rel=5e-3)
+    # the decoder over all 51 tokens (both within 0.5%); and its cross blocks project and attend
+    # over the whole VL sequence under key masks (as GR00T does), where the probe slices: 8 text
+    # blocks see the 162 image tokens more, 8 image blocks the 58 text tokens, forward + backward
+    c, d, s = model.cfg, model.cfg.dit_width, 51
+    extra = sum(8 * (2 * n * c.lm_width * 2 * d + 4 * s * n * d) for n in (162, 58))
+    assert flops_per_sample(model.cfg, 2) == pytest.approx(1.427e12 + 3 * extra, rel=5e-3)
 
 
 def test_one_rank_without_fsdp_and_frozen_parts_cast_once():

@@ -2,7 +2,8 @@
 the model's shapes), and the batch adapter that adds the host-side extras and builds `Gr00tBatch`
 on the device.
 
-Host side, per batch: the prompt tokens (Gr00tTokenizer) and the flow noise and time, drawn from
+Host side, per batch: the prompt tokens (Gr00tTokenizer), and the flow noise and time and the state
+dropout draw (which samples lose their state features in training), drawn from
 the batch's own CPU generator (seeded by (seed, loader epoch, loader step, rank), so they are the
 same on any device, with any number of workers, after a resume, and outside a CUDA graph that
 replays the step). Device side: the newest frame of each kept slot, the current state and the
@@ -78,7 +79,9 @@ class Gr00tBatches:
         tokens, token_mask = self.tokenizer.encode([self.tasks[i] for i in hb["task_index"].tolist()])
         b, c = hb["action"].shape[0], self.cfg
         noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), generator)
-        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time}
+        state_drop = torch.rand((b,), generator=generator) < c.state_dropout  # as LeRobot's torch.rand(B) < p
+        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time,
+                "state_drop": state_drop}
 
     def model_batch(self, b: HostBatch) -> Gr00tBatch:
         c = self.cfg
@@ -91,4 +94,4 @@ class Gr00tBatches:
         return Gr00tBatch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
                           token_mask=b["token_mask"], state=F.pad(state, (0, c.state_dim - state.shape[-1])),
                           actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
-                          noise=b["noise"], time=b["time"])
+                          noise=b["noise"], time=b["time"], state_drop=b["state_drop"])

@@ -1,14 +1,16 @@
-"""The `gr00t` model: a GR00T-N1.6-shaped VLA (random init): frozen vision-language backbone, trained
-top LLM layers, flow-matching DiT action head (backbone.py, action_head.py; shapes config.py).
+"""The `gr00t` model: GR00T N1.7's action head (action_head.py) on a vision-language backbone
+(backbone.py: a stand-in of N1.7's shapes until the Qwen3-VL backbone lands), shapes config.py,
+checkpoints weights.py.
 
 Forward of one micro-batch:
 1. under `torch.no_grad` (frozen: no autograd graph, so no gradient, no saved activation and no
-   recompute): SigLIP2 tower over each kept slot's image, 2x2 unshuffle, connector, text embedding,
+   recompute): the vision tower over each kept slot's image, 2x2 merge, connector, text embedding,
    and the lower `lm_frozen` LLM layers over [image tokens; text tokens];
-2. the top `lm_trained` LLM layers (`lm_layers`) and the head's LayerNorm on the VL features;
-3. the action head on [state token; noisy action tokens]; loss = masked MSE of the predicted
-   velocity against `actions - noise`, over the real action channels of the real (not padded)
-   steps.
+2. the top `lm_trained` LLM layers (`lm_layers`, none by default), then the head's LayerNorm and
+   VL self-attention blocks (`vl_blocks`) on the VL features;
+3. the action head on [state token (zeroed for the batch's `state_drop` samples in training);
+   noisy action tokens]; loss = masked MSE of the predicted velocity against `actions - noise`,
+   over the real action channels of the real (not padded) steps.
 GR00T's flow convention (the opposite of Pi0.5's): x_t = (1 - t) noise + t actions, t in [0, 0.999),
 drawn as t = (1 - Beta(1.5, 1)) x 0.999 (`sample_flow`); the embeddings see floor(t x 1000).
 Noise and time come in the batch, so the loss is a pure function of (weights, batch), and a CUDA
@@ -23,7 +25,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn as nn
 
-from trainkit.models.gr00t.action_head import ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, block_context
+from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
+                                               block_context)
 from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
 from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
 from trainkit.models.layers import SiglipBlock, rope_tables, seeded_normal_
@@ -41,6 +44,7 @@ class Gr00tBatch:
     action_mask: torch.Tensor   # (B, horizon, action_dim) bool: real channel of a real (not padded) step
     noise: torch.Tensor         # (B, horizon, action_dim) float32 flow noise (sample_flow)
     time: torch.Tensor          # (B,) float32 flow time in [0, 0.999) (sample_flow)
+    state_drop: torch.Tensor    # (B,) bool: the sample's state features are zeroed in training (state dropout)
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Gr00tBatch:
         """The same batch with every tensor on `device` (dtypes unchanged)."""
@@ -73,21 +77,22 @@ def sample_actions(model: nn.Module, batch: Gr00tBatch, noise: torch.Tensor, ste
     (its bucket floor(t_i x time_buckets): 0, 250, 500, 750 at 4 steps), x <- x + dt * v(x, t_i).
     Returns the normalised action chunk (B, horizon, action_dim) fp32. The batch's actions, action
     mask, noise and time are not read."""
-    vl, image_keep = model.conditioning(batch)
+    vl, image_mask, keep = model.conditioning(batch)
     dt = 1.0 / steps
     x = noise.float()
     for i in range(steps):
         t = torch.full((x.shape[0],), i / steps, dtype=torch.float32, device=x.device)
-        x = x + dt * model.action_head(vl, image_keep, batch.token_mask, replace(batch, time=t), x_t=x)[0]
+        x = x + dt * model.action_head(vl, image_mask, keep, replace(batch, time=t), x_t=x)[0]
     return x
 
 
 class Gr00t(nn.Module):
-    """GR00T-N1.6-shaped VLA. Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen` (frozen),
-    `lm_layers` (the trained top LLM layers), `dit_blocks`. The root's own frozen parts (patch
-    embedding, vision positions and norm, connector, text embedding) are frozen here (FROZEN_ROOT)."""
+    """GR00T N1.7 (n16 presets: N1.6-shaped). Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen`
+    (frozen), `lm_layers` (the trained top LLM layers; empty by default), `vl_blocks`, `dit_blocks`.
+    The root's own frozen parts (patch embedding, vision positions and norm, connector, text
+    embedding) are frozen here (FROZEN_ROOT)."""
 
-    BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "dit_blocks")
+    BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "vl_blocks", "dit_blocks")
     FROZEN_ROOT = ("patch_embed", "vision_pos", "vision_norm", "connector", "embed")
 
     def __init__(self, cfg: Gr00tConfig):
@@ -105,12 +110,14 @@ class Gr00t(nn.Module):
         self.lm_frozen = nn.ModuleList(layer() for _ in range(cfg.lm_frozen))
         self.lm_layers = nn.ModuleList(layer() for _ in range(cfg.lm_trained))
         self.vl_norm = nn.LayerNorm(lw)  # the head's `vlln`
+        self.vl_blocks = nn.ModuleList(VLBlock(lw, cfg.vl_heads, cfg.dropout) for _ in range(cfg.vl_layers))
         self.time_embed = TimeEmbedding(dw)
         self.state_encoder = MLP2(cfg.state_dim, cfg.head_hidden, dw)
         self.action_encoder = ActionEncoder(cfg.action_dim, dw)
         self.action_pos = nn.Embedding(cfg.max_positions, dw)
         self.dit_blocks = nn.ModuleList(
-            DiTBlock(dw, cfg.dit_heads, cfg.dit_ff, 0 if block_context(i) == "self" else lw) for i in range(cfg.dit_depth))
+            DiTBlock(dw, cfg.dit_heads, cfg.dit_ff, 0 if block_context(i) == "self" else lw, cfg.dropout)
+            for i in range(cfg.dit_depth))
         self.dit_out = OutputHead(dw, cfg.head_hidden)
         self.action_decoder = MLP2(cfg.head_hidden, cfg.head_hidden, cfg.action_dim)
         for name in self.FROZEN_ROOT:
@@ -163,38 +170,51 @@ class Gr00t(nn.Module):
             h = layer(h, cos, sin, mask)
         return h, keep
 
-    def action_head(self, vl: torch.Tensor, image_keep: torch.Tensor, text_keep: torch.Tensor,
-                    batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(predicted velocity, target) (B, horizon, action_dim) fp32 from VL features laid out as
-        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time.
-        `x_t` given (the sampler): the velocity at these noisy actions, and no target (None)."""
+    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, batch: Gr00tBatch,
+                    x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(predicted velocity, target) (B, horizon, action_dim) fp32 from the backbone's features vl
+        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool) and which are valid
+        (keep (B, T) bool: LeRobot's backbone_attention_mask), and the batch's state, actions, noise,
+        time and state dropout. `x_t` given (the sampler): the velocity at these noisy actions, and no
+        target (None)."""
         cfg = self.cfg
         vl = self.vl_norm(vl)
-        n_img = image_keep.shape[1]
-        context = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}
+        vl_keep = keep | ~image_mask  # text padding stays visible as in LeRobot; a missing camera's tokens do not
+        for block in self.vl_blocks:
+            vl = block(vl, vl_keep)
+        context = {"text": (vl, _keys(~image_mask & keep, ~image_mask)), "image": (vl, _keys(image_mask & keep, image_mask)),
+                   "self": (None, None)}
         target = None
         if x_t is None:
             x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
         buckets = (batch.time.float() * cfg.time_buckets).long()
-        dtype = self.action_encoder.w1.weight.dtype
+        dtype = self.action_encoder.W1.weight.dtype
         temb = self.time_embed(buckets)
         actions = self.action_encoder(x_t.to(dtype), buckets) + self.action_pos.weight[: cfg.horizon].to(dtype)
-        x = torch.cat([self.state_encoder(batch.state.to(dtype))[:, None], actions], dim=1)
+        state = self.state_encoder(batch.state.to(dtype))[:, None]
+        if self.training and cfg.state_dropout > 0:
+            state = state * (~batch.state_drop)[:, None, None].to(state.dtype)
+        x = torch.cat([state, actions], dim=1)
         for i, block in enumerate(self.dit_blocks):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
-    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the action head attends to: the VL features (vl_features) and the valid image keys."""
+    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the action head reads: the VL features (vl_features, laid out [image tokens; text
+        tokens]), which positions are image tokens, and which are valid, each (B, T)."""
         vl, keep = self.vl_features(batch)
-        image_keep = keep[:, :batch.images.shape[1] * self.cfg.tokens_per_image]
-        # a sample with no image: all (zero) keys, not NaN
-        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)
-        return vl, image_keep
+        n_img = batch.images.shape[1] * self.cfg.tokens_per_image
+        image_mask = (torch.arange(keep.shape[1], device=keep.device) < n_img)[None].expand_as(keep)
+        return vl, image_mask, keep
 
     def forward(self, batch: Gr00tBatch) -> torch.Tensor:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
-        vl, image_keep = self.conditioning(batch)
-        pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
+        pred, target = self.action_head(*self.conditioning(batch), batch)
         weight = batch.action_mask.float()
         return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
+
+
+def _keys(keys: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
+    """A cross-attention's valid keys (B, T); a sample with none (no camera) attends to every position
+    of the kind (zero images' tokens), not to nothing (NaN); LeRobot's samples always have one."""
+    return keys | (kind & ~keys.any(dim=1, keepdim=True))

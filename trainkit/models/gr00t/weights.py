@@ -1,0 +1,237 @@
+"""The `gr00t` family's mapping to GR00T N1.7 checkpoints, both ways: Isaac-GR00T's (`GR00TN17`'s
+`save_pretrained`, the published `nvidia/GR00T-N1.7-3B` and its fine-tunes) and LeRobot 0.6.1's
+(`GrootPolicy`: the same names under `_groot_model.`).
+
+Layouts (detected from the keys): "isaac": `action_head.*` and `backbone.model.*`; "lerobot":
+`_groot_model.action_head.*` and `_groot_model.backbone.model.*`.
+What the mapping does (checked against LeRobot 0.6.1 by tests/test_gr00t_oracle.py):
+- per-embodiment layers (`CategorySpecificLinear`: W (embodiments, in, out), b (embodiments, out))
+  load one embodiment's slice, `model.embodiment` (LeRobot's "new_embodiment" is 10); an export
+  writes the full tensors back: the other slots from the checkpoint the run started from
+  (`model.init_from`), zeros when it started from scratch;
+- the self-attention q/k/v (VL blocks, the DiT's odd blocks) are fused here (`qkv`), and a cross
+  block's k/v (`kv`): rows concatenated;
+- the backbone's parameters (`backbone.*` of the model) are the checkpoint's under
+  `backbone.model.`, names unchanged. Not read: the LLM layers from `select_layer` on, its final
+  norm and the tied `lm_head` (the features are taken before them; a checkpoint has none of the
+  deleted layers).
+The model's shape comes from config.json (`config_from_checkpoint`): Isaac-GR00T's class defaults
+and LeRobot's disagree (select_layer, DiT depth, VL self-attention blocks, state dropout), so the
+checkpoint's own values decide, each checked against the tensors where they hold it.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import torch
+
+from trainkit.errors import WeightsError
+from trainkit.models.family import CheckpointFiles, Fixed
+from trainkit.models.gr00t.action_head import block_context
+from trainkit.models.gr00t.config import Gr00tConfig
+
+FORMATS = ("isaac", "lerobot")
+PREFIX = {"isaac": "", "lerobot": "_groot_model."}
+H = "action_head."
+DIT = H + "model."
+VL = H + "vl_self_attention.transformer_blocks."
+BACKBONE = "backbone.model."  # + the backbone module's own parameter names
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One trainkit parameter from checkpoint tensors. op "copy": the one source; "cat": the sources'
+    rows concatenated (`rows` splits them again on export); "slice": row `embodiment` of the one
+    per-embodiment source."""
+
+    target: str
+    sources: tuple[str, ...]
+    op: Literal["copy", "cat", "slice"] = "copy"
+    rows: tuple[int, ...] = ()
+    embodiment: int = 0
+
+    def gather(self, tensors: list[torch.Tensor], *, gradient: bool = False) -> torch.Tensor:
+        """The trainkit tensor from the sources' tensors (`gradient`: the same map, gradients are linear in it)."""
+        if self.op == "slice":
+            return tensors[0][self.embodiment]
+        return torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0]
+
+    def scatter(self, value: torch.Tensor, base: Mapping[str, torch.Tensor],
+                slots: int) -> dict[str, torch.Tensor]:
+        """The sources' tensors from the trainkit tensor; "slice": `base`'s full tensor (zeros of
+        `slots` rows when it lacks one) with this embodiment's row replaced."""
+        if self.op == "slice":
+            key = self.sources[0]
+            full = base[key].to(value.dtype).clone() if key in base else value.new_zeros((slots, *value.shape))
+            full[self.embodiment] = value
+            return {key: full}
+        return dict(zip(self.sources, value.split(list(self.rows), dim=0) if self.rows else [value]))
+
+
+def _linear(target: str, source: str) -> list[Rule]:
+    return [Rule(f"{target}.{w}", (f"{source}.{w}",)) for w in ("weight", "bias")]
+
+
+def _per_embodiment(target: str, source: str, e: int) -> list[Rule]:
+    return [Rule(f"{target}.weight", (f"{source}.W",), "slice", embodiment=e),
+            Rule(f"{target}.bias", (f"{source}.b",), "slice", embodiment=e)]
+
+
+def _attention(target: str, source: str, kinds: str, width: int) -> list[Rule]:
+    """q/k/v (`kinds` "qkv" fused, or "kv") of a diffusers Attention `source` (attn1)."""
+    return [Rule(f"{target}.{w}", tuple(f"{source}.to_{k}.{w}" for k in kinds), "cat", rows=(width,) * len(kinds))
+            for w in ("weight", "bias")]
+
+
+def head_rules(cfg: Gr00tConfig) -> list[Rule]:
+    """Every head parameter's rule (names without the format's prefix)."""
+    e, lw, dw = cfg.embodiment, cfg.lm_width, cfg.dit_width
+    out = _linear("vl_norm", H + "vlln")
+    for i in range(cfg.vl_layers):
+        src, dst = f"{VL}{i}.", f"vl_blocks.{i}."
+        out += (_linear(dst + "norm1", src + "norm1") + _attention(dst + "qkv", src + "attn1", "qkv", lw)
+                + _linear(dst + "out", src + "attn1.to_out.0") + _linear(dst + "norm3", src + "norm3")
+                + _linear(dst + "ff.ff_in", src + "ff.net.0.proj") + _linear(dst + "ff.ff_out", src + "ff.net.2"))
+    out += (_linear("time_embed.fc1", DIT + "timestep_encoder.timestep_embedder.linear_1")
+            + _linear("time_embed.fc2", DIT + "timestep_encoder.timestep_embedder.linear_2"))
+    for name in ("state_encoder.layer1", "state_encoder.layer2", "action_encoder.W1", "action_encoder.W2",
+                 "action_encoder.W3", "action_decoder.layer1", "action_decoder.layer2"):
+        out += _per_embodiment(name, H + name, e)
+    out.append(Rule("action_pos.weight", (H + "position_embedding.weight",)))
+    for i in range(cfg.dit_depth):
+        src, dst = f"{DIT}transformer_blocks.{i}.", f"dit_blocks.{i}."
+        out += _linear(dst + "ada", src + "norm1.linear")
+        if block_context(i) == "self":
+            out += _attention(dst + "qkv", src + "attn1", "qkv", dw)
+        else:
+            out += [Rule(f"{dst}q.{w}", (f"{src}attn1.to_q.{w}",)) for w in ("weight", "bias")]
+            out += _attention(dst + "kv", src + "attn1", "kv", dw)
+        out += (_linear(dst + "out", src + "attn1.to_out.0") + _linear(dst + "ff.ff_in", src + "ff.net.0.proj")
+                + _linear(dst + "ff.ff_out", src + "ff.net.2"))
+    return out + _linear("dit_out.ada", DIT + "proj_out_1") + _linear("dit_out.proj", DIT + "proj_out_2")
+
+
+def backbone_rules(names: Collection[str]) -> list[Rule]:
+    """The backbone's parameters (the model's `backbone.*`): the checkpoint's under `backbone.model.`."""
+    return [Rule(n, (BACKBONE + n.removeprefix("backbone."),)) for n in sorted(names) if n.startswith("backbone.")]
+
+
+def detect(keys: Collection[str]) -> str:
+    """The format of a checkpoint with these keys; WeightsError naming a key if neither."""
+    if any(k.startswith(PREFIX["lerobot"] + H) for k in keys):
+        return "lerobot"
+    if any(k.startswith(H) for k in keys):
+        return "isaac"
+    first = min(keys, default="(none)")
+    raise WeightsError(f"not a GR00T N1.7 checkpoint: no key starts with {H!r} (Isaac-GR00T) or "
+                       f"{PREFIX['lerobot'] + H!r} (LeRobot); first key {first!r}")
+
+
+def rules(cfg: Gr00tConfig, backbone: Collection[str] = ()) -> list[Rule]:
+    """Every parameter's rule: the head's and the backbone's (`backbone`: the model's parameter names)."""
+    return head_rules(cfg) + backbone_rules(backbone)
+
+
+def read_plan(cfg: Gr00tConfig, keys: Collection[str], backbone: Collection[str] = ()) -> tuple[str, list[Rule]]:
+    """(format, rules with full key names) for a checkpoint holding `keys`."""
+    fmt = detect(keys)
+    return fmt, [replace(r, sources=tuple(PREFIX[fmt] + s for s in r.sources)) for r in rules(cfg, backbone)]
+
+
+def export_tensors(cfg: Gr00tConfig, state: Mapping[str, torch.Tensor], fmt: str,
+                   base: Mapping[str, torch.Tensor] = {}) -> dict[str, torch.Tensor]:
+    """The checkpoint tensors of format `fmt` from trainkit's state dict; `base`: the start
+    checkpoint's per-embodiment tensors (full keys of that format), whose other slots are kept."""
+    if fmt not in FORMATS:
+        raise WeightsError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    prefix, out = PREFIX[fmt], {}
+    for rule in rules(cfg, [n for n in state if n.startswith("backbone.")]):
+        rule = replace(rule, sources=tuple(prefix + s for s in rule.sources))
+        out.update(rule.scatter(state[rule.target], base, cfg.embodiments))
+    return out
+
+
+def per_embodiment_keys(cfg: Gr00tConfig, fmt: str) -> list[str]:
+    """The full keys of the per-embodiment tensors (what an export takes from its start checkpoint)."""
+    return [PREFIX[fmt] + r.sources[0] for r in head_rules(cfg) if r.op == "slice"]
+
+
+# --- the model's shape from a checkpoint (model.init_from) ------------------------------------------
+# config.json key (Isaac-GR00T's Gr00tN1d7 config, as LeRobot's GR00TN17Config mirrors it) -> Gr00tConfig field
+CONFIG_KEYS = {"select_layer": "lm_depth", "max_state_dim": "state_dim", "max_action_dim": "action_dim",
+               "action_horizon": "horizon", "hidden_size": "head_hidden", "input_embedding_dim": "dit_width",
+               "backbone_embedding_dim": "lm_width", "max_seq_len": "max_positions",
+               "num_timestep_buckets": "time_buckets", "max_num_embodiments": "embodiments",
+               "tune_top_llm_layers": "lm_trained"}
+PROBABILITIES = {"state_dropout_prob": "state_dropout"}
+NESTED = {"diffusion_model_cfg": {"num_layers": "dit_depth", "num_attention_heads": "dit_heads", "dropout": "dropout"},
+          "vl_self_attention_cfg": {"num_layers": "vl_layers", "num_attention_heads": "vl_heads",
+                                    "attention_head_dim": "vl_head_dim"}}
+
+
+def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Mapping[str, Any]) -> Fixed:
+    """Every Gr00tConfig field the checkpoint's config.json fixes, with where it says so, each
+    checked against the tensors that hold it (state, action and embodiment counts, widths, depths)."""
+    config = ckpt.config
+    if not any(k in config for k in ("select_layer", "action_head_cfg", "diffusion_model_cfg")):
+        raise WeightsError("not a GR00T N1.7 config: it has no select_layer / diffusion_model_cfg", "config.json")
+    out: Fixed = {}
+    for key, name in CONFIG_KEYS.items():
+        if key in config:
+            out[name] = (_count(config, key, zero=name == "lm_trained"), f"config.json {key}")
+    for key, name in PROBABILITIES.items():
+        if key in config:
+            out[name] = (_probability(config, key), f"config.json {key}")
+    for group, keys in NESTED.items():
+        sub = config.get(group)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise WeightsError(f"{group} is {type(sub).__name__}, not an object", "config.json")
+        for key, name in keys.items():
+            if key in sub:
+                where = f"config.json {group}.{key}"
+                out[name] = (_probability(sub, key) if name == "dropout" else _count(sub, key, zero=name == "vl_layers"),
+                             where)
+    if "dit_width" in out:
+        out["dit_ff"] = (4 * out["dit_width"][0], "4 x config.json input_embedding_dim (diffusers' FeedForward)")
+    _check_tensors(ckpt.shapes, out)
+    return out
+
+
+def _check_tensors(shapes: Mapping[str, tuple[int, ...]], out: Fixed) -> None:
+    """config.json's values against the per-embodiment tensors' and the block counts'."""
+    prefix = PREFIX[detect(shapes)]
+    checks = ((H + "state_encoder.layer1.W", {0: "embodiments", 1: "state_dim", 2: "head_hidden"}),
+              (H + "action_encoder.W1.W", {0: "embodiments", 1: "action_dim", 2: "dit_width"}),
+              (H + "action_decoder.layer2.W", {2: "action_dim"}))
+    for key, dims in checks:
+        shape = shapes.get(prefix + key)
+        if shape is None:
+            raise WeightsError(f"missing key {prefix + key!r} (the model's shape is checked against it)")
+        for dim, name in dims.items():
+            if name in out and (len(shape) != 3 or shape[dim] != out[name][0]):
+                raise WeightsError(f"{out[name][1]} is {out[name][0]}, but tensor {prefix + key!r} has shape "
+                                   f"{list(shape)}")
+    for name, start in (("dit_depth", DIT + "transformer_blocks."), ("vl_layers", VL)):
+        found = {int(m.group(1)) for k in shapes if (m := re.match(re.escape(prefix + start) + r"(\d+)\.", k))}
+        if name in out and len(found) != out[name][0]:
+            raise WeightsError(f"{out[name][1]} is {out[name][0]}, but the checkpoint holds {len(found)} blocks "
+                               f"under {prefix + start!r}")
+
+
+def _count(config: Mapping[str, Any], key: str, zero: bool = False) -> int:
+    value = config[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
+        raise WeightsError(f"{key} is {value!r}, not a {'non-negative' if zero else 'positive'} integer", "config.json")
+    return value
+
+
+def _probability(config: Mapping[str, Any], key: str) -> float:
+    value = config[key]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise WeightsError(f"{key} is {value!r}, not a probability in [0, 1)", "config.json")
+    return float(value)
