@@ -41,7 +41,7 @@ def trained_forward(cfg: Gr00tConfig, n_slots: int) -> int:
     token, padding included: it takes no mask but a missing camera's) and the action head."""
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     s, dw, ff, hh, h = 1 + cfg.horizon, cfg.dit_width, cfg.dit_ff, cfg.head_hidden, cfg.horizon
-    contexts = {"text": vl, "image": vl}  # key masks over the whole VL sequence (images sit inline in N1.7's)
+    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image}  # model.split_context
     dit = 0
     for i in range(cfg.dit_depth):
         kind = block_context(i)
@@ -90,7 +90,7 @@ def activations(cfg: Gr00tConfig, n_slots: int) -> Activations:
     s, dw = 1 + cfg.horizon, cfg.dit_width
     qd = cfg.heads_q * cfg.head_dim
     lm = (vl * (6 * cfg.lm_width + 4 * qd + 4 * cfg.lm_mlp), vl * cfg.lm_width)
-    contexts = {"text": vl, "image": vl, "self": 0}
+    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image, "self": 0}
     dit = [(s * (8 * dw + 2 * cfg.dit_ff) + 2 * contexts[block_context(i)] * dw, s * dw) for i in range(cfg.dit_depth)]
     vl_block = (vl * (8 * cfg.lm_width + 2 * 4 * cfg.lm_width), vl * cfg.lm_width)
     return Activations(blocks={"vision_blocks": [(0, 0)] * cfg.vision_depth, "lm_frozen": [(0, 0)] * cfg.lm_frozen,

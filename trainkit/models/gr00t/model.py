@@ -77,12 +77,12 @@ def sample_actions(model: nn.Module, batch: Gr00tBatch, noise: torch.Tensor, ste
     (its bucket floor(t_i x time_buckets): 0, 250, 500, 750 at 4 steps), x <- x + dt * v(x, t_i).
     Returns the normalised action chunk (B, horizon, action_dim) fp32. The batch's actions, action
     mask, noise and time are not read."""
-    vl, image_mask, keep = model.conditioning(batch)
+    context = model.conditioning(batch)
     dt = 1.0 / steps
     x = noise.float()
     for i in range(steps):
         t = torch.full((x.shape[0],), i / steps, dtype=torch.float32, device=x.device)
-        x = x + dt * model.action_head(vl, image_mask, keep, replace(batch, time=t), x_t=x)[0]
+        x = x + dt * model.action_head(*context, replace(batch, time=t), x_t=x)[0]
     return x
 
 
@@ -170,20 +170,20 @@ class Gr00t(nn.Module):
             h = layer(h, cos, sin, mask)
         return h, keep
 
-    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, batch: Gr00tBatch,
-                    x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, n_image: int,
+                    batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(predicted velocity, target) (B, horizon, action_dim) fp32 from the backbone's features vl
-        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool) and which are valid
-        (keep (B, T) bool: LeRobot's backbone_attention_mask), and the batch's state, actions, noise,
-        time and state dropout. `x_t` given (the sampler): the velocity at these noisy actions, and no
-        target (None)."""
+        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool, `n_image` per sample)
+        and which are valid (keep (B, T) bool: LeRobot's backbone_attention_mask), and the batch's
+        state, actions, noise, time and state dropout. `x_t` given (the sampler): the velocity at these
+        noisy actions, and no target (None)."""
         cfg = self.cfg
         vl = self.vl_norm(vl)
         vl_keep = keep | ~image_mask  # text padding stays visible as in LeRobot; a missing camera's tokens do not
         for block in self.vl_blocks:
             vl = block(vl, vl_keep)
-        context = {"text": (vl, _keys(~image_mask & keep, ~image_mask)), "image": (vl, _keys(image_mask & keep, image_mask)),
-                   "self": (None, None)}
+        text, image = split_context(vl, image_mask, keep, n_image)
+        context = {"text": text, "image": image, "self": (None, None)}
         target = None
         if x_t is None:
             x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
@@ -199,13 +199,14 @@ class Gr00t(nn.Module):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
-    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """What the action head reads: the VL features (vl_features, laid out [image tokens; text
-        tokens]), which positions are image tokens, and which are valid, each (B, T)."""
+        tokens]), which positions are image tokens and which are valid, each (B, T), and the image
+        tokens per sample."""
         vl, keep = self.vl_features(batch)
-        n_img = batch.images.shape[1] * self.cfg.tokens_per_image
-        image_mask = (torch.arange(keep.shape[1], device=keep.device) < n_img)[None].expand_as(keep)
-        return vl, image_mask, keep
+        n_image = batch.images.shape[1] * self.cfg.tokens_per_image
+        image_mask = (torch.arange(keep.shape[1], device=keep.device) < n_image)[None].expand_as(keep)
+        return vl, image_mask, keep, n_image
 
     def forward(self, batch: Gr00tBatch) -> torch.Tensor:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
@@ -214,7 +215,21 @@ class Gr00t(nn.Module):
         return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
 
 
-def _keys(keys: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
-    """A cross-attention's valid keys (B, T); a sample with none (no camera) attends to every position
-    of the kind (zero images' tokens), not to nothing (NaN); LeRobot's samples always have one."""
-    return keys | (kind & ~keys.any(dim=1, keepdim=True))
+def split_context(vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor,
+                  n_image: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """((text tokens, their valid keys), (image tokens, their valid keys)) of a VL sequence whose
+    samples each hold `n_image` image tokens anywhere in it (N1.7's chat layout puts them inline):
+    a stable sort brings each sample's text positions first and its image positions last, both in
+    sequence order. Attention over these equals LeRobot's over the whole sequence under the key
+    masks `~image_mask & keep` and `image_mask & keep` (a masked key adds nothing), at the cost of
+    the keys it reads: the K/V projections of a cross block run over its own tokens only. A sample
+    with no valid key of a kind (no camera) attends to all of that kind's (zero images' tokens), not
+    to nothing (NaN); LeRobot's samples always have one."""
+    order = torch.argsort(image_mask.to(torch.uint8), dim=1, stable=True)
+    tokens = torch.gather(vl, 1, order[..., None].expand(-1, -1, vl.shape[-1]))
+    valid = torch.gather(keep, 1, order)
+    t = vl.shape[1] - n_image
+    out = []
+    for part, ok in ((tokens[:, :t], valid[:, :t]), (tokens[:, t:], valid[:, t:])):
+        out.append((part, ok | ~ok.any(dim=1, keepdim=True)))
+    return out[0], out[1]

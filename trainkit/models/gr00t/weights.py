@@ -235,3 +235,23 @@ def _probability(config: Mapping[str, Any], key: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
         raise WeightsError(f"{key} is {value!r}, not a probability in [0, 1)", "config.json")
     return float(value)
+
+
+def n17_config(cfg: Gr00tConfig) -> dict[str, Any]:
+    """The head's part of Isaac-GR00T's / LeRobot's `GR00TN17Config` at this model's shapes (what
+    config.json holds and `config_from_checkpoint` reads back)."""
+    return {"backbone_embedding_dim": cfg.lm_width, "select_layer": cfg.lm_depth, "tune_top_llm_layers": cfg.lm_trained,
+            "max_state_dim": cfg.state_dim, "max_action_dim": cfg.action_dim, "action_horizon": cfg.horizon,
+            "hidden_size": cfg.head_hidden, "input_embedding_dim": cfg.dit_width, "state_history_length": 1,
+            "add_pos_embed": True, "max_seq_len": cfg.max_positions, "use_vlln": True, "use_alternate_vl_dit": True,
+            "attend_text_every_n_blocks": 2, "state_dropout_prob": cfg.state_dropout,
+            "max_num_embodiments": cfg.embodiments, "noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999,
+            "num_timestep_buckets": cfg.time_buckets, "num_inference_timesteps": 4,
+            "vl_self_attention_cfg": {"positional_embeddings": None, "num_layers": cfg.vl_layers,
+                                      "num_attention_heads": cfg.vl_heads, "attention_head_dim": cfg.vl_head_dim,
+                                      "dropout": cfg.dropout, "final_dropout": True},
+            "diffusion_model_cfg": {"positional_embeddings": None, "num_layers": cfg.dit_depth,
+                                    "num_attention_heads": cfg.dit_heads,
+                                    "attention_head_dim": cfg.dit_width // cfg.dit_heads, "norm_type": "ada_norm",
+                                    "dropout": cfg.dropout, "final_dropout": True, "output_dim": cfg.head_hidden,
+                                    "interleave_self_attention": True}}
