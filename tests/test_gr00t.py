@@ -298,3 +298,30 @@ def test_cuda_graphs_give_the_eager_losses(shards_rgb, tmp_path):  # noqa: F811
     graphed = run(config(shards_rgb, tmp_path / "graphed", *sets, "parallel.cuda_graphs=true"))
     assert "cuda_graphs" in graphed.plan.applied
     assert max(abs(eager[s] - graphed.losses[s]) for s in range(8)) < 1e-4, (eager, graphed.losses)
+
+
+def test_dropout_is_on_in_training_only_and_recompute_replays_its_masks():
+    """N1.7's dropout (0.2 in n17, here 0.3): two training forwards differ, eval ones are equal; a
+    block recomputed in backward (activation checkpointing) sees the forward's masks, so the
+    gradients equal the unwrapped model's on the same RNG stream, bit for bit."""
+    from trainkit.parallel.activation_checkpoint import apply_ac
+
+    def grads(ac: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = build_model("gr00t", "tiny", {"dropout": 0.3})
+        if ac:
+            apply_ac(model, {"vl_blocks": 1, "dit_blocks": 1})
+        torch.manual_seed(5)
+        model(tiny_batch(model.cfg)).backward()
+        return {n.replace("._checkpoint_wrapped_module", ""): p.grad for n, p in model.named_parameters()
+                if p.grad is not None}
+
+    plain, wrapped = grads(False), grads(True)
+    assert plain.keys() == wrapped.keys() and all(torch.equal(plain[k], wrapped[k]) for k in plain)
+    torch.manual_seed(0)
+    model = build_model("gr00t", "tiny", {"dropout": 0.3})
+    batch = tiny_batch(model.cfg)
+    with torch.no_grad():
+        assert model(batch) != model(batch)
+        model.eval()
+        assert model(batch) == model(batch)

@@ -124,6 +124,12 @@ class Gr00t(nn.Module):
             getattr(self, name).requires_grad_(False)
         self.init_weights()
 
+    @property
+    def recompute_rng(self) -> bool:
+        """Its blocks draw dropout masks in training: a recompute must replay the forward's RNG state
+        (trainkit/parallel/activation_checkpoint.py)."""
+        return self.cfg.dropout > 0
+
     @torch.no_grad()
     def init_weights(self) -> None:
         """(Re-)initialise every parameter from the seed of the global torch RNG: matrices,
