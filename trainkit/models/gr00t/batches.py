@@ -21,49 +21,29 @@ from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
-from trainkit.models.gr00t.config import Gr00tConfig, n16_resolution
+from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.model import Gr00tBatch, sample_flow
 from trainkit.models.gr00t.tokenizer import Gr00tTokenizer
 
 
 def gr00t_config(**kw: Any) -> LoaderConfig:
-    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
-    16 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
-    device resize to N1.6's image size."""
-    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
+    """GR00T-N1.7-shaped samples: the current frame of each slot (2-3 cameras), the current state,
+    40 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
+    device resize to the model's view size."""
+    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 40, "norm": "quantile",
                            **kw})
 
 
 def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
     """`gr00t_config` at this model's shapes: `cfg.horizon` actions, each camera view of another size
-    stretched on the device to (image_height, image_width) (bilinear, antialiased; every view from its
-    own stored size). That size must be N1.6's for each camera's frames (n16_resolution): a 4:3
-    dataset needs model.image_width = 336, and cameras of one aspect ratio (120x160 and 96x128) share
-    it. `kw`: the trainer's loader settings. Without the shard index (`trainkit inspect` with no
-    shards) the frames' size is unknown: the resize is kept and N1.6's rule is not checked."""
+    resized on the device to (image_height, image_width) (bilinear, antialiased; N1.7 trains every view
+    at 256x256, whatever the camera's aspect ratio). `kw`: the trainer's loader settings. Without the
+    shard index (`trainkit inspect` with no shards) the resize is kept."""
     size = (cfg.image_height, cfg.image_width)
     if index is None:
         return gr00t_config(action_horizon=cfg.horizon, resize=size, **kw)
     stored = view_sizes(index, kw.get("slots") or ())
-    if cfg.patch == 14:  # the N1.6 patch size: hold every camera to N1.6's rule
-        _check_n16(size, stored)
     return gr00t_config(action_horizon=cfg.horizon, resize=None if set(stored.values()) <= {size} else size, **kw)
-
-
-def _check_n16(size: tuple[int, int], stored: dict[str, tuple[int, int]]) -> None:
-    """ModelConfigError unless every camera trains at `size` in N1.6, saying what to set."""
-    want = {cam: n16_resolution(*hw) for cam, hw in stored.items()}
-    if set(want.values()) <= {size}:
-        return
-    if len(set(want.values())) == 1:
-        (h, w), = set(want.values())
-        frames = ", ".join(sorted({f"{fh}x{fw}" for fh, fw in stored.values()}))
-        raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: frames of {frames} train at "
-                               f"{h}x{w} in N1.6 (set model.image_height={h} model.image_width={w})")
-    sizes = ", ".join(f"{cam} {hw[0]}x{hw[1]} -> {want[cam][0]}x{want[cam][1]}" for cam, hw in stored.items())
-    raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: the cameras train at different N1.6 "
-                           f"sizes ({sizes}); one model size serves every view: map cameras of one aspect ratio "
-                           "in data.slots, or convert with `datakit convert --resize HxW`")
 
 
 class Gr00tBatches:

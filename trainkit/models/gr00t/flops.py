@@ -8,7 +8,7 @@ from __future__ import annotations
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations
 from trainkit.models.gr00t.action_head import TIME_FEATURES, block_context
-from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
+from trainkit.models.gr00t.config import Gr00tConfig
 
 
 def tokens_per_sample(cfg: Gr00tConfig, n_slots: int) -> dict[str, int]:
@@ -27,11 +27,13 @@ def lm_layer_flops(cfg: Gr00tConfig, t: int) -> int:
 
 
 def frozen_forward(cfg: Gr00tConfig, n_slots: int) -> int:
-    """Forward FLOPs of the frozen parts: tower, connector, lower LLM layers."""
+    """Forward FLOPs of the frozen parts: the ViT (its patch embedding is one frame's: the temporal
+    kernel is summed), the merger and the deepstack mergers, the lower LLM layers."""
     p, d, t = cfg.patches_per_image, cfg.vision_width, cfg.tokens_per_image
     tower = (2 * p * 3 * cfg.patch ** 2 * d
              + cfg.vision_depth * (2 * p * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * p * p * d))
-    connector = 2 * t * (UNSHUFFLE ** 2 * d * cfg.lm_width + cfg.lm_width ** 2)
+    merged = cfg.merge ** 2 * d
+    connector = (1 + len(cfg.deepstack)) * 2 * t * (merged * merged + merged * cfg.lm_width)
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     return n_slots * (tower + connector) + cfg.lm_frozen * lm_layer_flops(cfg, vl)
 

@@ -1,11 +1,11 @@
-"""The `gr00t` model: GR00T N1.7's action head (action_head.py) on a vision-language backbone
-(backbone.py: a stand-in of N1.7's shapes until the Qwen3-VL backbone lands), shapes config.py,
-checkpoints weights.py.
+"""The `gr00t` model: GR00T N1.7, its Qwen3-VL backbone (qwen3_vl_*.py, mrope.py) and its action head
+(action_head.py); shapes config.py, checkpoints weights.py.
 
 Forward of one micro-batch:
 1. under `torch.no_grad` (frozen: no autograd graph, so no gradient, no saved activation and no
-   recompute): the vision tower over each kept slot's image, 2x2 merge, connector, text embedding,
-   and the lower `lm_frozen` LLM layers over [image tokens; text tokens];
+   recompute): the ViT over each kept slot's view (deepstack tokens too), the token embedding with
+   the image tokens written at their <|image_pad|> runs, and the lower `lm_frozen` LLM layers over
+   [image runs; prompt tokens] with interleaved mRoPE, the deepstack tokens added after layers 0, 1, 2;
 2. the top `lm_trained` LLM layers (`lm_layers`, none by default), then the head's LayerNorm and
    VL self-attention blocks (`vl_blocks`) on the VL features;
 3. the action head on [state token (zeroed for the batch's `state_drop` samples in training);
@@ -27,9 +27,11 @@ import torch.nn as nn
 
 from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
                                                block_context)
-from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
-from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
-from trainkit.models.layers import SiglipBlock, rope_tables, seeded_normal_
+from trainkit.models.gr00t.config import Gr00tConfig
+from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables, vision_rope_tables
+from trainkit.models.gr00t.qwen3_vl_text import TextLayer, padded_causal_mask
+from trainkit.models.gr00t.qwen3_vl_vision import VisionTower
+from trainkit.models.layers import seeded_normal_
 
 
 @dataclass
@@ -87,28 +89,27 @@ def sample_actions(model: nn.Module, batch: Gr00tBatch, noise: torch.Tensor, ste
 
 
 class Gr00t(nn.Module):
-    """GR00T N1.7 (n16 presets: N1.6-shaped). Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen`
-    (frozen), `lm_layers` (the trained top LLM layers; empty by default), `vl_blocks`, `dit_blocks`.
-    The root's own frozen parts (patch embedding, vision positions and norm, connector, text
-    embedding) are frozen here (FROZEN_ROOT)."""
+    """GR00T N1.7. Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen` (frozen), `lm_layers`
+    (the trained top LLM layers; none by default), `vl_blocks`, `dit_blocks`. The backbone's other
+    parts (the ViT's patch embedding, position table and mergers: `visual`; the token embedding:
+    `embed`) are frozen at the root (FROZEN_ROOT)."""
 
     BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "vl_blocks", "dit_blocks")
-    FROZEN_ROOT = ("patch_embed", "vision_pos", "vision_norm", "connector", "embed")
+    FROZEN_ROOT = ("visual", "embed")
 
     def __init__(self, cfg: Gr00tConfig):
         super().__init__()
         self.cfg = cfg
-        vw, lw, dw = cfg.vision_width, cfg.lm_width, cfg.dit_width
-        self.patch_embed = nn.Conv2d(3, vw, cfg.patch, stride=cfg.patch)
-        self.vision_pos = nn.Parameter(torch.zeros(cfg.patches_per_image, vw))
-        self.vision_blocks = nn.ModuleList(SiglipBlock(vw, cfg.vision_mlp, cfg.vision_heads)
-                                           for _ in range(cfg.vision_depth))
-        self.vision_norm = nn.LayerNorm(vw, eps=1e-6)
-        self.connector = Connector(UNSHUFFLE ** 2 * vw, lw)
+        bcfg, lw, dw = cfg.backbone, cfg.lm_width, cfg.dit_width
+        # the ViT's blocks as a block list of the root (FSDP, compile, frozen handling address them by
+        # name); the rest of the tower (qwen3_vl_vision.py) stays one module
+        tower = VisionTower(bcfg)
+        self.vision_blocks = tower.blocks
+        del tower.blocks
+        self.visual = tower
         self.embed = nn.Embedding(cfg.vocab, lw)
-        layer = lambda: Qwen3Layer(lw, cfg.lm_mlp, cfg.heads_q, cfg.heads_kv, cfg.head_dim)  # noqa: E731
-        self.lm_frozen = nn.ModuleList(layer() for _ in range(cfg.lm_frozen))
-        self.lm_layers = nn.ModuleList(layer() for _ in range(cfg.lm_trained))
+        self.lm_frozen = nn.ModuleList(TextLayer(bcfg) for _ in range(cfg.lm_frozen))
+        self.lm_layers = nn.ModuleList(TextLayer(bcfg) for _ in range(cfg.lm_trained))
         self.vl_norm = nn.LayerNorm(lw)  # the head's `vlln`
         self.vl_blocks = nn.ModuleList(VLBlock(lw, cfg.vl_heads, cfg.dropout) for _ in range(cfg.vl_layers))
         self.time_embed = TimeEmbedding(dw)
@@ -133,10 +134,10 @@ class Gr00t(nn.Module):
     @torch.no_grad()
     def init_weights(self) -> None:
         """(Re-)initialise every parameter from the seed of the global torch RNG: matrices,
-        embeddings and the vision positions N(0, 0.02), each from its own generator keyed by (seed,
-        its index in module order) so the values do not depend on which parameters FSDP shards
-        (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works after
-        `to_empty()` from meta."""
+        embeddings and the ViT's position table N(0, 0.02), each from its own generator keyed by
+        (seed, its index in module order) so the values do not depend on which parameters FSDP
+        shards (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works
+        after `to_empty()` from meta."""
         seed = torch.initial_seed()
         for i, (name, p) in enumerate(self.named_parameters()):
             if p.ndim >= 2:
@@ -146,35 +147,60 @@ class Gr00t(nn.Module):
             else:  # LayerNorm / RMSNorm scales
                 p.fill_(1.0)
 
-    def vl_tokens(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frozen part (call under no_grad): VL features after the lower LLM layers, (B, S x
-        tokens_per_image + text_len, lm_width), and their validity (B, same) bool."""
-        cfg, (b, s) = self.cfg, batch.images.shape[:2]
-        images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0)
-        x = self.patch_embed(images.flatten(0, 1).to(self.patch_embed.weight.dtype))
-        x = x.flatten(2).transpose(1, 2) + self.vision_pos
-        for block in self.vision_blocks:
-            x = block(x)
-        x = pixel_unshuffle(self.vision_norm(x), cfg.image_height // cfg.patch, cfg.image_width // cfg.patch)
-        img = self.connector(x).reshape(b, s * cfg.tokens_per_image, cfg.lm_width)
-        h = torch.cat([img, self.embed(batch.tokens).to(img.dtype)], dim=1)
-        keep = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
-        return h, keep
+    def vision(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The ViT (qwen3_vl_vision.py's VisionTower.forward over this model's block list): views
+        (N, 3, H, W) -> (image tokens (N, tokens_per_image, lm_width), deepstack tokens per deepstack block)."""
+        cfg, tower = self.cfg, self.visual
+        grid = (images.shape[-2] // cfg.patch, images.shape[-1] // cfg.patch)
+        x = tower.patch_embed(images) + tower.positions(grid)
+        cos, sin = vision_rope_tables(grid, cfg.vision_width // cfg.vision_heads, x.device)
+        deep = []
+        for i, block in enumerate(self.vision_blocks):
+            x = block(x, cos, sin)
+            if i in cfg.deepstack:
+                deep.append(tower.deepstack_merger_list[cfg.deepstack.index(i)](x, grid, cfg.merge))
+        return tower.merger(x, grid, cfg.merge), deep
 
-    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The backbone: VL features after the top LLM layers (B, S x tokens_per_image + text_len,
-        lm_width) and their validity (B, same) bool; the frozen part under no_grad."""
+    def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids (B, T), valid (B, T) bool) of the LLM: each kept slot's run of
+        `tokens_per_image` image tokens, then the prompt's tokens. A slot the sample lacks keeps its
+        run (a zero view's tokens) but invalid: no token sees it and it takes no mRoPE position, as
+        if the slot were pruned."""
+        cfg, (b, s) = self.cfg, batch.image_mask.shape
+        pads = batch.tokens.new_full((b, s * cfg.tokens_per_image), cfg.image_token_id)
+        valid = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
+        return torch.cat([pads, batch.tokens], dim=1), valid
+
+    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
+        layers): the features of the last LLM layer before the final norm (B, T, lm_width), which
+        positions are image tokens and which are valid (B, T) bool. The frozen part under no_grad."""
         cfg = self.cfg
+        input_ids, valid = self.vl_inputs(batch)
+        image_mask = input_ids == cfg.image_token_id
         with torch.no_grad():
-            h, keep = self.vl_tokens(batch)
-            mask = causal_keep_mask(keep)
-            positions = (keep.long().cumsum(dim=1) - 1).clamp(min=0)
-            cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-            for layer in self.lm_frozen:
-                h = layer(h, cos, sin, mask)
-        for layer in self.lm_layers:
-            h = layer(h, cos, sin, mask)
-        return h, keep
+            images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0).flatten(0, 1)
+            tokens, deep = self.vision(images.to(self.visual.patch_embed.proj.weight.dtype))
+            h = self.embed(input_ids)
+            where = image_mask[:, :, None]
+            h = h.masked_scatter(where, tokens.to(h.dtype))
+            # deepstack added where the images sit and 0 elsewhere: no gather, no data-dependent shape
+            deep = [torch.zeros_like(h).masked_scatter(where, d.to(h.dtype)) for d in deep]
+            positions = mrope_positions(input_ids, valid, cfg.image_token_id, cfg.backbone.merged_grid)
+            cos, sin = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+            mask = padded_causal_mask(valid)
+            h = self._layers(self.lm_frozen, 0, h, cos, sin, mask, valid, deep)
+        h = self._layers(self.lm_layers, cfg.lm_frozen, h, cos, sin, mask, valid, deep)
+        return h, image_mask, valid
+
+    def _layers(self, layers: nn.ModuleList, first: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor, valid: torch.Tensor, deep: list[torch.Tensor]) -> torch.Tensor:
+        """LLM layers `first`, `first + 1`, ...; after layer i < len(deep) (not the last) the i-th deepstack tokens."""
+        for i, layer in enumerate(layers, start=first):
+            h = layer(h, cos, sin, mask, valid)
+            if i < len(deep) and i < self.cfg.lm_depth - 1:
+                h = h + deep[i]
+        return h
 
     def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, n_image: int,
                     batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -206,13 +232,9 @@ class Gr00t(nn.Module):
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
     def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """What the action head reads: the VL features (vl_features, laid out [image tokens; text
-        tokens]), which positions are image tokens and which are valid, each (B, T), and the image
-        tokens per sample."""
-        vl, keep = self.vl_features(batch)
-        n_image = batch.images.shape[1] * self.cfg.tokens_per_image
-        image_mask = (torch.arange(keep.shape[1], device=keep.device) < n_image)[None].expand_as(keep)
-        return vl, image_mask, keep, n_image
+        """What the action head reads: the VL features, which positions are image tokens and which
+        are valid (vl_features), and the image tokens per sample."""
+        return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
     def forward(self, batch: Gr00tBatch) -> torch.Tensor:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""

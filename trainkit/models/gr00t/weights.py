@@ -11,10 +11,12 @@ What the mapping does (checked against LeRobot 0.6.1 by tests/test_gr00t_oracle.
   (`model.init_from`), zeros when it started from scratch;
 - the self-attention q/k/v (VL blocks, the DiT's odd blocks) are fused here (`qkv`), and a cross
   block's k/v (`kv`): rows concatenated;
-- the backbone's parameters (`backbone.*` of the model) are the checkpoint's under
-  `backbone.model.`, names unchanged. Not read: the LLM layers from `select_layer` on, its final
-  norm and the tied `lm_head` (the features are taken before them; a checkpoint has none of the
-  deleted layers).
+- the backbone's parameters are the checkpoint's under `backbone.model.model.` (qwen3_vl.py's
+  BACKBONE_PREFIX) with transformers' names: the ViT's blocks (`vision_blocks.i` here) are
+  `visual.blocks.i`, the rest of the ViT `visual.*`, the embedding `language_model.embed_tokens`,
+  the LLM layers (`lm_frozen.i`, then `lm_layers.j`) `language_model.layers.k`. Not read: the LLM
+  layers from `select_layer` on (Isaac-GR00T deletes them before saving), its final norm and the
+  tied `lm_head` (the features are taken before them).
 The model's shape comes from config.json (`config_from_checkpoint`): Isaac-GR00T's class defaults
 and LeRobot's disagree (select_layer, DiT depth, VL self-attention blocks, state dropout), so the
 checkpoint's own values decide, each checked against the tensors where they hold it.
@@ -32,13 +34,13 @@ from trainkit.errors import WeightsError
 from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.gr00t.action_head import block_context
 from trainkit.models.gr00t.config import Gr00tConfig
+from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX
 
 FORMATS = ("isaac", "lerobot")
 PREFIX = {"isaac": "", "lerobot": "_groot_model."}
 H = "action_head."
 DIT = H + "model."
 VL = H + "vl_self_attention.transformer_blocks."
-BACKBONE = "backbone.model."  # + the backbone module's own parameter names
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,27 @@ def head_rules(cfg: Gr00tConfig) -> list[Rule]:
     return out + _linear("dit_out.ada", DIT + "proj_out_1") + _linear("dit_out.proj", DIT + "proj_out_2")
 
 
-def backbone_rules(names: Collection[str]) -> list[Rule]:
-    """The backbone's parameters (the model's `backbone.*`): the checkpoint's under `backbone.model.`."""
-    return [Rule(n, (BACKBONE + n.removeprefix("backbone."),)) for n in sorted(names) if n.startswith("backbone.")]
+def backbone_name(name: str, cfg: Gr00tConfig) -> str:
+    """The checkpoint's name (below BACKBONE_PREFIX) of a backbone parameter of the model."""
+    first, _, rest = name.partition(".")
+    if first == "vision_blocks":
+        return "visual.blocks." + rest
+    if first == "embed":
+        return "language_model.embed_tokens." + rest
+    if first in ("lm_frozen", "lm_layers"):
+        i, _, rest = rest.partition(".")
+        return f"language_model.layers.{int(i) + (cfg.lm_frozen if first == 'lm_layers' else 0)}.{rest}"
+    return name  # visual.*
+
+
+def backbone_rules(cfg: Gr00tConfig) -> list[Rule]:
+    """The backbone's parameters (every one the head's rules do not fill): one checkpoint tensor each."""
+    from trainkit.models.gr00t.model import Gr00t
+
+    head = {r.target for r in head_rules(cfg)}
+    with torch.device("meta"):
+        names = [n for n, _ in Gr00t(cfg).named_parameters() if n not in head]
+    return [Rule(n, (BACKBONE_PREFIX + backbone_name(n, cfg),)) for n in names]
 
 
 def detect(keys: Collection[str]) -> str:
@@ -130,33 +150,34 @@ def detect(keys: Collection[str]) -> str:
                        f"{PREFIX['lerobot'] + H!r} (LeRobot); first key {first!r}")
 
 
-def rules(cfg: Gr00tConfig, backbone: Collection[str] = ()) -> list[Rule]:
-    """Every parameter's rule: the head's and the backbone's (`backbone`: the model's parameter names)."""
-    return head_rules(cfg) + backbone_rules(backbone)
+def rules(cfg: Gr00tConfig) -> list[Rule]:
+    """Every parameter's rule: the head's and the backbone's."""
+    return head_rules(cfg) + backbone_rules(cfg)
 
 
-def read_plan(cfg: Gr00tConfig, keys: Collection[str], backbone: Collection[str] = ()) -> tuple[str, list[Rule]]:
+def read_plan(cfg: Gr00tConfig, keys: Collection[str]) -> tuple[str, list[Rule]]:
     """(format, rules with full key names) for a checkpoint holding `keys`."""
     fmt = detect(keys)
-    return fmt, [replace(r, sources=tuple(PREFIX[fmt] + s for s in r.sources)) for r in rules(cfg, backbone)]
+    return fmt, [replace(r, sources=tuple(PREFIX[fmt] + s for s in r.sources)) for r in rules(cfg)]
 
 
 def export_tensors(cfg: Gr00tConfig, state: Mapping[str, torch.Tensor], fmt: str,
                    base: Mapping[str, torch.Tensor] = {}) -> dict[str, torch.Tensor]:
     """The checkpoint tensors of format `fmt` from trainkit's state dict; `base`: the start
-    checkpoint's per-embodiment tensors (full keys of that format), whose other slots are kept."""
+    checkpoint's per-embodiment tensors (keys without the format's prefix), whose other slots are kept."""
     if fmt not in FORMATS:
         raise WeightsError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
-    prefix, out = PREFIX[fmt], {}
-    for rule in rules(cfg, [n for n in state if n.startswith("backbone.")]):
-        rule = replace(rule, sources=tuple(prefix + s for s in rule.sources))
+    out = {}
+    for rule in rules(cfg):
         out.update(rule.scatter(state[rule.target], base, cfg.embodiments))
-    return out
+    return {PREFIX[fmt] + k: v for k, v in out.items()}
 
 
-def per_embodiment_keys(cfg: Gr00tConfig, fmt: str) -> list[str]:
-    """The full keys of the per-embodiment tensors (what an export takes from its start checkpoint)."""
-    return [PREFIX[fmt] + r.sources[0] for r in head_rules(cfg) if r.op == "slice"]
+def start_keys(cfg: Gr00tConfig, keys: Collection[str]) -> dict[str, str]:
+    """{a start checkpoint's key: the name `export_tensors` reads it under in `base`}: the
+    per-embodiment tensors, whose other embodiments' slots an export keeps."""
+    prefix = PREFIX[detect(keys)]
+    return {prefix + r.sources[0]: r.sources[0] for r in head_rules(cfg) if r.op == "slice"}
 
 
 # --- the model's shape from a checkpoint (model.init_from) ------------------------------------------
