@@ -1,5 +1,6 @@
-"""The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` +
-`config.json` (LeRobot's or openpi's format) into a built model through its family's mapping
+"""The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` (or the
+shards `model.safetensors.index.json` names, as transformers' `save_pretrained` writes a large model) +
+`config.json` (LeRobot's, openpi's, Isaac-GR00T's format) into a built model through its family's mapping
 (`Family.weights`, e.g. trainkit/models/pi05/weights.py); `write_weights` writes one (`trainkit export`).
 
     info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
@@ -27,6 +28,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -41,49 +43,122 @@ from trainkit.parallel.names import clean_name
 from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
-WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
+WEIGHTS_NAME, CONFIG_NAME, INDEX_NAME = "model.safetensors", "config.json", "model.safetensors.index.json"
 
 
-
-def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles]:
-    """(the checked header of the folder's weights, what the folder says about the model's shape)."""
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        if not (folder / name).is_file():
-            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors and "
-                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], CheckpointFiles]:
+    """(the checked header of the folder's weights, the file holding each key, what the folder says
+    about the model's shape)."""
+    if not (folder / CONFIG_NAME).is_file():
+        raise CheckpointError(str(folder / CONFIG_NAME), "model.init_from needs a folder with model.safetensors (or "
+                              f"{INDEX_NAME} and its shards) and config.json; this file is missing")
     try:
         config = json.loads((folder / CONFIG_NAME).read_text())
     except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
         raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(config, dict):
         raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
-    header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
-    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config, metadata=metadata)
+    if (folder / WEIGHTS_NAME).is_file() or not (folder / INDEX_NAME).is_file():
+        if not (folder / WEIGHTS_NAME).is_file():
+            raise CheckpointError(str(folder / WEIGHTS_NAME), "model.init_from needs a folder with model.safetensors "
+                                  f"(or {INDEX_NAME} and its shards) and config.json; this file is missing")
+        header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
+        files = dict.fromkeys(header, folder / WEIGHTS_NAME)
+    else:
+        header, files, metadata = _read_shards(folder)
+    return header, files, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
+                                          metadata=metadata)
+
+
+def _read_shards(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], dict[str, str]]:
+    """The shards `model.safetensors.index.json` names: every key in exactly the shard its
+    `weight_map` says, each shard a plain file name in the folder with a checked header."""
+    path = folder / INDEX_NAME
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(str(path), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(str(path), "no weight_map object (key -> shard file name)")
+    wanted: dict[str, set[str]] = {}
+    for key, name in weight_map.items():
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise CheckpointError(str(path), f"weight_map names {name!r} for {key!r}: not a file name in this folder")
+        wanted.setdefault(name, set()).add(key)
+    header: dict[str, Entry] = {}
+    files: dict[str, Path] = {}
+    metadata: dict[str, str] = {}
+    for name in sorted(wanted):
+        shard = folder / name
+        if not shard.is_file():
+            raise CheckpointError(str(shard), f"missing: {INDEX_NAME} names it for {len(wanted[name])} tensors")
+        part, meta = read_header_and_metadata(shard)
+        if set(part) != wanted[name]:
+            odd = sorted(set(part) ^ wanted[name])[0]
+            raise CheckpointError(str(shard), f"tensor {odd!r} is {'not ' if odd in wanted[name] else ''}in this shard, "
+                                  f"but {INDEX_NAME} says {'it is' if odd in wanted[name] else 'otherwise'}")
+        header.update(part)
+        files.update(dict.fromkeys(part, shard))
+        metadata = metadata or meta
+    return header, files, metadata
 
 
 def read_checkpoint(folder: str | Path) -> CheckpointFiles:
     """What the checkpoint folder says about the model's shape (no tensor data read), checked:
     trainkit/weights/shape.py builds the model from it."""
-    return _read_folder(Path(folder))[1]
+    return _read_folder(Path(folder))[2]
 
 
-def _open(folder: Path) -> tuple[dict[str, Entry], Any]:
-    """(the checked header, safetensors' reader) of the folder's weights."""
-    from safetensors import SafetensorError, safe_open
+class _Reader:
+    """safetensors' readers of a checkpoint's files, by key (one file, or the shards)."""
 
+    def __init__(self, files: Mapping[str, Path]):
+        from safetensors import SafetensorError, safe_open
+
+        self.files, self.stack, self.open = files, ExitStack(), {}
+        try:
+            for path in sorted(set(files.values())):
+                self.open[path] = self.stack.enter_context(safe_open(str(path), framework="pt", device="cpu"))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
+            self.stack.close()
+            raise CheckpointError(str(path), f"unreadable safetensors ({type(e).__name__}: {str(e)[:200]})") from None
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    def get(self, key: str) -> torch.Tensor:
+        return _read(self.open[self.files[key]], self.files[key], key)
+
+
+def _open(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], _Reader]:
+    """(the checked header, the file of each key, the reader) of the folder's weights."""
     check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
-    header = _read_folder(folder)[0]
-    try:
-        return header, safe_open(str(folder / WEIGHTS_NAME), framework="pt", device="cpu")
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
-        raise CheckpointError(str(folder / WEIGHTS_NAME), f"unreadable safetensors ({type(e).__name__}: "
-                              f"{str(e)[:200]})") from None
+    header, files, _ = _read_folder(folder)
+    return header, files, _Reader(files)
+
+
+def read_tensors(folder: str | Path, wanted: Mapping[str, str]) -> dict[str, torch.Tensor]:
+    """{name: tensor} of the checkpoint's keys `wanted` ({key: name}), each checked finite in float32."""
+    header, files, f = _open(Path(folder))
+    with f:
+        missing = sorted(set(wanted) - set(header))
+        if missing:
+            raise CheckpointError(str(Path(folder)), f"missing key {missing[0]!r}")
+        out = {}
+        for key, name in wanted.items():
+            out[name] = f.get(key)
+            _check_finite(files[key], key, out[name].float())
+        return out
 
 
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
     """The checkpoint's format, after checking its plan against `model` (may be on the meta device)
     from the file's header alone: the launch check, before any GPU work."""
-    header, f = _open(Path(folder))
+    header, _, f = _open(Path(folder))
     with f:
         return _plan(model, fam, Path(folder), header)[0]
 
@@ -119,7 +194,7 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     t0 = time.perf_counter()
     folder = Path(folder)
     params = {clean_name(n): p for n, p in model.named_parameters()}
-    header, f = _open(folder)
+    header, files, f = _open(folder)
     with f:
         keys = set(header)
         fmt, rules = _plan(model, fam, folder, header)
@@ -127,12 +202,12 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
         with torch.no_grad():
             for rule in rules:
                 param = params[rule.target]
-                sources = [_read(f, folder / WEIGHTS_NAME, k) for k in rule.sources]
+                sources = [f.get(k) for k in rule.sources]
                 dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
                 # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
                 combined = [t.to(param.device).float() for t in sources]
                 for key, t in zip(rule.sources, combined):
-                    _check_finite(folder / WEIGHTS_NAME, key, t)
+                    _check_finite(files[key], key, t)
                 _copy_into(param, rule.gather(combined))
     used = {k for r in rules for k in r.sources}
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)

@@ -276,3 +276,17 @@ def n17_config(cfg: Gr00tConfig) -> dict[str, Any]:
                                     "attention_head_dim": cfg.dit_width // cfg.dit_heads, "norm_type": "ada_norm",
                                     "dropout": cfg.dropout, "final_dropout": True, "output_dim": cfg.head_hidden,
                                     "interleave_self_attention": True}}
+
+
+COSMOS = "nvidia/Cosmos-Reason2-2B"  # the backbone N1.7's config.json names (LeRobot builds its shapes from the name)
+
+
+def config_json(cfg: Gr00tConfig, features: Mapping[str, Any]) -> dict[str, Any]:
+    """An export's config.json: Isaac-GR00T's / LeRobot's `GR00TN17Config` (model_type "Gr00tN1d7")
+    at this model's shapes, which `GR00TN17.from_pretrained` reads and `config_from_checkpoint` reads
+    back. The backbone is named, not described (as in the published checkpoint): LeRobot builds
+    Cosmos-Reason2-2B's shapes for it, so only a model of those shapes loads there. `features` (the
+    robot's cameras and sizes) are LeRobot's processor's business, not this file's."""
+    return {"model_type": "Gr00tN1d7", "architectures": ["GR00TN17"], "model_name": COSMOS,
+            "backbone_model_type": "qwen", "tune_llm": False, "tune_visual": False,
+            "image_target_size": [cfg.image_height, cfg.image_width], **n17_config(cfg)}
