@@ -271,10 +271,8 @@ def hand_euler(name: str, model, batch, noise: tuple[torch.Tensor, ...], steps: 
                 x = x - sign * model.velocity(r(batch, noise=x, actions=x, time=t)) / steps
             return x
         if name == "gr00t":  # t from 0 up to 1, the head on the VL features of the training path
-            vl, keep = model.vl_features(batch)
+            vl, image_mask, keep = model.vl_features(batch)
             n_image = batch.images.shape[1] * model.cfg.tokens_per_image
-            image_mask = torch.zeros_like(keep)
-            image_mask[:, :n_image] = True
             x = noise[0]
             for i in range(steps):
                 t = torch.full((x.shape[0],), i / steps)

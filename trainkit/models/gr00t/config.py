@@ -50,6 +50,8 @@ class Gr00tConfig:
     mrope_section: tuple[int, int, int] = (24, 20, 20)  # rotary frequencies per axis (t, h, w), interleaved
     vocab: int = 151_936        # embedding rows
     image_token_id: int = 151_655  # <|image_pad|>: one per image token in the LLM's input
+    vision_start_id: int = 151_652  # <|vision_start|>: before each view's run of image tokens
+    vision_end_id: int = 151_653    # <|vision_end|>: after it
     text_len: int = 58          # text tokens per sample (prompt + padding)
     dit_width: int              # DiT channels (1536 = dit_heads x dit_head_dim)
     dit_depth: int              # DiT blocks (32): even cross-attend (text if idx % 4 == 0, image if 2), odd self-attend
@@ -99,8 +101,10 @@ class Gr00tConfig:
              f"vl_heads x vl_head_dim {self.vl_heads} x {self.vl_head_dim} is not lm_width {self.lm_width}"),
             (self.embodiment < self.embodiments, f"embodiment {self.embodiment} is not a slot of 0..{self.embodiments - 1}"),
             (len(self.deepstack) <= self.lm_depth, f"deepstack {self.deepstack} adds into more LLM layers than lm_depth {self.lm_depth}"),
-            (not 0 <= self.image_token_id < 259 and self.image_token_id < self.vocab,
-             f"image_token_id {self.image_token_id} must be an embedding row outside the prompt's byte ids 0..258"),
+            (all(259 <= i < self.vocab for i in (self.image_token_id, self.vision_start_id, self.vision_end_id))
+             and len({self.image_token_id, self.vision_start_id, self.vision_end_id}) == 3,
+             f"image_token_id, vision_start_id, vision_end_id ({self.image_token_id}, {self.vision_start_id}, "
+             f"{self.vision_end_id}) must be distinct embedding rows outside the prompt's byte ids 0..258"),
         )
         for ok, why in checks:
             if not ok:
@@ -152,7 +156,8 @@ def tiny() -> Gr00tConfig:
     return Gr00tConfig(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, position_table=36,
                        deepstack=(0, 1), image_height=16, image_width=16, lm_width=64, lm_depth=4, lm_trained=2,
                        lm_mlp=96, heads_q=4, heads_kv=2, head_dim=16, rope_theta=100.0, mrope_section=(3, 3, 2),
-                       vocab=300, image_token_id=290, text_len=24, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
+                       vocab=300, image_token_id=290, vision_start_id=291,
+                       vision_end_id=292, text_len=24, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
                        vl_layers=2, vl_heads=4, vl_head_dim=16, head_hidden=24, action_dim=16, state_dim=16, horizon=4,
                        max_positions=32, embodiments=4, embodiment=1, dropout=0.0)
 

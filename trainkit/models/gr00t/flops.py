@@ -14,7 +14,7 @@ from trainkit.models.gr00t.config import Gr00tConfig
 def tokens_per_sample(cfg: Gr00tConfig, n_slots: int) -> dict[str, int]:
     """Token counts of one sample with `n_slots` image slots: vision patches, VL tokens (image +
     text, through the LLM), action-head tokens (state + actions); "sequence" = VL + action head."""
-    vl = n_slots * cfg.tokens_per_image + cfg.text_len
+    vl = n_slots * (cfg.tokens_per_image + 2) + cfg.text_len  # each view between <|vision_start|> and <|vision_end|>
     return {"vision": n_slots * cfg.patches_per_image, "vl": vl, "action": 1 + cfg.horizon,
             "sequence": vl + 1 + cfg.horizon}
 
@@ -43,7 +43,7 @@ def trained_forward(cfg: Gr00tConfig, n_slots: int) -> int:
     token, padding included: it takes no mask but a missing camera's) and the action head."""
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     s, dw, ff, hh, h = 1 + cfg.horizon, cfg.dit_width, cfg.dit_ff, cfg.head_hidden, cfg.horizon
-    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image}  # model.split_context
+    contexts = {"text": cfg.text_len + 2 * n_slots, "image": n_slots * cfg.tokens_per_image}  # model.split_context
     dit = 0
     for i in range(cfg.dit_depth):
         kind = block_context(i)
@@ -92,7 +92,7 @@ def activations(cfg: Gr00tConfig, n_slots: int) -> Activations:
     s, dw = 1 + cfg.horizon, cfg.dit_width
     qd = cfg.heads_q * cfg.head_dim
     lm = (vl * (6 * cfg.lm_width + 4 * qd + 4 * cfg.lm_mlp), vl * cfg.lm_width)
-    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image, "self": 0}
+    contexts = {"text": cfg.text_len + 2 * n_slots, "image": n_slots * cfg.tokens_per_image, "self": 0}
     dit = [(s * (8 * dw + 2 * cfg.dit_ff) + 2 * contexts[block_context(i)] * dw, s * dw) for i in range(cfg.dit_depth)]
     vl_block = (vl * (8 * cfg.lm_width + 2 * 4 * cfg.lm_width), vl * cfg.lm_width)
     return Activations(blocks={"vision_blocks": [(0, 0)] * cfg.vision_depth, "lm_frozen": [(0, 0)] * cfg.lm_frozen,

@@ -162,14 +162,15 @@ class Gr00t(nn.Module):
         return tower.merger(x, grid, cfg.merge), deep
 
     def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids (B, T), valid (B, T) bool) of the LLM: each kept slot's run of
-        `tokens_per_image` image tokens, then the prompt's tokens. A slot the sample lacks keeps its
-        run (a zero view's tokens) but invalid: no token sees it and it takes no mRoPE position, as
-        if the slot were pruned."""
+        """(input_ids (B, T), valid (B, T) bool) of the LLM: for each kept slot <|vision_start|>, its
+        run of `tokens_per_image` <|image_pad|>, <|vision_end|>; then the prompt's tokens. A slot the
+        sample lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes
+        no mRoPE position, as if the slot were pruned."""
         cfg, (b, s) = self.cfg, batch.image_mask.shape
-        pads = batch.tokens.new_full((b, s * cfg.tokens_per_image), cfg.image_token_id)
-        valid = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
-        return torch.cat([pads, batch.tokens], dim=1), valid
+        run = [cfg.vision_start_id] + [cfg.image_token_id] * cfg.tokens_per_image + [cfg.vision_end_id]
+        runs = torch.tensor(run * s, dtype=batch.tokens.dtype, device=batch.tokens.device)[None].expand(b, -1)
+        valid = torch.cat([batch.image_mask.repeat_interleave(len(run), dim=1), batch.token_mask], dim=1)
+        return torch.cat([runs, batch.tokens], dim=1), valid
 
     def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
