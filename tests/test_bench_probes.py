@@ -1,5 +1,6 @@
 """bench/probes/ holds exact copies of the shared probes (../shared/probes/*.py), each sha256 in
-bench/probes/SHA256SUMS (`sha256sum` format: `cd bench/probes && sha256sum -c SHA256SUMS`).
+bench/probes/SHA256SUMS (`sha256sum` format: `cd bench/probes && sha256sum -c SHA256SUMS`), and the
+probes written here (OWN: new files of the shared probes' form, with no shared source).
 
 A copy that drifts from its recorded hash fails here on any clone. Where the shared folder is
 present (/work/shared/probes, or ../shared/probes beside the repository), a recorded hash that
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "bench" / "probes"
 SHARED = [Path("/work/shared/probes"), ROOT.parent / "shared" / "probes"]
+OWN = ("gr00t_n17_probe.py",)  # issue 29: GR00T N1.7's probe, in the form of the shared gr00t_probe.py
 
 
 def recorded() -> dict[str, str]:
@@ -34,8 +36,9 @@ def sha256(path: Path) -> str:
 
 def test_every_probe_is_recorded_and_matches_its_hash():
     sums = recorded()
-    files = sorted(p.name for p in PROBES.iterdir() if p.is_file() and p.name != "SHA256SUMS")
-    assert files == sorted(sums), "bench/probes/ holds only the recorded copies of the shared probes"
+    files = sorted(p.name for p in PROBES.iterdir() if p.is_file() and p.name not in ("SHA256SUMS", *OWN))
+    assert files == sorted(sums), "bench/probes/ holds only the recorded copies of the shared probes (and OWN)"
+    assert not set(OWN) & set(sums) and all((PROBES / name).is_file() for name in OWN)
     for name, digest in sums.items():
         assert sha256(PROBES / name) == digest, f"bench/probes/{name} drifted from bench/probes/SHA256SUMS"
 

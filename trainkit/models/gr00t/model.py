@@ -162,15 +162,21 @@ class Gr00t(nn.Module):
         return tower.merger(x, grid, cfg.merge), deep
 
     def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids (B, T), valid (B, T) bool) of the LLM: for each kept slot <|vision_start|>, its
-        run of `tokens_per_image` <|image_pad|>, <|vision_end|>; then the prompt's tokens. A slot the
-        sample lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes
-        no mRoPE position, as if the slot were pruned."""
+        """(input_ids (B, T), valid (B, T) bool) of the LLM, left-padded as LeRobot's processor pads:
+        the prompt's padding first, then for each kept slot <|vision_start|>, its run of
+        `tokens_per_image` <|image_pad|>, <|vision_end|>, then the prompt's tokens. A slot the sample
+        lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes no
+        mRoPE position, as if the slot were pruned."""
         cfg, (b, s) = self.cfg, batch.image_mask.shape
         run = [cfg.vision_start_id] + [cfg.image_token_id] * cfg.tokens_per_image + [cfg.vision_end_id]
         runs = torch.tensor(run * s, dtype=batch.tokens.dtype, device=batch.tokens.device)[None].expand(b, -1)
+        ids = torch.cat([runs, batch.tokens], dim=1)
         valid = torch.cat([batch.image_mask.repeat_interleave(len(run), dim=1), batch.token_mask], dim=1)
-        return torch.cat([runs, batch.tokens], dim=1), valid
+        # the prompt's padding (at its end) moved to the front: position j reads j - pads, cyclically
+        t = ids.shape[1]
+        pads = (~batch.token_mask).sum(dim=1, keepdim=True)
+        order = (torch.arange(t, device=ids.device)[None] - pads) % t
+        return ids.gather(1, order), valid.gather(1, order)
 
     def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
