@@ -185,8 +185,7 @@ def start_keys(cfg: Gr00tConfig, keys: Collection[str]) -> dict[str, str]:
 CONFIG_KEYS = {"select_layer": "lm_depth", "max_state_dim": "state_dim", "max_action_dim": "action_dim",
                "action_horizon": "horizon", "hidden_size": "head_hidden", "input_embedding_dim": "dit_width",
                "backbone_embedding_dim": "lm_width", "max_seq_len": "max_positions",
-               "num_timestep_buckets": "time_buckets", "max_num_embodiments": "embodiments",
-               "tune_top_llm_layers": "lm_trained"}
+               "num_timestep_buckets": "time_buckets", "max_num_embodiments": "embodiments"}
 PROBABILITIES = {"state_dropout_prob": "state_dropout"}
 NESTED = {"diffusion_model_cfg": {"num_layers": "dit_depth", "num_attention_heads": "dit_heads", "dropout": "dropout"},
           "vl_self_attention_cfg": {"num_layers": "vl_layers", "num_attention_heads": "vl_heads",
@@ -195,14 +194,16 @@ NESTED = {"diffusion_model_cfg": {"num_layers": "dit_depth", "num_attention_head
 
 def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Mapping[str, Any]) -> Fixed:
     """Every Gr00tConfig field the checkpoint's config.json fixes, with where it says so, each
-    checked against the tensors that hold it (state, action and embodiment counts, widths, depths)."""
+    checked against the tensors that hold it (state, action and embodiment counts, widths, depths).
+    Its dropout and state dropout are the ones the checkpoint trained with, fixed too (the issue's
+    "the checkpoint decides"); how many LLM layers train (tune_top_llm_layers) is the run's choice."""
     config = ckpt.config
     if not any(k in config for k in ("select_layer", "action_head_cfg", "diffusion_model_cfg")):
         raise WeightsError("not a GR00T N1.7 config: it has no select_layer / diffusion_model_cfg", "config.json")
     out: Fixed = {}
     for key, name in CONFIG_KEYS.items():
         if key in config:
-            out[name] = (_count(config, key, zero=name == "lm_trained"), f"config.json {key}")
+            out[name] = (_count(config, key), f"config.json {key}")
     for key, name in PROBABILITIES.items():
         if key in config:
             out[name] = (_probability(config, key), f"config.json {key}")
