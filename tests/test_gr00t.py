@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.config import ParallelConfig, load_config
 from trainkit.errors import ConfigError
-from trainkit.models import build_model
+from trainkit.models import build_model, family
 from trainkit.models.gr00t import Gr00tBatch, flops_per_sample, sample_flow
 from trainkit.models.gr00t.action_head import block_context
 from trainkit.parallel import parallelize
@@ -336,3 +336,22 @@ def test_dropout_is_on_in_training_only_and_recompute_replays_its_masks():
         assert model(batch) != model(batch)
         model.eval()
         assert model(batch) == model(batch)
+
+
+def test_export_of_the_run_loads_back_through_init_from(runs, tmp_path, capsys):
+    """`trainkit export --format isaac` of the tiny run: every trained and frozen tensor comes back
+    through `model.init_from`'s loader; a run from a random init has no other embodiments' slots to
+    keep (zeros, said on stderr)."""
+    from trainkit.weights.export import export_run, load_run_model
+    from trainkit.weights.load import load_weights
+    from trainkit.weights.safetensors_file import read_header
+
+    export_run(runs["resumed_dir"], tmp_path / "out", "isaac")
+    assert "random init" in capsys.readouterr().err
+    trained, _, _ = load_run_model(runs["resumed_dir"])
+    fresh = build_model("gr00t", "tiny")
+    load_weights(fresh, family("gr00t"), tmp_path / "out", print)
+    for (name, p), q in zip(trained.named_parameters(), fresh.parameters()):
+        assert torch.equal(p, q), name
+    shape = read_header(tmp_path / "out" / "model.safetensors")["action_head.state_encoder.layer1.W"].shape
+    assert shape == (trained.cfg.embodiments, trained.cfg.state_dim, trained.cfg.head_hidden)

@@ -102,7 +102,7 @@ def test_model_and_export_equal_lerobot_gr00t_n17(tmp_path):
     loss = ((pred - target).square() * w).sum() / (w.sum() + 1e-6)
     loss.backward()
 
-    input_ids, valid = model.vl_inputs(batch)
+    input_ids, valid, _ = model.vl_inputs(batch)
     n = batch.images.shape[0] * batch.images.shape[1]
     inputs = {"input_ids": input_ids, "attention_mask": valid.long(),
               "pixel_values": hf_pixel_values(batch.images.flatten(0, 1), cfg),

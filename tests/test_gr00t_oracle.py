@@ -77,13 +77,13 @@ def test_action_head_equals_lerobot_n17_head(tmp_path):
         return ((pred - target).square() * w).sum() / (w.sum() + 1e-6)
 
     x = features.clone().requires_grad_(True)
-    pred, target = model.action_head(x, image_mask, keep, 2 * n_img, batch)
+    pred, target = model.action_head(x, image_mask, keep, None, 2 * n_img, batch)
     loss = loss_of(pred, target)
     loss.backward()
     with torch.no_grad():
-        swapped = model.action_head(features, ~image_mask, keep, len(kinds) - 2 * n_img, batch)[0]
+        swapped = model.action_head(features, ~image_mask, keep, None, len(kinds) - 2 * n_img, batch)[0]
         blocks, model.vl_blocks = model.vl_blocks, torch.nn.ModuleList()
-        no_vl = model.action_head(features, image_mask, keep, 2 * n_img, batch)[0]
+        no_vl = model.action_head(features, image_mask, keep, None, 2 * n_img, batch)[0]
         model.vl_blocks = blocks
 
     doc = {"config": {**n17_config(cfg), "tune_projector": True, "tune_diffusion_model": True, "tune_vlln": True},

@@ -271,12 +271,12 @@ def hand_euler(name: str, model, batch, noise: tuple[torch.Tensor, ...], steps: 
                 x = x - sign * model.velocity(r(batch, noise=x, actions=x, time=t)) / steps
             return x
         if name == "gr00t":  # t from 0 up to 1, the head on the VL features of the training path
-            vl, image_mask, keep = model.vl_features(batch)
+            vl, image_mask, keep, seen = model.vl_features(batch)
             n_image = batch.images.shape[1] * model.cfg.tokens_per_image
             x = noise[0]
             for i in range(steps):
                 t = torch.full((x.shape[0],), i / steps)
-                v, _ = model.action_head(vl, image_mask, keep, n_image, r(batch, noise=x, actions=x, time=t))
+                v, _ = model.action_head(vl, image_mask, keep, seen, n_image, r(batch, noise=x, actions=x, time=t))
                 x = x + sign * v / steps
             return x
         xv, xa = noise  # dreamzero: video latents and actions together, every block at the same t, 1 down to 0

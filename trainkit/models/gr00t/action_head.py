@@ -6,8 +6,8 @@ action decoder, and the learned action positions.
 VL path: LayerNorm (`vlln`, in model.py), then `vl_layers` pre-norm transformer blocks (LayerNorm with
 affine, self-attention with biases, LayerNorm, tanh-GELU feed-forward of 4 x width) over every VL
 token. LeRobot's blocks take no mask: text padding is attended as there; only the tokens of a camera
-slot the sample lacks (image positions the attention mask hides, which LeRobot never has) are hidden,
-so a batch with a slot pruned and one with it padded give the same features.
+slot the sample lacks (its whole run, which LeRobot never has: the model's `seen`) are hidden, so a
+batch with a slot pruned and one with it padded give the same features.
 DiT sequence: [1 state token; horizon action tokens], width dit_width. Block i: odd i self-attends over
 that sequence; even i cross-attends to the VL tokens, the text tokens (every valid non-image token)
 when i % 4 == 0 and the valid image tokens when i % 4 == 2, as key masks over the whole VL sequence.

@@ -161,29 +161,33 @@ class Gr00t(nn.Module):
                 deep.append(tower.deepstack_merger_list[cfg.deepstack.index(i)](x, grid, cfg.merge))
         return tower.merger(x, grid, cfg.merge), deep
 
-    def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids (B, T), valid (B, T) bool) of the LLM, left-padded as LeRobot's processor pads:
-        the prompt's padding first, then for each kept slot <|vision_start|>, its run of
-        `tokens_per_image` <|image_pad|>, <|vision_end|>, then the prompt's tokens. A slot the sample
-        lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes no
-        mRoPE position, as if the slot were pruned."""
+    def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids (B, T), valid (B, T) bool, seen (B, T) bool) of the LLM, left-padded as LeRobot's
+        processor pads: the prompt's padding first, then for each kept slot <|vision_start|>, its run
+        of `tokens_per_image` <|image_pad|>, <|vision_end|>, then the prompt's tokens. A slot the
+        sample lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes
+        no mRoPE position, as if the slot were pruned. `seen`: every position but such a run (the
+        VL self-attention's keys: it sees text padding, as LeRobot's, never a missing camera)."""
         cfg, (b, s) = self.cfg, batch.image_mask.shape
         run = [cfg.vision_start_id] + [cfg.image_token_id] * cfg.tokens_per_image + [cfg.vision_end_id]
         runs = torch.tensor(run * s, dtype=batch.tokens.dtype, device=batch.tokens.device)[None].expand(b, -1)
         ids = torch.cat([runs, batch.tokens], dim=1)
-        valid = torch.cat([batch.image_mask.repeat_interleave(len(run), dim=1), batch.token_mask], dim=1)
+        slots = batch.image_mask.repeat_interleave(len(run), dim=1)
+        valid = torch.cat([slots, batch.token_mask], dim=1)
+        seen = torch.cat([slots, torch.ones_like(batch.token_mask)], dim=1)
         # the prompt's padding (at its end) moved to the front: position j reads j - pads, cyclically
         t = ids.shape[1]
         pads = (~batch.token_mask).sum(dim=1, keepdim=True)
         order = (torch.arange(t, device=ids.device)[None] - pads) % t
-        return ids.gather(1, order), valid.gather(1, order)
+        return ids.gather(1, order), valid.gather(1, order), seen.gather(1, order)
 
-    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
         layers): the features of the last LLM layer before the final norm (B, T, lm_width), which
-        positions are image tokens and which are valid (B, T) bool. The frozen part under no_grad."""
+        positions are image tokens, which are valid and which the VL self-attention sees (B, T) bool
+        (vl_inputs). The frozen part under no_grad."""
         cfg = self.cfg
-        input_ids, valid = self.vl_inputs(batch)
+        input_ids, valid, seen = self.vl_inputs(batch)
         image_mask = input_ids == cfg.image_token_id
         with torch.no_grad():
             images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0).flatten(0, 1)
@@ -198,7 +202,7 @@ class Gr00t(nn.Module):
             mask = padded_causal_mask(valid)
             h = self._layers(self.lm_frozen, 0, h, cos, sin, mask, valid, deep)
         h = self._layers(self.lm_layers, cfg.lm_frozen, h, cos, sin, mask, valid, deep)
-        return h, image_mask, valid
+        return h, image_mask, valid, seen
 
     def _layers(self, layers: nn.ModuleList, first: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor, valid: torch.Tensor, deep: list[torch.Tensor]) -> torch.Tensor:
@@ -209,18 +213,19 @@ class Gr00t(nn.Module):
                 h = h + deep[i]
         return h
 
-    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, n_image: int,
-                    batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, seen: torch.Tensor | None,
+                    n_image: int, batch: Gr00tBatch,
+                    x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(predicted velocity, target) (B, horizon, action_dim) fp32 from the backbone's features vl
-        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool, `n_image` per sample)
-        and which are valid (keep (B, T) bool: LeRobot's backbone_attention_mask), and the batch's
-        state, actions, noise, time and state dropout. `x_t` given (the sampler): the velocity at these
-        noisy actions, and no target (None)."""
+        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool, `n_image` per sample),
+        which are valid (keep (B, T) bool: LeRobot's backbone_attention_mask) and which the VL
+        self-attention sees (seen (B, T) bool, None: all, as LeRobot), and the batch's state, actions,
+        noise, time and state dropout. `x_t` given (the sampler): the velocity at these noisy actions,
+        and no target (None)."""
         cfg = self.cfg
         vl = self.vl_norm(vl)
-        vl_keep = keep | ~image_mask  # text padding stays visible as in LeRobot; a missing camera's tokens do not
         for block in self.vl_blocks:
-            vl = block(vl, vl_keep)
+            vl = block(vl, seen)
         text, image = split_context(vl, image_mask, keep, n_image)
         context = {"text": text, "image": image, "self": (None, None)}
         target = None
@@ -238,9 +243,9 @@ class Gr00t(nn.Module):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
-    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """What the action head reads: the VL features, which positions are image tokens and which
-        are valid (vl_features), and the image tokens per sample."""
+    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """What the action head reads: the VL features, which positions are image tokens, which are
+        valid and which the VL self-attention sees (vl_features), and the image tokens per sample."""
         return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
     def forward(self, batch: Gr00tBatch) -> torch.Tensor:
