@@ -79,12 +79,13 @@ def test_positive_control_the_turn_alone_misses_the_recompute_everything_baselin
 
 def test_positive_control_no_reduce_buffers_misses(monkeypatch):
     """FSDP2's reduce buffers (8 B per trained parameter of the unit at world size 1) are what the
-    baselines peak on: without them they miss by more than the bound."""
+    baselines peak on: without them they miss by more than the bound (DreamZero's; GR00T N1.6's did
+    too, its runs are no longer listed)."""
     from trainkit.estimate import memory
 
     monkeypatch.setattr(memory, "reduce_buffers", lambda *a, **kw: 0.0)
     misses = _misses(NEW)
-    assert sum(abs(v) > BOUND[k.split()[0]] for k, v in misses.items()) >= 3, misses
+    assert sum(abs(v) > BOUND[k.split()[0]] for k, v in misses.items()) >= 1, misses
 
 
 def test_positive_control_blocks_attention_extra(monkeypatch):
