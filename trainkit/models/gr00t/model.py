@@ -169,10 +169,13 @@ class Gr00t(nn.Module):
         no mRoPE position, as if the slot were pruned. `seen`: every position but such a run (the
         VL self-attention's keys: it sees text padding, as LeRobot's, never a missing camera)."""
         cfg, (b, s) = self.cfg, batch.image_mask.shape
-        run = [cfg.vision_start_id] + [cfg.image_token_id] * cfg.tokens_per_image + [cfg.vision_end_id]
-        runs = torch.tensor(run * s, dtype=batch.tokens.dtype, device=batch.tokens.device)[None].expand(b, -1)
+        run = cfg.tokens_per_image + 2
+        # built by device ops, no host list copied in: the step is captured in a CUDA graph
+        runs = batch.tokens.new_full((b, s * run), cfg.image_token_id)
+        runs[:, ::run] = cfg.vision_start_id
+        runs[:, run - 1::run] = cfg.vision_end_id
         ids = torch.cat([runs, batch.tokens], dim=1)
-        slots = batch.image_mask.repeat_interleave(len(run), dim=1)
+        slots = batch.image_mask.repeat_interleave(run, dim=1)
         valid = torch.cat([slots, batch.token_mask], dim=1)
         seen = torch.cat([slots, torch.ones_like(batch.token_mask)], dim=1)
         # the prompt's padding (at its end) moved to the front: position j reads j - pads, cyclically
