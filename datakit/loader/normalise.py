@@ -1,8 +1,8 @@
 """uint8 batch -> model inputs, on whatever device the batch is on (GPU in training, CPU in tests).
 
 Images leave the host as stored uint8 (rgb or nv12) and become normalised NCHW bf16/fp32
-here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", or Pi0.5's aspect-preserving
-"pad") / crop / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
+here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", "bicubic", or Pi0.5's
+aspect-preserving "pad") / crop (and back to the resize size: GR00T N1.7) / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
 permuted uint8 and writes the output dtype in a single kernel. Cameras of different sizes arrive
 one tensor per slot (`slots.slot_images`); each view is resized to the model's input on its own,
 and views that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model
@@ -164,11 +164,15 @@ class Normaliser:
         return nv12_to_rgb_float(flat) if self.layout == "nv12" else flat.permute(0, 3, 1, 2)
 
     def _geometry(self, x: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
-        """Resize to `cfg.resize` (the way `cfg.resize_mode` says), then crop."""
-        if self.cfg.resize is not None:
-            x = resize_view(x, self.cfg.resize, self.cfg.resize_mode)
-        if self.cfg.crop is not None:
+        """Resize to `cfg.resize` (the way `cfg.resize_mode` says), then crop, then (`cfg.crop_resize`)
+        resize the crop back to `cfg.resize`."""
+        cfg = self.cfg
+        if cfg.resize is not None:
+            x = resize_view(x, cfg.resize, cfg.resize_mode)
+        if cfg.crop is not None:
             x = self._crop(x, epoch, step)
+            if cfg.crop_resize:
+                x = resize_view(x, cfg.resize, cfg.resize_mode)
         return x
 
     def _finish(self, x: torch.Tensor, rows: torch.Tensor | None, epoch: int) -> torch.Tensor:
