@@ -16,7 +16,8 @@ Processor: the same oracle run encodes camera frames and prompts with LeRobot's 
 built from a tokenizer folder this test writes (the builtin byte-level tokenizer saved as
 tokenizer.json, a chat template of Qwen3-VL's structure, a tiny preprocessor config; nothing
 downloaded). trainkit's `QwenChatTokenizer.from_folder` must give the same input_ids and
-attention mask, and datakit's normaliser (bicubic 32 x 32, centre crop 28, back to 32 x 32) the
+attention mask, and datakit's normaliser with the family's view settings (`n17_view_settings`:
+bicubic 32 x 32, centre crop 28, back to 32 x 32) the
 same pixel values, to float32 rounding against torchvision's float kernel (its GPU path), and
 within half a level on average of its CPU fixed-point uint8 kernel.
 """
@@ -34,6 +35,7 @@ import torch
 
 from datakit.loader.config import LoaderConfig
 from datakit.loader.normalise import Normaliser
+from trainkit.models.gr00t.batches import n17_view_settings
 from trainkit.models.gr00t.chat_tokenizer import QwenChatTokenizer
 from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX, Qwen3VLBackbone, backbone_key
 from trainkit.models.gr00t.qwen3_vl_config import from_hf_config
@@ -203,8 +205,7 @@ def test_processor_tokens_and_pixels_equal_lerobot(oracle):
         assert torch.equal(attention_mask, ref[kernel]["attention_mask"].bool())
     assert torch.equal(ref["float"]["image_grid_thw"], torch.tensor([[1, VIEW // PATCH, VIEW // PATCH]] * (b * v)))
 
-    cfg = LoaderConfig(resize=(VIEW, VIEW), resize_mode="bicubic", crop=(CROP, CROP), crop_resize=True,
-                       image_dtype="float32")
+    cfg = LoaderConfig(**n17_view_settings((VIEW, VIEW), crop_fraction=CROP / VIEW), image_dtype="float32")
     std, mean = torch.tensor(cfg.image_std), torch.tensor(cfg.image_mean)
     norm = Normaliser(cfg=cfg, layout="rgb", image_scale=1.0 / (255.0 * std), image_bias=-mean / std,
                       state_affine=(torch.ones(1), torch.zeros(1)), action_affine=(torch.ones(1), torch.zeros(1)))
@@ -217,7 +218,8 @@ def test_processor_tokens_and_pixels_equal_lerobot(oracle):
     # (its worst case) it differs by 0.35 levels on average, by more than one level at 0.8% of values
     assert ((pixels - ref["native"]["pixel_values"]).abs() / level).mean() < 0.5
     # the crop matters: without it the same frames give other pixels
-    uncropped = Normaliser(cfg=LoaderConfig(resize=(VIEW, VIEW), resize_mode="bicubic", image_dtype="float32"),
+    uncropped = Normaliser(cfg=LoaderConfig(**n17_view_settings((VIEW, VIEW), crop_fraction=1.0),
+                                            image_dtype="float32"),
                            layout="rgb", image_scale=norm.image_scale, image_bias=norm.image_bias,
                            state_affine=norm.state_affine, action_affine=norm.action_affine)
     plain = hf_pixel_values(uncropped.images(video.permute(0, 2, 1, 3, 4, 5).contiguous())[:, :, -1].flatten(0, 1))
