@@ -88,6 +88,26 @@ def test_features_do_not_depend_on_padding():
     assert out.image_mask.sum() == 2 * n and torch.equal(out.attention_mask, mask)
 
 
+# Cosmos-Reason2-2B's config.json (transformers 4.x layout), the keys from_hf_config reads, as LeRobot
+# 0.6.1 hard-codes them in groot_n1_7.py::_cosmos_reason2_qwen3_vl_config
+COSMOS_CONFIG_JSON = {
+    "image_token_id": 151655,
+    "text_config": {"head_dim": 128, "hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 16,
+                    "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-6, "rope_theta": 5000000,
+                    "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+                    "vocab_size": 151936},
+    "vision_config": {"deepstack_visual_indexes": [5, 11, 17], "depth": 24, "hidden_size": 1024,
+                      "intermediate_size": 4096, "num_heads": 16, "num_position_embeddings": 2304,
+                      "out_hidden_size": 2048, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+
+
+def test_cosmos_preset_is_its_config_json():
+    assert from_hf_config(COSMOS_CONFIG_JSON, select_layer=16) == cosmos_reason2_2b()
+    with pytest.raises(ModelConfigError, match="select_layer 29 exceeds"):
+        from_hf_config(COSMOS_CONFIG_JSON, select_layer=29)
+
+
 def test_bad_backbone_configs_are_refused():
     with pytest.raises(ModelConfigError, match="mrope_section"):
         Qwen3VLConfig(mrope_section=(24, 20, 21))

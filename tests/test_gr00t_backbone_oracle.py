@@ -24,11 +24,10 @@ within half a level on average of its CPU fixed-point uint8 kernel.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from pathlib import Path
-
-import json
 
 import pytest
 import torch
