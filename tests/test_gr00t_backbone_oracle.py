@@ -4,7 +4,8 @@ The oracle (tools/lerobot_oracle/groot_backbone_oracle.py, in its own venv: `mak
 skipped without it) patches LeRobot's hard-coded Cosmos-Reason2-2B config to tiny widths, builds
 `GR00TN17(cfg, load_backbone_weights=False)` with every backbone tensor random, and runs its
 backbone on a batch laid out as N1.7's processor lays it out (chat text with image pads inline,
-left padding, a non-square grid, samples with different numbers of views and text lengths).
+left padding and one sample padded on the right, a non-square grid, samples with different
+numbers of views and text lengths).
 trainkit builds its backbone from the oracle's config.json (`from_hf_config`), loads the oracle's
 tensors by `backbone_key` (every built tensor loaded, none left over but the final norm and the
 tied LM head) and must give the same features, at every position (padding too: N1.7's head
@@ -100,7 +101,7 @@ def hf_pixel_values(images: torch.Tensor) -> torch.Tensor:
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
-    """(input_ids, attention_mask, images, views per sample): N1.7's layout, left-padded."""
+    """(input_ids, attention_mask, images, views per sample): N1.7's layout, padded."""
     gen = torch.Generator().manual_seed(1)
     per_image = (IMAGE_HW[0] // PATCH // MERGE) * (IMAGE_HW[1] // PATCH // MERGE)
     views, text_lens = [2, 2, 1], [5, 2, 7]
@@ -112,8 +113,10 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
         ids += torch.randint(10, 280, (n,), generator=gen).tolist() + [IM_END, 8]
         rows.append(ids)
     t = max(map(len, rows))
-    input_ids = torch.tensor([[0] * (t - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (t - len(r)) + [1] * len(r) for r in rows])
+    # left padding as LeRobot's processor pads, and sample 1 padded on the right
+    input_ids = torch.tensor([r + [0] * (t - len(r)) if k == 1 else [0] * (t - len(r)) + r for k, r in enumerate(rows)])
+    mask = torch.tensor([[1] * len(r) + [0] * (t - len(r)) if k == 1 else [0] * (t - len(r)) + [1] * len(r)
+                         for k, r in enumerate(rows)])
     images = torch.rand(sum(views), 3, *IMAGE_HW, generator=gen) * 2 - 1
     return input_ids, mask, images, views
 

@@ -82,10 +82,10 @@ class Qwen3VLBackbone(nn.Module):
             deep = [torch.zeros_like(h).masked_scatter(where, d.to(h.dtype)) for d in deep]
         positions = mrope_positions(input_ids, valid, cfg.image_token_id, cfg.merged_grid)
         cos, sin = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
-        mask = padded_causal_mask(valid)
+        mask, seen = padded_causal_mask(valid)
         layers = self.language_model.layers
         for i, layer in enumerate(layers):
-            h = layer(h, cos, sin, mask, valid)
+            h = layer(h, cos, sin, mask, seen)
             if i < len(deep) and i < len(layers) - 1:
                 h = h + deep[i]
         return BackboneOutput(features=h, image_mask=image_mask, attention_mask=valid)
