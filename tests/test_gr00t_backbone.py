@@ -86,6 +86,8 @@ def test_features_do_not_depend_on_padding():
     assert torch.isfinite(out.features).all()
     torch.testing.assert_close(out.features[:, 3:], plain, rtol=1e-5, atol=1e-5)
     assert out.image_mask.sum() == 2 * n and torch.equal(out.attention_mask, mask)
+    with pytest.raises(ModelConfigError, match="image_size"):
+        model(ids, torch.ones_like(ids, dtype=torch.bool), torch.randn(2, 3, 8, 8))
 
 
 # Cosmos-Reason2-2B's config.json (transformers 4.x layout), the keys from_hf_config reads, as LeRobot

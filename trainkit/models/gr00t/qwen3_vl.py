@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from trainkit.errors import ModelConfigError
 from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables
 from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
 from trainkit.models.gr00t.qwen3_vl_text import TextModel, padded_causal_mask
@@ -75,6 +76,9 @@ class Qwen3VLBackbone(nn.Module):
         h = embed(input_ids)
         deep: list[torch.Tensor] = []
         if images.shape[0]:
+            if tuple(images.shape[1:]) != (3, *cfg.image_size):
+                raise ModelConfigError(f"views of {tuple(images.shape[1:])} given to a backbone built for "
+                                       f"(3, {cfg.image_size[0]}, {cfg.image_size[1]}) (Qwen3VLConfig.image_size)")
             tokens, deep = self.visual(images)
             where = image_mask[:, :, None]
             h = h.masked_scatter(where, tokens.to(h.dtype))
