@@ -146,6 +146,7 @@ def test_tokenizer_folder_problems_are_named(tmp_path):
 def test_n17_view_settings():
     cfg = LoaderConfig(**n17_view_settings((256, 256)))
     assert (cfg.resize, cfg.crop, cfg.crop_resize, cfg.resize_mode) == ((256, 256), (230, 230), True, "bicubic")
+    assert not cfg.random_crop and LoaderConfig(**n17_view_settings((256, 256), random_crop=True)).crop_per_sample
     with pytest.raises(ValueError, match="crop_resize"):
         LoaderConfig(resize=(256, 256), crop_resize=True)
     x = torch.randint(0, 256, (1, 3, 5, 7), dtype=torch.uint8)

@@ -22,6 +22,7 @@ CONFIGS = [
     LoaderConfig(frame_offsets=(0,), action_horizon=50, norm="quantile", slots=("a", None, "b"), batch_size=40,
                  episodes=(7, 2, 3), seed=3, shuffle="shard_block", block_size=64, world_size=4, rank=3,
                  epoch_batch=320, image_dtype="float32", resize=(224, 224), crop=(200, 200), random_crop=True, crop_resize=True,
+                 crop_per_sample=True,
                  colour_jitter=0.25, image_mean=(0.485, 0.456, 0.406), image_std=(0.229, 0.224, 0.225)),
     LoaderConfig(frame_offsets=tuple(range(-32, 1)), state_offsets=(-1, 0), action_horizon=32, tile="wrist_top",
                  slots=("w", "e1", "e2"), prune_slots=False, camera_offsets={"w": (-8, -4, 0)}, boundary="skip"),
