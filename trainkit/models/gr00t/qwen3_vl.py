@@ -4,7 +4,7 @@ forward(input_ids, attention_mask, images):
 1. the vision tower (qwen3_vl_vision.py) over every view of the batch -> image tokens and the
    deepstack tokens;
 2. token embeddings, the image tokens written at the <|image_pad|> positions in order (sample by
-   sample, view by view: the order the processor lays the views out, tokenizer.py);
+   sample, view by view: the order the processor lays the views out, chat_tokenizer.py);
 3. the first `select_layer` LLM layers (qwen3_vl_text.py) with interleaved mRoPE positions
    (mrope.py); after layers 0, 1, 2 the deepstack tokens are added at the image positions;
 4. features = the last built layer's output, before the final norm and before any deepstack
@@ -66,7 +66,7 @@ class Qwen3VLBackbone(nn.Module):
         self.language_model = TextModel(cfg)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: torch.Tensor) -> BackboneOutput:
-        """input_ids (B, T) int64 (tokenizer.py's layout, padded either side), attention_mask (B, T)
+        """input_ids (B, T) int64 (chat_tokenizer.py's layout, padded either side), attention_mask (B, T)
         bool, images (N, 3, H, W) normalised views in token order, N = the <|image_pad|> runs of the
         batch (N may be 0: no view in the batch)."""
         cfg = self.cfg
