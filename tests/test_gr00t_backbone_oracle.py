@@ -14,9 +14,9 @@ comparison: a wrong mRoPE section and deepstack off.
 
 Processor: the same oracle run encodes camera frames and prompts with LeRobot's N1.7 encode step
 (`GrootN17VLMEncodeStep`, the pack step's language formatting first), its Qwen3-VL processor
-built from a tokenizer folder this test writes (the builtin byte-level tokenizer saved as
-tokenizer.json, a chat template of Qwen3-VL's structure, a tiny preprocessor config; nothing
-downloaded). trainkit's `QwenChatTokenizer.from_folder` must give the same input_ids and
+built from a tokenizer folder this test writes (a byte-level BPE with a few merges and Qwen's
+normaliser and split pattern, loaded by LeRobot as a `Qwen2Tokenizer`; a chat template of
+Qwen3-VL's structure; a tiny preprocessor config; nothing downloaded). trainkit's `QwenChatTokenizer.from_folder` must give the same input_ids and
 attention mask, and datakit's normaliser with the family's view settings (`n17_view_settings`:
 bicubic 32 x 32, centre crop 28, back to 32 x 32) the
 same pixel values, to float32 rounding against torchvision's float kernel (its GPU path), and
@@ -88,7 +88,7 @@ QWEN3_VL_LIKE_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-LANGUAGE = ["Pick up the RED cube, then place it!", "", "stack_blocks"]
+LANGUAGE = ["Pick up the RED cube, then place it!", "", "stack_blocks in the café's 2nd tray"]
 
 
 def hf_pixel_values(images: torch.Tensor) -> torch.Tensor:
@@ -121,12 +121,32 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
     return input_ids, mask, images, views
 
 
+QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+MERGES = [("p", "i"), ("pi", "c"), ("pic", "k"), ("Ġ", "t"), ("Ġt", "h"), ("Ġth", "e"), ("u", "s"), ("e", "r"),
+          ("us", "er"), ("Ġ", "c")]
+
+
 def tokenizer_folder(folder: Path) -> Path:
-    """Tokenizer files of a Qwen3-VL checkpoint at tiny sizes: the builtin tokenizer's tokenizer.json."""
+    """Tokenizer files of a Qwen3-VL checkpoint at tiny sizes: a byte-level BPE with a few merges and
+    Qwen's pipeline (NFC, its split pattern, byte level), read by LeRobot as a `Qwen2Tokenizer`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    from trainkit.models.gr00t.chat_tokenizer import SPECIAL
+
     folder.mkdir()
-    QwenChatTokenizer.builtin(tokens_per_image=PROC_TOKENS).tokenizer.save(str(folder / "tokenizer.json"))
+    byte_vocab = QwenChatTokenizer.builtin(tokens_per_image=PROC_TOKENS).tokenizer.get_vocab()
+    vocab = {k: v for k, v in byte_vocab.items() if k not in SPECIAL}
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=MERGES))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([*SPECIAL, "<|video_pad|>"])  # the processor counts video pads too
+    tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "TokenizersBackend", "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>",
+        "tokenizer_class": "Qwen2Tokenizer", "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>",
         "chat_template": QWEN3_VL_LIKE_TEMPLATE}))
     (folder / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen3VLProcessor", "patch_size": PATCH,
