@@ -14,7 +14,8 @@ graphs: N1.7's head attends to padded positions without a mask, so the padding l
 output slightly; the fixed length is a choice, not LeRobot's).
 
 Sources: `QwenChatTokenizer.from_folder(path)`: `tokenizer.json`, the chat template
-(`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template`) and the pad token
+(`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template`, else the processor's
+`chat_template.json`) and the pad token
 (`tokenizer_config.json`'s `pad_token`) of a Cosmos-Reason2-2B / Qwen3-VL folder.
 `QwenChatTokenizer.builtin()`: for runs from random weights with no tokenizer files, a byte-level
 tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at ids 256..261 and a
@@ -71,6 +72,26 @@ def compile_template(source: str):
         raise TokenizerError(f"chat template does not compile: {e}") from None
 
 
+def _chat_template(folder: Path, config: dict) -> str:
+    """The folder's chat template: chat_template.jinja, else tokenizer_config.json's chat_template
+    (a string, or named templates: the "default" one), else the processor's chat_template.json."""
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text()
+    template = config.get("chat_template")
+    if template is None and (folder / "chat_template.json").is_file():
+        try:
+            template = json.loads((folder / "chat_template.json").read_text()).get("chat_template")
+        except (OSError, ValueError, AttributeError) as e:
+            raise TokenizerError(f"{folder}/chat_template.json: unreadable ({str(e)[:120]})") from None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    if not isinstance(template, str):
+        raise TokenizerError(f"{folder}: no chat template (chat_template.jinja, tokenizer_config.json's "
+                             "chat_template or chat_template.json)")
+    return template
+
+
 def _token_text(value: object) -> str | None:
     """A special token of tokenizer_config.json: a string or {"content": ...}."""
     return value.get("content") if isinstance(value, dict) else value if isinstance(value, str) else None
@@ -106,12 +127,7 @@ class QwenChatTokenizer:
                 if (folder / "tokenizer_config.json").is_file() else {}
         except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception; OSError and JSON errors too
             raise TokenizerError(f"{folder}: unreadable tokenizer files ({str(e)[:160]})") from None
-        template = (folder / "chat_template.jinja").read_text() if (folder / "chat_template.jinja").is_file() \
-            else config.get("chat_template")
-        if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
-            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
-        if not isinstance(template, str):
-            raise TokenizerError(f"{folder}: no chat template (chat_template.jinja or tokenizer_config.json's chat_template)")
+        template = _chat_template(folder, config)
         specials = {k: t for k, v in config.items() if k.endswith("_token") and (t := _token_text(v)) is not None}
         if "pad_token" not in specials:
             raise TokenizerError(f"{folder}/tokenizer_config.json: no pad_token")
