@@ -141,7 +141,9 @@ def test_tokenizer_folder_problems_are_named(tmp_path):
     assert QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4).prompt("x", 1) == "user!"
     (tmp_path / "chat_template.jinja").write_text("{{ messages[0].role }}")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<|im_end|>"}}))
-    with pytest.raises(TokenizerError, match="no pad_token"):
+    assert QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4).pad_id == 256  # Qwen2Tokenizer's default
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<pad>"}))
+    with pytest.raises(TokenizerError, match="has no '<pad>' token"):
         QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4)
 
 

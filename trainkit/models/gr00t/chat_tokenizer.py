@@ -16,7 +16,8 @@ output slightly; the fixed length is a choice, not LeRobot's).
 Sources: `QwenChatTokenizer.from_folder(path)`: `tokenizer.json`, the chat template
 (`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template`, else the processor's
 `chat_template.json`) and the pad token
-(`tokenizer_config.json`'s `pad_token`) of a Cosmos-Reason2-2B / Qwen3-VL folder.
+(`tokenizer_config.json`'s `pad_token`, else `<|endoftext|>` as transformers' `Qwen2Tokenizer`)
+of a Cosmos-Reason2-2B / Qwen3-VL folder.
 `QwenChatTokenizer.builtin()`: for runs from random weights with no tokenizer files, a byte-level
 tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at ids 256..261 and a
 chat template of Qwen3-VL's layout; NOT Qwen's vocabulary.
@@ -27,10 +28,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from trainkit.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 IMAGE_PAD = "<|image_pad|>"
 DEFAULT_TASK = "Perform the task."
@@ -100,7 +105,7 @@ def _token_text(value: object) -> str | None:
 class QwenChatTokenizer:
     """Task strings + views per sample -> (input_ids, attention_mask) in N1.7's layout."""
 
-    def __init__(self, tokenizer, template: str, specials: dict[str, str], *, tokens_per_image: int,
+    def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], *, tokens_per_image: int,
                  formalize_language: bool = True):
         self.tokenizer = tokenizer
         self.template = compile_template(template)
@@ -129,8 +134,7 @@ class QwenChatTokenizer:
             raise TokenizerError(f"{folder}: unreadable tokenizer files ({str(e)[:160]})") from None
         template = _chat_template(folder, config)
         specials = {k: t for k, v in config.items() if k.endswith("_token") and (t := _token_text(v)) is not None}
-        if "pad_token" not in specials:
-            raise TokenizerError(f"{folder}/tokenizer_config.json: no pad_token")
+        specials.setdefault("pad_token", SPECIAL[0])  # transformers' Qwen2Tokenizer pads with <|endoftext|> by default
         return cls(tokenizer, template, specials, tokens_per_image=tokens_per_image,
                    formalize_language=formalize_language)
 
