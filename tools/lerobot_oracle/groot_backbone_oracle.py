@@ -16,11 +16,12 @@ IN.pt (torch.save) has either part or both:
   (the Qwen3-VL config.json as a dict), "features", "image_mask", "attention_mask".
 - "processor": {"folder" (tokenizer.json, tokenizer_config.json with the chat template,
   preprocessor_config.json), "video" (B, T, V, H, W, C) uint8, "language" [str], "crop_size",
-  "target_size", "float_resize" (bool)}. `GrootN17VLMEncodeStep` encodes them with the
-  processor built from the folder (`_build_n1_7_processor` is pointed at it). float_resize: the
-  bicubic resize of uint8 images runs in float and is rounded (torchvision's path on the GPU)
-  instead of its CPU fixed-point uint8 kernel. OUT["processor"]: the encoded tensors
-  (input_ids, attention_mask, pixel_values, image_grid_thw).
+  "target_size"}. The language is formatted as the pack step does (`formalize_language`) and
+  `GrootN17VLMEncodeStep` encodes the batch with the processor built from the folder
+  (`_build_n1_7_processor` is pointed at it). OUT["processor"]: {"native", "float"}: the encoded
+  tensors (input_ids, attention_mask, pixel_values, image_grid_thw) with torchvision's CPU
+  fixed-point kernel for the bicubic resize of uint8 frames, and with its float kernel, clamped
+  and rounded (the path it takes on the GPU).
 
 Setup: make lerobot-oracle
 """
@@ -67,17 +68,24 @@ def processor(doc: dict) -> dict:
 
     import lerobot.policies.groot.processor_groot as pg
     from lerobot.lerobot_types import TransitionKey
+    from lerobot.policies.groot.utils import prepare_n1_7_language_batch
 
-    if doc["float_resize"]:
-        _geometry._do_native_uint8_resize_on_cpu = lambda interpolation: False
     build = pg._build_n1_7_processor
     pg._build_n1_7_processor = lambda model_name=None: build(doc["folder"])
     step = pg.GrootN17VLMEncodeStep(model_name=doc["folder"], image_crop_size=list(doc["crop_size"]),
                                     image_target_size=list(doc["target_size"]))
-    transition = {TransitionKey.OBSERVATION: {"video": doc["video"].numpy()},
-                  TransitionKey.COMPLEMENTARY_DATA: {"language": doc["language"]}}
-    comp = step(transition)[TransitionKey.COMPLEMENTARY_DATA]
-    return {k: comp[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")}
+    video = doc["video"].numpy()
+    # the pack step's language formatting (formalize_language, N1.7's default), then the encode step
+    language = prepare_n1_7_language_batch(doc["language"], video.shape[0], formalize_language=True)
+    out = {}
+    native = _geometry._do_native_uint8_resize_on_cpu
+    for name, uint8_kernel in (("native", native), ("float", lambda interpolation: False)):
+        _geometry._do_native_uint8_resize_on_cpu = uint8_kernel
+        transition = {TransitionKey.OBSERVATION: {"video": video},
+                      TransitionKey.COMPLEMENTARY_DATA: {"language": list(language)}}
+        comp = step(transition)[TransitionKey.COMPLEMENTARY_DATA]
+        out[name] = {k: comp[k] for k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")}
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -34,6 +34,27 @@ def gr00t_config(**kw: Any) -> LoaderConfig:
                            **kw})
 
 
+N17_CROP_FRACTION = 230 / 256  # LeRobot 0.6.1's N1_7_DEFAULT_IMAGE_CROP_SIZE / N1_7_DEFAULT_IMAGE_TARGET_SIZE
+
+
+def n17_view_settings(size: tuple[int, int], *, crop_fraction: float = N17_CROP_FRACTION,
+                      random_crop: bool = False) -> dict[str, Any]:
+    """LoaderConfig settings of GR00T N1.7's view transform (LeRobot 0.6.1's
+    `_transform_n1_7_image_for_vlm_torch`, run on the device by datakit's normaliser): each view
+    bicubic (antialiased, whole uint8 levels) to `size`, the centre crop of `crop_fraction` of each
+    side (230 of 256; sizes rounded, offsets floored), bicubic back to `size`, then (x / 255 - 0.5) / 0.5
+    (Qwen3-VL's image mean and std). `random_crop`: the training augmentation of Isaac-GR00T and of
+    LeRobot's albumentations path: the window at a random place per sample (the same for its
+    views), a pure function of (seed, epoch, the sample's row); LeRobot's default transform has
+    none, and that path resizes with OpenCV's area filter, not bicubic. N1.7's size is square
+    (256 x 256): LeRobot's first resize goes to (H, H), the same only then."""
+    crop = tuple(max(1, round(side * crop_fraction)) for side in size)
+    view = dict(resize=tuple(size), resize_mode="bicubic", image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5))
+    if crop == tuple(size):
+        return view
+    return {**view, "crop": crop, "crop_resize": True, "random_crop": random_crop, "crop_per_sample": random_crop}
+
+
 def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
     """`gr00t_config` at this model's shapes: `cfg.horizon` actions, each camera view of another size
     resized on the device to (image_height, image_width) (bilinear, antialiased; N1.7 trains every view

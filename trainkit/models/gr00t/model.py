@@ -202,16 +202,16 @@ class Gr00t(nn.Module):
             deep = [torch.zeros_like(h).masked_scatter(where, d.to(h.dtype)) for d in deep]
             positions = mrope_positions(input_ids, valid, cfg.image_token_id, cfg.backbone.merged_grid)
             cos, sin = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
-            mask = padded_causal_mask(valid)
-            h = self._layers(self.lm_frozen, 0, h, cos, sin, mask, valid, deep)
-        h = self._layers(self.lm_layers, cfg.lm_frozen, h, cos, sin, mask, valid, deep)
+            mask, queried = padded_causal_mask(valid)  # queried: the queries with a valid key at or before them
+            h = self._layers(self.lm_frozen, 0, h, cos, sin, mask, queried, deep)
+        h = self._layers(self.lm_layers, cfg.lm_frozen, h, cos, sin, mask, queried, deep)
         return h, image_mask, valid, seen
 
     def _layers(self, layers: nn.ModuleList, first: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: torch.Tensor, valid: torch.Tensor, deep: list[torch.Tensor]) -> torch.Tensor:
+                mask: torch.Tensor, queried: torch.Tensor, deep: list[torch.Tensor]) -> torch.Tensor:
         """LLM layers `first`, `first + 1`, ...; after layer i < len(deep) (not the last) the i-th deepstack tokens."""
         for i, layer in enumerate(layers, start=first):
-            h = layer(h, cos, sin, mask, valid)
+            h = layer(h, cos, sin, mask, queried)
             if i < len(deep) and i < self.cfg.lm_depth - 1:
                 h = h + deep[i]
         return h

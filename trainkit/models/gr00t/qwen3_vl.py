@@ -4,7 +4,7 @@ forward(input_ids, attention_mask, images):
 1. the vision tower (qwen3_vl_vision.py) over every view of the batch -> image tokens and the
    deepstack tokens;
 2. token embeddings, the image tokens written at the <|image_pad|> positions in order (sample by
-   sample, view by view: the order the processor lays the views out, tokenizer.py);
+   sample, view by view: the order the processor lays the views out, chat_tokenizer.py);
 3. the first `select_layer` LLM layers (qwen3_vl_text.py) with interleaved mRoPE positions
    (mrope.py); after layers 0, 1, 2 the deepstack tokens are added at the image positions;
 4. features = the last built layer's output, before the final norm and before any deepstack
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from trainkit.errors import ModelConfigError
 from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables
 from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
 from trainkit.models.gr00t.qwen3_vl_text import TextModel, padded_causal_mask
@@ -65,7 +66,7 @@ class Qwen3VLBackbone(nn.Module):
         self.language_model = TextModel(cfg)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, images: torch.Tensor) -> BackboneOutput:
-        """input_ids (B, T) int64 (tokenizer.py's layout, padded either side), attention_mask (B, T)
+        """input_ids (B, T) int64 (chat_tokenizer.py's layout, padded either side), attention_mask (B, T)
         bool, images (N, 3, H, W) normalised views in token order, N = the <|image_pad|> runs of the
         batch (N may be 0: no view in the batch)."""
         cfg = self.cfg
@@ -75,6 +76,9 @@ class Qwen3VLBackbone(nn.Module):
         h = embed(input_ids)
         deep: list[torch.Tensor] = []
         if images.shape[0]:
+            if tuple(images.shape[1:]) != (3, *cfg.image_size):
+                raise ModelConfigError(f"views of {tuple(images.shape[1:])} given to a backbone built for "
+                                       f"(3, {cfg.image_size[0]}, {cfg.image_size[1]}) (Qwen3VLConfig.image_size)")
             tokens, deep = self.visual(images)
             where = image_mask[:, :, None]
             h = h.masked_scatter(where, tokens.to(h.dtype))
@@ -82,10 +86,10 @@ class Qwen3VLBackbone(nn.Module):
             deep = [torch.zeros_like(h).masked_scatter(where, d.to(h.dtype)) for d in deep]
         positions = mrope_positions(input_ids, valid, cfg.image_token_id, cfg.merged_grid)
         cos, sin = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
-        mask = padded_causal_mask(valid)
+        mask, seen = padded_causal_mask(valid)
         layers = self.language_model.layers
         for i, layer in enumerate(layers):
-            h = layer(h, cos, sin, mask, valid)
+            h = layer(h, cos, sin, mask, seen)
             if i < len(deep) and i < len(layers) - 1:
                 h = h + deep[i]
         return BackboneOutput(features=h, image_mask=image_mask, attention_mask=valid)

@@ -6,11 +6,12 @@ Parameter names are transformers' (`layers.i.self_attn.q_proj`, `layers.i.mlp.ga
 `layers.i.input_layernorm`...), so a checkpoint loads by prefix; the final norm is not built (N1.7
 reads the features before it).
 
-Padding (LeRobot pads on the left): a padded query has no valid key at or before it. transformers'
-SDPA path gives such a row an attention output of 0 (torch >= 2.5's safe softmax); the head's
-`vl_self_attention` later attends to padded positions without a mask, so their features must
-match too. Here the row sees only itself (no empty row, no NaN on any kernel) and its attention
-output is multiplied by 0: the same features, exactly.
+Padding: keys are the valid tokens at or before the query (transformers' causal and padding
+mask). A query with none (a left pad: LeRobot pads on the left) gets an attention output of 0 in
+transformers' SDPA path (torch >= 2.5's safe softmax); N1.7's `vl_self_attention` later attends to
+padded positions without a mask, so their features must match too. Here such a row sees only
+itself (no empty row, no NaN on any kernel) and its attention output is multiplied by 0: the same
+features, exactly, for left and right padding.
 """
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
 from trainkit.models.layers import RMSNorm, apply_rope
 
 
-def padded_causal_mask(valid: torch.Tensor) -> torch.Tensor:
-    """(B, T) real tokens -> (B, 1, T, T) bool: causal over valid keys, and every query its own key."""
+def padded_causal_mask(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) real tokens -> ((B, 1, T, T) bool mask: causal over valid keys, a query with no valid
+    key at or before it its own key only; (B, T) bool: the queries that do have a valid key)."""
     t = valid.shape[1]
     causal = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()
     eye = torch.eye(t, dtype=torch.bool, device=valid.device)
-    return (causal & (valid[:, None, :] | eye))[:, None]
+    seen = valid.long().cumsum(dim=1) > 0
+    return (causal & (valid[:, None, :] | (eye & ~seen[:, :, None])))[:, None], seen
 
 
 class TextAttention(nn.Module):
@@ -42,7 +45,8 @@ class TextAttention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                valid: torch.Tensor) -> torch.Tensor:
+                seen: torch.Tensor) -> torch.Tensor:
+        """`mask` and `seen` as `padded_causal_mask` gives them."""
         b, t, _ = x.shape
         hq, hkv, hd = self.heads_q, self.heads_kv, self.head_dim
         q = apply_rope(self.q_norm(self.q_proj(x).view(b, t, hq, hd)), cos, sin).transpose(1, 2)
@@ -51,7 +55,7 @@ class TextAttention(nn.Module):
         # K/V repeated per query group: with a mask only cuDNN takes unequal head counts (layers.py)
         k, v = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, t, hq * hd)
-        return self.o_proj(out * valid[:, :, None].to(out.dtype))
+        return self.o_proj(out * seen[:, :, None].to(out.dtype))
 
 
 class TextMLP(nn.Module):
@@ -74,8 +78,8 @@ class TextLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                valid: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, valid)
+                seen: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, seen)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

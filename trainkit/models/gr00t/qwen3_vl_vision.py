@@ -31,7 +31,10 @@ from trainkit.models.layers import apply_rope
 
 
 class PatchEmbed(nn.Module):
-    """Conv3d (width, 3, temporal_patch, patch, patch) of a still frame, applied as a Conv2d."""
+    """Conv3d (width, 3, temporal_patch, patch, patch) of a still frame, applied as a Conv2d with the
+    kernel summed over time. The sum and the convolution run in float32 (a bf16 sum of the two
+    kernel halves would round where the Conv3d accumulates in float32); the output takes the
+    weight's dtype."""
 
     def __init__(self, cfg: Qwen3VLConfig):
         super().__init__()
@@ -41,9 +44,9 @@ class PatchEmbed(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(N, 3, H, W) -> (N, H/p x W/p, width), row-major patches."""
-        w = self.proj.weight
-        x = F.conv2d(images.to(w.dtype), w.sum(dim=2), self.proj.bias, stride=self.patch)
-        return x.flatten(2).transpose(1, 2)
+        w, b = self.proj.weight, self.proj.bias
+        x = F.conv2d(images.float(), w.float().sum(dim=2), b.float(), stride=self.patch)
+        return x.flatten(2).transpose(1, 2).to(w.dtype)
 
 
 class VisionMLP(nn.Module):
