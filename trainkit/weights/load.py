@@ -1,7 +1,9 @@
-"""The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` (or the
-shards `model.safetensors.index.json` names, as transformers' `save_pretrained` writes a large model) +
-`config.json` (LeRobot's, openpi's, Isaac-GR00T's format) into a built model through its family's mapping
+"""The weights users have, in and out: `model.init_from` reads a folder of `model.safetensors` +
+`config.json` (LeRobot's or openpi's format) into a built model through its family's mapping
 (`Family.weights`, e.g. trainkit/models/pi05/weights.py); `write_weights` writes one (`trainkit export`).
+The weights may also be sharded safetensors with their index (`model.safetensors.index.json`, as
+`save_pretrained` shards large models), or diffusers' `diffusion_pytorch_model.safetensors` (one
+file or sharded with its index): the files' headers are read together as one checkpoint.
 
     info = load_weights(model, fam, "ckpt/pi05_base", say)    # after to_empty + init_weights, before step 0
 
@@ -18,8 +20,10 @@ source that is not floating point (an integer or bool tensor would be cast silen
 with one line naming the file and the key. While loading, each tensor is checked finite in float32
 (NaN/inf weights, or float64 values beyond float32's range): one bad value would otherwise surface
 at step 0 as a non-finite loss blamed on the batch or the learning rate. Checkpoint keys no rule
-reads (tensors the flow loss never uses) are counted in the log line. A resume never comes here: it
-reloads trainkit's own DCP checkpoint.
+reads (tensors the flow loss never uses) are counted in the log line. A rule with no sources keeps
+the parameter's own initial value (a part the checkpoint does not hold: DreamZero's action MLPs on a
+Wan base DiT, fresh LoRA adapters); those are counted in the log line too. A resume never comes
+here: it reloads trainkit's own DCP checkpoint.
 """
 from __future__ import annotations
 
@@ -28,7 +32,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -43,133 +46,129 @@ from trainkit.parallel.names import clean_name
 from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
-WEIGHTS_NAME, CONFIG_NAME, INDEX_NAME = "model.safetensors", "config.json", "model.safetensors.index.json"
+WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
+# the weight files a folder may hold, in the order looked for: one file, or shards named by an index
+WEIGHT_STEMS = (WEIGHTS_NAME, "diffusion_pytorch_model.safetensors")
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], CheckpointFiles]:
-    """(the checked header of the folder's weights, the file holding each key, what the folder says
-    about the model's shape)."""
-    if not (folder / CONFIG_NAME).is_file():
-        raise CheckpointError(str(folder / CONFIG_NAME), "model.init_from needs a folder with model.safetensors (or "
-                              f"{INDEX_NAME} and its shards) and config.json; this file is missing")
+def weight_files(folder: Path) -> list[Path] | None:
+    """The folder's safetensors files (one, or the shards its index names); None: none found."""
+    for name in WEIGHT_STEMS:
+        if (folder / name).is_file():
+            return [folder / name]
+        index = folder / f"{name}.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                names = sorted(set(weight_map.values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise CheckpointError(str(index), f"not a safetensors index ({type(e).__name__}: {str(e)[:200]})") from None
+            for n in names:
+                if not isinstance(n, str) or "/" in n or not (folder / n).is_file():
+                    raise CheckpointError(str(index), f"names shard {n!r}, which the folder lacks")
+            return [folder / n for n in names]
+    return None
+
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[str, Path]]:
+    """(the checked header of the folder's weights, what the folder says about the model's shape,
+    the file holding each key)."""
+    files = weight_files(folder)
+    for name, missing in ((WEIGHTS_NAME, files is None), (CONFIG_NAME, not (folder / CONFIG_NAME).is_file())):
+        if missing:
+            raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors (or "
+                                  "its shards and index, or diffusers' diffusion_pytorch_model.safetensors) and "
+                                  "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
     try:
         config = json.loads((folder / CONFIG_NAME).read_text())
     except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
         raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(config, dict):
         raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
-    if (folder / WEIGHTS_NAME).is_file() or not (folder / INDEX_NAME).is_file():
-        if not (folder / WEIGHTS_NAME).is_file():
-            raise CheckpointError(str(folder / WEIGHTS_NAME), "model.init_from needs a folder with model.safetensors "
-                                  f"(or {INDEX_NAME} and its shards) and config.json; this file is missing")
-        header, metadata = read_header_and_metadata(folder / WEIGHTS_NAME)
-        files = dict.fromkeys(header, folder / WEIGHTS_NAME)
-    else:
-        header, files, metadata = _read_shards(folder)
-    return header, files, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
-                                          metadata=metadata)
-
-
-def _read_shards(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], dict[str, str]]:
-    """The shards `model.safetensors.index.json` names: every key in exactly the shard its
-    `weight_map` says, each shard a plain file name in the folder with a checked header."""
-    path = folder / INDEX_NAME
-    try:
-        index = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(str(path), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(str(path), "no weight_map object (key -> shard file name)")
-    wanted: dict[str, set[str]] = {}
-    for key, name in weight_map.items():
-        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
-            raise CheckpointError(str(path), f"weight_map names {name!r} for {key!r}: not a file name in this folder")
-        wanted.setdefault(name, set()).add(key)
     header: dict[str, Entry] = {}
-    files: dict[str, Path] = {}
+    where: dict[str, Path] = {}
     metadata: dict[str, str] = {}
-    for name in sorted(wanted):
-        shard = folder / name
-        if not shard.is_file():
-            raise CheckpointError(str(shard), f"missing: {INDEX_NAME} names it for {len(wanted[name])} tensors")
-        part, meta = read_header_and_metadata(shard)
-        if set(part) != wanted[name]:
-            odd = sorted(set(part) ^ wanted[name])[0]
-            raise CheckpointError(str(shard), f"tensor {odd!r} is {'not ' if odd in wanted[name] else ''}in this shard, "
-                                  f"but {INDEX_NAME} says {'it is' if odd in wanted[name] else 'otherwise'}")
-        header.update(part)
-        files.update(dict.fromkeys(part, shard))
-        metadata = metadata or meta
-    return header, files, metadata
+    for path in files:
+        part, md = read_header_and_metadata(path)
+        metadata = metadata or md
+        for key, entry in part.items():
+            if key in header:
+                raise CheckpointError(str(path), f"tensor {key!r} is also in {where[key].name}")
+            header[key], where[key] = entry, path
+    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
+                                   metadata=metadata), where
 
 
 def read_checkpoint(folder: str | Path) -> CheckpointFiles:
     """What the checkpoint folder says about the model's shape (no tensor data read), checked:
     trainkit/weights/shape.py builds the model from it."""
-    return _read_folder(Path(folder))[2]
+    return _read_folder(Path(folder))[1]
 
 
 class _Reader:
-    """safetensors' readers of a checkpoint's files, by key (one file, or the shards)."""
+    """safetensors' readers of every file of a checkpoint, each tensor read from the file holding it."""
 
-    def __init__(self, files: Mapping[str, Path]):
+    def __init__(self, where: Mapping[str, Path]):
         from safetensors import SafetensorError, safe_open
 
-        self.files, self.stack, self.open = files, ExitStack(), {}
-        try:
-            for path in sorted(set(files.values())):
-                self.open[path] = self.stack.enter_context(safe_open(str(path), framework="pt", device="cpu"))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
-            self.stack.close()
-            raise CheckpointError(str(path), f"unreadable safetensors ({type(e).__name__}: {str(e)[:200]})") from None
+        self.where = where
+        self.files: dict[Path, Any] = {}
+        for path in sorted(set(where.values())):
+            try:
+                self.files[path] = safe_open(str(path), framework="pt", device="cpu")
+            except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # changed since the check
+                raise CheckpointError(str(path), f"unreadable safetensors ({type(e).__name__}: {str(e)[:200]})") from None
 
     def __enter__(self) -> _Reader:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()
+    def __exit__(self, *exc: Any) -> None:
+        self.files.clear()
 
-    def get(self, key: str) -> torch.Tensor:
-        return _read(self.open[self.files[key]], self.files[key], key)
+    def get_tensor(self, key: str) -> torch.Tensor:
+        return self.files[self.where[key]].get_tensor(key)
 
 
-def _open(folder: Path) -> tuple[dict[str, Entry], dict[str, Path], _Reader]:
-    """(the checked header, the file of each key, the reader) of the folder's weights."""
+def _open(folder: Path) -> tuple[dict[str, Entry], _Reader]:
+    """(the checked header, a reader) of the folder's weights."""
     check_export_folder(folder)  # an unfinished or incomplete trainkit export (publish.py)
-    header, files, _ = _read_folder(folder)
-    return header, files, _Reader(files)
+    header, _, where = _read_folder(folder)
+    return header, _Reader(where)
 
 
 def read_tensors(folder: str | Path, wanted: Mapping[str, str]) -> dict[str, torch.Tensor]:
-    """{name: tensor} of the checkpoint's keys `wanted` ({key: name}), each checked finite in float32."""
-    header, files, f = _open(Path(folder))
+    """{name: tensor} of the checkpoint's keys `wanted` ({key: name}), each checked finite in float32
+    (`trainkit export` carries them over from a run's start checkpoint: `Weights.start_keys`)."""
+    header, f = _open(Path(folder))
     with f:
         missing = sorted(set(wanted) - set(header))
         if missing:
             raise CheckpointError(str(Path(folder)), f"missing key {missing[0]!r}")
         out = {}
         for key, name in wanted.items():
-            out[name] = f.get(key)
-            _check_finite(files[key], key, out[name].float())
+            out[name] = _read(f, f.where[key], key)
+            _check_finite(f.where[key], key, out[name].float())
         return out
 
 
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
     """The checkpoint's format, after checking its plan against `model` (may be on the meta device)
     from the file's header alone: the launch check, before any GPU work."""
-    header, _, f = _open(Path(folder))
+    header, f = _open(Path(folder))
     with f:
-        return _plan(model, fam, Path(folder), header)[0]
+        return _plan(model, fam, Path(folder), header, f.where)[0]
 
 
-def _plan(model: nn.Module, fam: Family, folder: Path, header: Mapping[str, Entry]) -> tuple[str, list[Any]]:
-    path = str(folder / WEIGHTS_NAME)
+def _plan(model: nn.Module, fam: Family, folder: Path, header: Mapping[str, Entry],
+          where: Mapping[str, Path]) -> tuple[str, list[Any]]:
+    files = sorted(set(where.values()))
+    path = str(files[0] if len(files) == 1 else folder)
     fmt, rules = plan(model, fam, {k: e.shape for k, e in header.items()}, path)
     for rule in rules:
         for key in rule.sources:
             if header[key].dtype not in FLOAT_DTYPES:
-                raise CheckpointError(path, f"tensor {key!r} is {header[key].dtype}, not floating point "
+                raise CheckpointError(str(where[key]), f"tensor {key!r} is {header[key].dtype}, not floating point "
                                       f"(weights are {'/'.join(FLOAT_DTYPES)}; it would be cast silently)")
     return fmt, rules
 
@@ -194,27 +193,32 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
     t0 = time.perf_counter()
     folder = Path(folder)
     params = {clean_name(n): p for n, p in model.named_parameters()}
-    header, files, f = _open(folder)
+    header, f = _open(folder)
     with f:
         keys = set(header)
-        fmt, rules = _plan(model, fam, folder, header)
+        fmt, rules = _plan(model, fam, folder, header, f.where)
         dtypes: set[str] = set()
         with torch.no_grad():
             for rule in rules:
+                if not rule.sources:
+                    continue  # kept at its init
                 param = params[rule.target]
-                sources = [f.get(k) for k in rule.sources]
+                sources = [_read(f, f.where[k], k) for k in rule.sources]
                 dtypes |= {str(t.dtype).removeprefix("torch.") for t in sources}
                 # combined on the parameter's device: bf16 files cross to the GPU at half the bytes
                 combined = [t.to(param.device).float() for t in sources]
                 for key, t in zip(rule.sources, combined):
-                    _check_finite(files[key], key, t)
+                    _check_finite(f.where[key], key, t)
                 _copy_into(param, rule.gather(combined))
     used = {k for r in rules for k in r.sources}
+    kept = sum(not r.sources for r in rules)
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
-            "tensors": len(rules), "dtypes": sorted(dtypes),
+            "tensors": len(rules) - kept, "kept_at_init": kept, "dtypes": sorted(dtypes),
             "unused_keys": len(keys - used), "seconds": time.perf_counter() - t0}
-    say(f"model.init_from {folder}: {fmt} format, {len(rules)} parameters from {len(used)} tensors "
-        f"({'/'.join(info['dtypes'])}); {info['unused_keys']} keys not used by the flow loss; {info['seconds']:.1f} s")
+    fresh = f"; {kept} kept at their init (not in the checkpoint)" if kept else ""
+    say(f"model.init_from {folder}: {fmt} format, {len(rules) - kept} parameters from {len(used)} tensors "
+        f"({'/'.join(info['dtypes'])}){fresh}; {info['unused_keys']} keys not used by the flow loss; "
+        f"{info['seconds']:.1f} s")
     return info
 
 
@@ -246,6 +250,8 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
     for rule in rules:
         if rule.target not in params:
             raise CheckpointError(path, f"the mapping names parameter {rule.target!r}, which this model lacks")
+        if not rule.sources:
+            continue  # kept at its init
         missing = [k for k in rule.sources if k not in shapes]
         if missing:
             raise CheckpointError(path, f"missing key {missing[0]!r} (for {rule.target})")

@@ -251,11 +251,15 @@ class Gr00t(nn.Module):
         valid and which the VL self-attention sees (vl_features), and the image tokens per sample."""
         return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
-    def forward(self, batch: Gr00tBatch) -> torch.Tensor:
-        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6))."""
+    def forward(self, batch: Gr00tBatch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6));
+        `per_item`: (that loss, each sample's (B,) over its own mask, detached), for the per-source loss."""
         pred, target = self.action_head(*self.conditioning(batch), batch)
         weight = batch.action_mask.float()
-        return ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
+        loss = ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
+        if not per_item:
+            return loss
+        return loss, ((pred.detach() - target).square() * weight).sum(dim=(1, 2)) / (weight.sum(dim=(1, 2)) + 1e-6)
 
 
 def split_context(vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor,
