@@ -2,7 +2,7 @@
 process (`trainkit.trials.run_trial`), the probe beside them, one JSON and one table.
 
     python3 bench/gpu.py pi05 --out $OUT                      # the plan's "main" group, on the GPU
-    python3 bench/gpu.py gr00t --out $OUT --only n16 probe    # variants, runs or groups by name ("all")
+    python3 bench/gpu.py gr00t --out $OUT --only candidates probe  # variants, runs or groups by name ("all")
     python3 bench/gpu.py bench/plans/dreamzero.toml --out $OUT --budget-s 300 --set parallel.compile=false
     python3 bench/gpu.py pi05 --out /tmp/x --cpu              # dry run: every variant of the plan, tiny, CPU
 

@@ -49,10 +49,10 @@ def test_plan_variants_are_valid_trainkit_configs(path, tmp_path):
 def test_plan_refuses_unknown_keys_and_dangling_names(tmp_path):
     good = (ROOT / "bench" / "plans" / "gr00t.toml").read_text()
     cases = {"unknown key": good.replace("steps = 14", "steps = 14\nstpes = 3"),
-             "not another variant": good.replace('compare = "h50_optimised_mbs16_graphs"', 'compare = "nope"'),
-             "is set by the harness": good.replace('overrides = ["model.preset=n16-h50", "train.micro_batch=16"]\nprofile',
+             "not another variant": good.replace('compare = "optimised_mbs16_graphs"', 'compare = "nope"'),
+             "is set by the harness": good.replace('overrides = ["train.micro_batch=16"]\nprofile',
                                                    'overrides = ["train.steps=3"]\nprofile', 1),
-             "not a setting of": good.replace('args = ["compile_mbs16", "compile_mbs128"]', 'args = ["mbs_9000"]')}
+             "not a setting of": good.replace('args = ["compile_mbs16", "compile_mbs64"]', 'args = ["mbs_9000"]')}
     for why, text in cases.items():
         assert text != good, why
         (tmp_path / "p.toml").write_text(text)
@@ -71,6 +71,6 @@ def test_cpu_dry_run_of_gr00t_main(tmp_path):
     assert res["schema"] == "bench.gpu/1" and res["mode"] == "cpu" and res["probe"]["status"] == "skipped"
     assert [v["status"] for v in res["variants"]] == ["ok"] * 4
     graphs, eager = (next(v for v in res["variants"] if v["name"] == n)
-                     for n in ("h50_optimised_mbs16_graphs", "h50_optimised_mbs16_eager"))
+                     for n in ("optimised_mbs16_graphs", "optimised_mbs16_eager"))
     assert eager["vs"]["variant"] == graphs["name"] and eager["vs"]["loss"]["steps"] == 3
     assert all(v["samples_per_s"] > 0 and len(v["losses"]) == 3 for v in res["variants"])

@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "bench" / "probes"
 SHARED = [Path("/work/shared/probes"), ROOT.parent / "shared" / "probes"]
-OWN = {"dreamzero_wan_probe.py"}  # probes of this repository, not copies
+OWN = {"dreamzero_wan_probe.py", "gr00t_n17_probe.py"}  # probes of this repository (issues 29, 31), not copies
 
 
 def recorded() -> dict[str, str]:

@@ -1,15 +1,19 @@
-"""The `gr00t` action head against LeRobot 0.6.1's GR00T head (`GR00TN17ActionHead` with
-`AlternateVLDiT`, N1.6's head; `vl_self_attention` off, state dropout 0), built at tiny widths in
-its own venv (tools/lerobot_oracle/groot_head_oracle.py; skipped when /tmp/lerobot-venv is absent).
+"""The `gr00t` action head against LeRobot 0.6.1's GR00T N1.7 head (`GR00TN17ActionHead`: LayerNorm,
+VL self-attention, `AlternateVLDiT`, per-embodiment encoders and decoder), built at tiny widths in
+its own venv (tools/lerobot_oracle/groot_head_oracle.py; skipped when /tmp/lerobot-venv is not ready).
 
-Given the same backbone features and masks, weights (mapped to LeRobot's names and layouts:
-category-specific linears hold W as (in, out)), state, actions, noise and flow time, the two heads
-give the same velocity, loss and gradients (every head parameter and the backbone features) to
-float32 precision. A deliberately wrong mapping (K and V of the first, text-attending block
-swapped) is run through the same comparison and must fail it, so the test can fail.
+Given the same backbone features (images inline between text, text padding at the end: trainkit
+gathers text and image tokens apart, LeRobot masks the whole sequence) and masks,
+weights (written to LeRobot's names by trainkit's own export mapping, weights.py: the trained
+embodiment's slice among random other slots), state, actions, noise, flow time and state-dropout
+draw, in training mode (dropout 0: LeRobot's blocks draw their masks from its own RNG), the two
+heads give the same loss (relative 1e-6), velocity and gradients (every head parameter and the
+backbone features). Positive controls, each must fail the same comparison: the text and image
+masks swapped, the VL self-attention skipped, the slice written to another embodiment's slot.
 """
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,112 +21,100 @@ import torch
 
 from trainkit.models import build_model
 from trainkit.models.gr00t import Gr00tBatch, sample_flow
+from trainkit.models.gr00t.weights import export_tensors, head_rules, n17_config
 
 ROOT = Path(__file__).resolve().parents[1]
 LEROBOT_PY = Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin" / "python"
 ORACLE = ROOT / "tools" / "lerobot_oracle" / "groot_head_oracle.py"
-TOL = dict(rtol=1e-4, atol=1e-5)
+TOL = dict(rtol=1e-5, atol=1e-5)  # velocity and the features' gradient (measured: 1.2e-6 at most)
+GRAD_TOL = dict(rtol=1e-4, atol=1e-5)  # parameter gradients: sums over batch and tokens in another order
 
 
-def to_lerobot(t: dict[str, torch.Tensor], depth: int, *, swap_kv: bool = False) -> dict[str, torch.Tensor]:
-    """trainkit's head tensors (parameters or their gradients, by trainkit name) under LeRobot's names."""
-    out = {"vlln.weight": t["vl_norm.weight"], "vlln.bias": t["vl_norm.bias"],
-           "position_embedding.weight": t["action_pos.weight"]}
-    for ours, theirs in (("state_encoder.fc1", "state_encoder.layer1"), ("state_encoder.fc2", "state_encoder.layer2"),
-                         ("action_encoder.w1", "action_encoder.W1"), ("action_encoder.w2", "action_encoder.W2"),
-                         ("action_encoder.w3", "action_encoder.W3"), ("action_decoder.fc1", "action_decoder.layer1"),
-                         ("action_decoder.fc2", "action_decoder.layer2")):
-        out[f"{theirs}.W"] = t[f"{ours}.weight"].T[None]  # CategorySpecificLinear: (embodiments, in, out)
-        out[f"{theirs}.b"] = t[f"{ours}.bias"][None]
-    dit = {"timestep_encoder.timestep_embedder.linear_1": "time_embed.fc1",
-           "timestep_encoder.timestep_embedder.linear_2": "time_embed.fc2",
-           "proj_out_1": "dit_out.ada", "proj_out_2": "dit_out.proj"}
-    for i in range(depth):
-        b, ours = f"transformer_blocks.{i}", f"dit_blocks.{i}"
-        dit.update({f"{b}.norm1.linear": f"{ours}.ada", f"{b}.attn1.to_out.0": f"{ours}.out",
-                    f"{b}.ff.net.0.proj": f"{ours}.ff_in", f"{b}.ff.net.2": f"{ours}.ff_out"})
-        for kind in ("weight", "bias"):
-            if f"{ours}.qkv.{kind}" in t:  # self-attention block: fused q, k, v
-                q, k, v = t[f"{ours}.qkv.{kind}"].chunk(3, dim=0)
-            else:
-                q, (k, v) = t[f"{ours}.q.{kind}"], t[f"{ours}.kv.{kind}"].chunk(2, dim=0)
-                if swap_kv and i == 0:
-                    k, v = v, k
-            out.update({f"model.{b}.attn1.to_q.{kind}": q, f"model.{b}.attn1.to_k.{kind}": k,
-                        f"model.{b}.attn1.to_v.{kind}": v})
-    for theirs, ours in dit.items():
-        for kind in ("weight", "bias"):
-            out[f"model.{theirs}.{kind}"] = t[f"{ours}.{kind}"]
-    return {k: v.detach().contiguous() for k, v in out.items()}
-
-
-def lerobot_config(cfg) -> dict:
-    return dict(backbone_embedding_dim=cfg.lm_width, max_state_dim=cfg.state_dim, max_action_dim=cfg.action_dim,
-                action_horizon=cfg.horizon, hidden_size=cfg.head_hidden, input_embedding_dim=cfg.dit_width,
-                state_history_length=1, add_pos_embed=True, max_seq_len=cfg.max_positions, use_vlln=True,
-                use_alternate_vl_dit=True, attend_text_every_n_blocks=2, state_dropout_prob=0.0, max_num_embodiments=1,
-                noise_s=0.999, num_timestep_buckets=cfg.time_buckets, tune_projector=True, tune_diffusion_model=True,
-                tune_vlln=True, vl_self_attention_cfg={"num_layers": 0},
-                diffusion_model_cfg=dict(positional_embeddings=None, num_layers=cfg.dit_depth,
-                                         num_attention_heads=cfg.dit_heads,
-                                         attention_head_dim=cfg.dit_width // cfg.dit_heads, norm_type="ada_norm",
-                                         dropout=0.0, final_dropout=True, output_dim=cfg.head_hidden,
-                                         interleave_self_attention=True))
+def lerobot_head_state(cfg, params, base):
+    """trainkit's head tensors under LeRobot's `GR00TN17ActionHead` names (the export's mapping)."""
+    out = export_tensors(cfg, params, "isaac", base)
+    return {k.removeprefix("action_head."): v.detach().contiguous() for k, v in out.items()
+            if k.startswith("action_head.")}
 
 
 @pytest.mark.skipif(not (LEROBOT_PY.parents[1] / ".ready").exists(), reason=f"no lerobot oracle venv at {LEROBOT_PY.parents[1]}")
-def test_action_head_equals_lerobot_groot_head(tmp_path):
+def test_action_head_equals_lerobot_n17_head(tmp_path):
     torch.manual_seed(0)
-    model = build_model("gr00t", "tiny")
+    model = build_model("gr00t", "tiny").train()
     cfg = model.cfg
-    head = [n for n, p in model.named_parameters() if p.requires_grad and not n.startswith("lm_layers")]
+    head = {r.target for r in head_rules(cfg)}
     with torch.no_grad():  # non-trivial values everywhere (init has zero biases and unit norms)
         for n, p in model.named_parameters():
             if n in head:
-                p.copy_(torch.randn_like(p) * (0.3 if p.ndim == 1 else 0.2) + (1.0 if n == "vl_norm.weight" else 0.0))
-    b, n_img, n_txt = 3, 2 * cfg.tokens_per_image, 6
-    features = torch.randn(b, n_img + n_txt, cfg.lm_width)
-    image_keep = torch.ones(b, n_img, dtype=torch.bool)
-    image_keep[1, cfg.tokens_per_image:] = False  # sample 1 has no second camera
-    text_keep = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], dtype=torch.bool)
+                p.copy_(torch.randn_like(p) * (0.3 if p.ndim == 1 else 0.2)
+                        + (1.0 if n.endswith(("norm.weight", "norm1.weight", "norm3.weight")) else 0.0))
+    params = dict(model.named_parameters())
+    slots = {r.sources[0]: torch.randn(cfg.embodiments, *params[r.target].shape) * 0.2
+             for r in head_rules(cfg) if r.op == "slice"}  # the other embodiments' slots: random
+    b, n_img = 3, cfg.tokens_per_image
+    # [2 text; camera 1; 2 text; camera 2; 4 text], the last text padded per sample
+    kinds = [0] * 2 + [1] * n_img + [0] * 2 + [1] * n_img + [0] * 4
+    image_mask = torch.tensor(kinds, dtype=torch.bool)[None].expand(b, -1).clone()
+    keep = torch.ones(b, len(kinds), dtype=torch.bool)
+    keep[1, -2:] = False
+    keep[2, -4:] = False
+    features = torch.randn(b, len(kinds), cfg.lm_width)
     actions = torch.randn(b, cfg.horizon, cfg.action_dim)
     noise, time = sample_flow(actions, torch.Generator().manual_seed(3))
-    time[0] = 0.0  # the ends of GR00T's range
-    time[2] = 0.998
+    time[0], time[2] = 0.0, 0.998  # the ends of GR00T's range
+    state_u = torch.tensor([0.5, 0.1, 0.9])  # sample 1's state dropped (< 0.2)
     action_mask = torch.zeros_like(actions, dtype=torch.bool)
     action_mask[:, :, :7] = True  # 7 real action channels, the rest padding
     action_mask[2, -1] = False  # a padded step at the episode's end
     state = torch.randn(b, cfg.state_dim)
     batch = Gr00tBatch(images=torch.zeros(b, 2, 3, 1, 1), image_mask=torch.ones(b, 2, dtype=torch.bool),
-                       tokens=torch.zeros(b, n_txt, dtype=torch.long), token_mask=text_keep, state=state,
-                       actions=actions, action_mask=action_mask, noise=noise, time=time)
-    x = features.clone().requires_grad_(True)
-    pred, target = model.action_head(x, image_keep, text_keep, batch)
-    w = action_mask.float()
-    loss = ((pred - target).square() * w).sum() / (w.sum() + 1e-6)
-    loss.backward()
+                       tokens=torch.zeros(b, 1, dtype=torch.long), token_mask=torch.ones(b, 1, dtype=torch.bool),
+                       state=state, actions=actions, action_mask=action_mask, noise=noise, time=time,
+                       state_drop=state_u < cfg.state_dropout)
 
-    params = dict(model.named_parameters())
-    doc = {"config": lerobot_config(cfg),
-           "inputs": {"backbone_features": features, "image_mask": torch.cat([torch.ones(b, n_img, dtype=torch.bool),
-                                                                            torch.zeros(b, n_txt, dtype=torch.bool)], 1),
-                      "backbone_attention_mask": torch.cat([image_keep, text_keep], 1), "state": state[:, None],
-                      "action": actions, "action_mask": action_mask.float(), "noise": noise, "t": time},
-           "weights": {"right": to_lerobot(params, cfg.dit_depth),
-                       "wrong": to_lerobot(params, cfg.dit_depth, swap_kv=True)}}
+    def loss_of(pred, target):
+        w = action_mask.float()
+        return ((pred - target).square() * w).sum() / (w.sum() + 1e-6)
+
+    x = features.clone().requires_grad_(True)
+    pred, target = model.action_head(x, image_mask, keep, None, 2 * n_img, batch)
+    loss = loss_of(pred, target)
+    loss.backward()
+    with torch.no_grad():
+        swapped = model.action_head(features, ~image_mask, keep, None, len(kinds) - 2 * n_img, batch)[0]
+        blocks, model.vl_blocks = model.vl_blocks, torch.nn.ModuleList()
+        no_vl = model.action_head(features, image_mask, keep, None, 2 * n_img, batch)[0]
+        model.vl_blocks = blocks
+
+    doc = {"config": {**n17_config(cfg), "tune_projector": True, "tune_diffusion_model": True, "tune_vlln": True},
+           "inputs": {"backbone_features": features, "image_mask": image_mask, "backbone_attention_mask": keep,
+                      "state": state[:, None], "action": actions, "action_mask": action_mask.float(), "noise": noise,
+                      "t": time, "state_u": state_u, "embodiment": cfg.embodiment},
+           "weights": {"right": lerobot_head_state(cfg, params, slots),
+                       "wrong_slot": lerobot_head_state(replace(cfg, embodiment=cfg.embodiment + 1), params, slots)}}
     torch.save(doc, tmp_path / "in.pt")
     subprocess.run([str(LEROBOT_PY), str(ORACLE), str(tmp_path / "in.pt"), str(tmp_path / "out.pt")], check=True,
                    timeout=300, env={**os.environ, "PYTHONPATH": ""})
     out = torch.load(tmp_path / "out.pt", weights_only=False)
 
     right = out["right"]
+    assert abs(right["loss"].item() - loss.item()) <= 1e-6 * abs(loss.item()), (right["loss"], loss)
     torch.testing.assert_close(right["pred"], pred.detach(), **TOL)
-    torch.testing.assert_close(right["loss"], loss.detach(), **TOL)
     torch.testing.assert_close(right["features_grad"], x.grad, **TOL)
-    grads = to_lerobot({n: p.grad for n, p in params.items() if p.grad is not None}, cfg.dit_depth)
-    assert set(right["grads"]) == set(grads)  # every head parameter receives a gradient on both sides
-    for name, g in grads.items():
-        torch.testing.assert_close(right["grads"][name], g, **TOL, msg=lambda m: f"{name}: {m}")
-    # the wrong mapping is caught by the same comparison
-    with pytest.raises(AssertionError):
-        torch.testing.assert_close(out["wrong"]["pred"], pred.detach(), **TOL)
+    # every head parameter's gradient: the trained slice of the per-embodiment ones, and the other
+    # slots get none in LeRobot either (zeros)
+    theirs = right["grads"]
+    for rule in head_rules(cfg):
+        got = rule.gather([theirs[s.removeprefix("action_head.")] for s in rule.sources])
+        torch.testing.assert_close(got, params[rule.target].grad, **GRAD_TOL, msg=lambda m: f"{rule.target}: {m}")
+        if rule.op == "slice":
+            others = theirs[rule.sources[0].removeprefix("action_head.")].clone()
+            others[cfg.embodiment] = 0
+            assert not others.any(), rule.sources[0]
+    assert len(theirs) == len(head_rules(cfg)) - sum(r.op == "cat" for r in head_rules(cfg)) + sum(
+        len(r.sources) for r in head_rules(cfg) if r.op == "cat")
+    # the positive controls are caught by the same comparison
+    for name, wrong in (("masks swapped", swapped), ("VL self-attention skipped", no_vl),
+                        ("another embodiment's slot", out["wrong_slot"]["pred"])):
+        with pytest.raises(AssertionError):
+            torch.testing.assert_close(right["pred"], wrong, **TOL, msg=name)

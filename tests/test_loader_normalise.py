@@ -165,3 +165,31 @@ def test_fused_nv12_matches_numpy_on_random_bytes(dtype, tol):
     assert got.dtype == dtype and got.shape == (5, 3, 8, 10)
     assert rel(got.float(), want) < tol
     assert np.abs(got.float().numpy() - want).max() < (1e-5 if dtype == torch.float32 else 0.04)
+
+
+def test_crop_per_sample_windows():
+    """`crop_per_sample`: each sample's window is a sub-window of its frame (found by brute force),
+    the same for all its views and frames, a function of its row (not of its place in the batch),
+    and not one window for the whole batch."""
+    cfg = LoaderConfig(crop=(5, 6), random_crop=True, crop_per_sample=True, image_dtype="float32",
+                       image_mean=(0.0, 0.0, 0.0), image_std=(1.0, 1.0, 1.0), seed=3)
+    norm = Normaliser(cfg=cfg, layout="rgb", image_scale=torch.full((3,), 1 / 255), image_bias=torch.zeros(3),
+                      state_affine=(torch.ones(1), torch.zeros(1)), action_affine=(torch.ones(1), torch.zeros(1)))
+    b, k, t, h, w = 6, 2, 2, 9, 11
+    frames = torch.randint(0, 256, (b, 1, 1, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    frames = frames.expand(b, k, t, h, w, 3).contiguous()
+    rows = torch.tensor([40, 7, 123, 9, 88, 5])
+    out = norm.images(frames, rows) * 255  # (B, K, T, 3, 5, 6)
+    src = frames[:, 0, 0].permute(0, 3, 1, 2).float()
+    offsets = []
+    for i in range(b):
+        assert (out[i] == out[i, :1, :1]).all()  # one window for the sample's views and frames
+        found = [(y, x) for y in range(h - 4) for x in range(w - 5)
+                 if torch.allclose(src[i, :, y:y + 5, x:x + 6], out[i, 0, 0], atol=1e-3)]
+        assert found
+        offsets.append(found[0])
+    assert len(set(offsets)) > 1
+    flipped = norm.images(frames.flip(0), rows.flip(0)) * 255
+    torch.testing.assert_close(flipped, out.flip(0))
+    with pytest.raises(ValueError, match="needs random_crop"):
+        LoaderConfig(crop=(5, 6), crop_per_sample=True)

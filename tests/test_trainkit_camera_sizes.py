@@ -2,13 +2,12 @@
 scene camera, a 96x128 wrist camera and a blank one, converted without --resize.
 
 Each family's loader preset resizes every view on the device from its own stored size to the model's
-input (Pi0.5: LeRobot's resize-with-pad; GR00T: its stretch to the N1.6 size; DreamZero: each view to
+input (Pi0.5: LeRobot's resize-with-pad; GR00T: its stretch to 256x256; DreamZero: each view to
 its canvas cell before tiling), so `trainkit run` of pi05_tiny, gr00t_tiny and dreamzero_tiny trains a
 few steps with finite losses, and the batch the model takes holds each view as an independent resize
 of the stored frames says (tests/test_loader_camera_sizes.py holds the loader to the same oracles).
 """
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ from test_loader_fixtures import CAMS, SIZES, sizes_rgb  # noqa: F401 - fixture
 from trainkit_harness import ROOT, tiny_config
 
 from datakit.reader import open_shards
-from trainkit.errors import ModelConfigError
 
 CONFIGS = ROOT / "trainkit" / "configs"
 FAST = ("train.steps=3", "output.log_every=1", "parallel.fsdp=none", "parallel.ac_stride={}", "train.micro_batch=2")
@@ -64,26 +62,3 @@ def test_the_pi05_model_batch_holds_lerobots_resize_of_each_view(sizes_rgb):
             assert torch.allclose(images[i, j], want, atol=1e-6), (row, cam)
             assert (images[i, j, :, :2] == -1).all()  # the padding rows are black
     shards.close()
-
-
-def test_gr00t_n16_holds_every_camera_to_its_size_rule():
-    """N1.6's size rule per camera: 120x160 and 96x128 (both 4:3) share 252x336; a square camera
-    beside them cannot share one model size, and the error says what to do."""
-    from trainkit.models.gr00t.batches import loader_config
-    from trainkit.models.gr00t.config import n16
-
-    def index(*shapes):
-        return SimpleNamespace(cameras={f"cam{i}": SimpleNamespace(frame_shape=(h, w, 3)) for i, (h, w) in
-                                        enumerate(shapes)}, layout="rgb")
-
-    cfg = n16()
-    cfg.image_width = 336
-    assert loader_config(cfg, index((120, 160), (96, 128)), batch_size=2).resize == (252, 336)
-    with pytest.raises(ModelConfigError, match=r"the cameras train at different N1\.6 sizes \(cam0 120x160 -> 252x336, "
-                                               r"cam1 224x224 -> 252x252\); one model size serves every view: map "
-                                               r"cameras of one aspect ratio in data.slots, or convert with"):
-        loader_config(cfg, index((120, 160), (224, 224)), batch_size=2)
-    cfg.image_width = 252
-    with pytest.raises(ModelConfigError, match=r"frames of 120x160, 96x128 train at 252x336 in N1\.6 \(set "
-                                               r"model\.image_height=252 model\.image_width=336\)"):
-        loader_config(cfg, index((120, 160), (96, 128)), batch_size=2)

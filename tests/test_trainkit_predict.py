@@ -254,7 +254,7 @@ def tiny_batch(name: str, cfg, b: int = 3):
         return Pi05Batch(**common)
     from trainkit.models.gr00t import Gr00tBatch
 
-    return Gr00tBatch(**common, state=randn(b, cfg.state_dim),
+    return Gr00tBatch(**common, state=randn(b, cfg.state_dim), state_drop=torch.tensor([False, True, False])[:b],
                       action_mask=torch.ones(b, cfg.horizon, cfg.action_dim, dtype=torch.bool))
 
 
@@ -270,13 +270,12 @@ def hand_euler(name: str, model, batch, noise: tuple[torch.Tensor, ...], steps: 
                 x = x - sign * model.velocity(r(batch, noise=x, actions=x, time=t)) / steps
             return x
         if name == "gr00t":  # t from 0 up to 1, the head on the VL features of the training path
-            vl, keep = model.vl_features(batch)
-            image_keep = keep[:, :batch.images.shape[1] * model.cfg.tokens_per_image]
-            image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)
+            vl, image_mask, keep, seen = model.vl_features(batch)
+            n_image = batch.images.shape[1] * model.cfg.tokens_per_image
             x = noise[0]
             for i in range(steps):
                 t = torch.full((x.shape[0],), i / steps)
-                v, _ = model.action_head(vl, image_keep, batch.token_mask, r(batch, noise=x, actions=x, time=t))
+                v, _ = model.action_head(vl, image_mask, keep, seen, n_image, r(batch, noise=x, actions=x, time=t))
                 x = x + sign * v / steps
             return x
         xv, xa = noise  # dreamzero: latents and actions together, every frame at one sigma, shifted grid 1 -> 0

@@ -47,7 +47,7 @@ CASES = {
                       1e-5, shards="shards_3cam"),
     # float32, frozen parts replicated on every rank; measured max |diff| 0.0 over 7 steps (torch 2.13 CPU).
     "gr00t": Case(ROOT / "trainkit" / "configs" / "gr00t_tiny.toml",
-                  ("parallel.fsdp=block", "parallel.frozen=replicate", "parallel.group={lm_layers = 2, dit_blocks = 2}",
+                  ("parallel.fsdp=block", "parallel.frozen=replicate", "parallel.group={lm_layers = 2, vl_blocks = 2, dit_blocks = 2}",
                    "parallel.ac_stride={dit_blocks = 2}", "data.h2d_dtype=uint8", "data.prune_slots=true",
                    "optim.fused=true"),
                   1e-5),

@@ -8,7 +8,7 @@
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR] [--top 3] [--repeats 2]
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit ladder --list-rungs                                            # the rungs, one line each
-    trainkit export RUN_DIR OUT --format lerobot|openpi [--dtype float32|bfloat16] [--weights model|ema] [--force]
+    trainkit export RUN_DIR OUT --format lerobot|openpi|isaac [--dtype float32|bfloat16] [--weights model|ema] [--force]
                     [--tokenizer-name NAME]
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
@@ -93,8 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
     e.add_argument("run_dir")
     e.add_argument("out")
-    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "dreamzero", "wan", "diffusers"),
-                   help="lerobot: keys prefixed model. (save_pretrained); openpi: lerobot/pi05_base's format")
+    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "isaac", "dreamzero", "wan", "diffusers"),
+                   help="lerobot: LeRobot's save_pretrained keys; openpi: lerobot/pi05_base's format (pi05); "
+                        "isaac: Isaac-GR00T's GR00TN17 layout (gr00t); dreamzero / wan / diffusers: the DreamZero "
+                        "family's whole-model save, Wan's original names, diffusers' WanTransformer3DModel")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")

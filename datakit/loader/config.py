@@ -147,6 +147,13 @@ class LoaderConfig:
     tile: str | None = None
     crop: tuple[int, int] | None = None  # (H, W) crop after resize
     random_crop: bool = False  # random (seeded per step) instead of centre crop
+    # With random_crop: one window per sample (a pure function of its frame-table row, epoch and seed;
+    # shared by its views and frames), as Isaac-GR00T's and LeRobot's N1.7 training crop; False: one
+    # window per batch (the crop stays a view, no gather)
+    crop_per_sample: bool = False
+    # After the crop, resize the view back to `resize` the same way (GR00T N1.7: bicubic to 256 x 256,
+    # centre crop 230 x 230, bicubic back to 256 x 256); needs resize and crop
+    crop_resize: bool = False
     colour_jitter: float = 0.0  # max relative brightness/contrast change, 0 = off
     # State / action normalisation with the index statistics: (x - mean) / std, or
     # "quantile": mapped so q01 -> -1 and q99 -> +1 (Pi0.5 style), or "none".
@@ -199,6 +206,10 @@ class LoaderConfig:
             v = getattr(self, name)
             if v is not None and (len(v) != 2 or min(v) < 1):
                 raise ValueError(f"{name} must be (height, width) with positive sizes, got {v}")
+        if self.crop_per_sample and not self.random_crop:
+            raise ValueError("crop_per_sample places a random crop per sample: it needs random_crop")
+        if self.crop_resize and (self.resize is None or self.crop is None):
+            raise ValueError("crop_resize resizes the crop back to `resize`: it needs both resize and crop")
         if self.tile is not None:
             _choice("tile", self.tile, TILE_MODES)
             if len(self.slots) not in (0, TILE_SLOTS[self.tile]) or self.prune_slots or self.crop is not None:

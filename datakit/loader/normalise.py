@@ -1,8 +1,8 @@
 """uint8 batch -> model inputs, on whatever device the batch is on (GPU in training, CPU in tests).
 
 Images leave the host as stored uint8 (rgb or nv12) and become normalised NCHW bf16/fp32
-here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", or Pi0.5's aspect-preserving
-"pad") / crop / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
+here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", "bicubic", or Pi0.5's
+aspect-preserving "pad") / crop (and back to the resize size: GR00T N1.7) / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
 permuted uint8 and writes the output dtype in a single kernel. Cameras of different sizes arrive
 one tensor per slot (`slots.slot_images`); each view is resized to the model's input on its own,
 and views that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model
@@ -162,7 +162,8 @@ class Normaliser:
         if self.fused_nv12 is not None:
             out = self.fused_nv12(flat, self.dtype)
             return out.view(*lead, *out.shape[1:])
-        x = self._geometry(self._rgb(flat), epoch, step)
+        per_image = None if rows is None else rows.to(flat.device).repeat_interleave(lead[1] * lead[2])
+        x = self._geometry(self._rgb(flat), epoch, step, per_image)
         return self._finish(x.reshape(*lead, *x.shape[1:]), rows, epoch)
 
     def slot_views(self, views: list[torch.Tensor], rows: torch.Tensor | None = None, *, epoch: int = 0,
@@ -174,7 +175,8 @@ class Normaliser:
         if self.fused_nv12 is not None:  # no resize, crop or jitter: each view at its stored size
             xs = [self.fused_nv12(v.flatten(0, 1), self.dtype) for v in views]
             return {slot_key(j): x.view(b, t, *x.shape[1:]) for j, x in enumerate(xs)}
-        xs = [self._geometry(self._rgb(v.flatten(0, 1)), epoch, step) for v in views]
+        per_image = None if rows is None else rows.to(views[0].device).repeat_interleave(t)
+        xs = [self._geometry(self._rgb(v.flatten(0, 1)), epoch, step, per_image) for v in views]
         if len({tuple(x.shape[-2:]) for x in xs}) > 1:
             if self.cfg.tile is not None:
                 sizes = sorted({f"{x.shape[-2]}x{x.shape[-1]}" for x in xs})
@@ -191,12 +193,16 @@ class Normaliser:
         the final fused op), float in [0, 255] for nv12."""
         return nv12_to_rgb_float(flat) if self.layout == "nv12" else flat.permute(0, 3, 1, 2)
 
-    def _geometry(self, x: torch.Tensor, epoch: int, step: int) -> torch.Tensor:
-        """Resize to `cfg.resize` (the way `cfg.resize_mode` says), then crop."""
-        if self.cfg.resize is not None:
-            x = resize_view(x, self.cfg.resize, self.cfg.resize_mode)
-        if self.cfg.crop is not None:
-            x = self._crop(x, epoch, step)
+    def _geometry(self, x: torch.Tensor, epoch: int, step: int, rows: torch.Tensor | None) -> torch.Tensor:
+        """Resize to `cfg.resize` (the way `cfg.resize_mode` says), then crop, then (`cfg.crop_resize`)
+        resize the crop back to `cfg.resize`. `rows`: each image's sample row (N,), for per-sample crops."""
+        cfg = self.cfg
+        if cfg.resize is not None:
+            x = resize_view(x, cfg.resize, cfg.resize_mode)
+        if cfg.crop is not None:
+            x = self._crop(x, epoch, step) if not cfg.crop_per_sample else self._crop_per_sample(x, rows, epoch)
+            if cfg.crop_resize:
+                x = resize_view(x, cfg.resize, cfg.resize_mode)
         return x
 
     def _finish(self, x: torch.Tensor, rows: torch.Tensor | None, epoch: int) -> torch.Tensor:
@@ -224,6 +230,23 @@ class Normaliser:
         else:
             top, left = (h - ch) // 2, (w - cw) // 2
         return x[..., top : top + ch, left : left + cw]
+
+    def _crop_per_sample(self, x: torch.Tensor, rows: torch.Tensor | None, epoch: int) -> torch.Tensor:
+        """(N, C, H, W) -> (N, C, ch, cw): each image's window at (top, left) hashed from its sample's
+        row (uniform over the places the window fits), gathered on the device: no host sync."""
+        if rows is None:
+            raise ValueError("crop_per_sample needs the batch's frame-table rows (batch['row'])")
+        ch, cw = self.cfg.crop
+        n, _, h, w = x.shape
+        if ch > h or cw > w:
+            raise ValueError(f"crop {ch}x{cw} is larger than the image {h}x{w}")
+        key = aug_key(self.cfg.seed, epoch, CROP)
+        top = (hash_uniform(2 * rows, key) * (h - ch + 1)).long()
+        left = (hash_uniform(2 * rows + 1, key) * (w - cw + 1)).long()
+        r = top[:, None, None] + torch.arange(ch, device=x.device)[None, :, None]
+        c = left[:, None, None] + torch.arange(cw, device=x.device)[None, None, :]
+        image = torch.arange(n, device=x.device)[:, None, None]
+        return x.permute(0, 2, 3, 1)[image, r, c].permute(0, 3, 1, 2)
 
     def _jitter(self, x: torch.Tensor, rows: torch.Tensor, lead: torch.Size, epoch: int) -> torch.Tensor:
         """Per-sample brightness and contrast in [1 - j, 1 + j], the same for a sample's frames."""

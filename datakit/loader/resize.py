@@ -3,6 +3,11 @@
 - "stretch": bilinear with antialias straight to (H, W), the aspect ratio not kept; what GR00T
   (its N1.6 size rule picks an (H, W) close to the camera's aspect, `trainkit/models/gr00t/config.py`)
   and DreamZero (each view to its canvas cell) train with here.
+- "bicubic": bicubic with antialias straight to (H, W), each value clamped to [0, 255] and rounded
+  to a whole level: torchvision's `resize` of a uint8 frame on the GPU (float kernel, clamp, round),
+  which GR00T N1.7's view transform runs in LeRobot 0.6.1 (`_transform_n1_7_image_for_vlm_torch`:
+  256 x 256, centre crop 230, back to 256 x 256; LoaderConfig.crop_resize). On the CPU torchvision
+  takes a fixed-point uint8 kernel instead, within one level of this.
 - "pad": the aspect-preserving resize-with-pad of LeRobot 0.6.1's and openpi's Pi0.5
   (`lerobot/policies/common/vla_utils.py::resize_with_pad_torch`, "an exact copy" of openpi's):
   scale by 1 / max(w / W, h / H), sizes truncated (`int`), bilinear, `align_corners=False`, no
@@ -18,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-RESIZE_MODES = ("stretch", "pad")
+RESIZE_MODES = ("stretch", "bicubic", "pad")
 
 
 def resize_view(x: torch.Tensor, size: tuple[int, int], mode: str) -> torch.Tensor:
@@ -27,6 +32,9 @@ def resize_view(x: torch.Tensor, size: tuple[int, int], mode: str) -> torch.Tens
         return x
     if mode == "stretch":
         return F.interpolate(x.float(), size=size, mode="bilinear", align_corners=False, antialias=True)
+    if mode == "bicubic":
+        y = F.interpolate(x.float(), size=size, mode="bicubic", align_corners=False, antialias=True)
+        return y.clamp_(0.0, 255.0).round_()
     if mode == "pad":
         return resize_with_pad(x, size)
     raise ValueError(f"resize_mode={mode!r} is not one of {', '.join(RESIZE_MODES)}")

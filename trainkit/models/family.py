@@ -84,8 +84,9 @@ class Weights:
 
     formats: tuple[str, ...]  # the checkpoint formats it reads and writes ("lerobot", "openpi")
     read_plan: Callable[[Any, set[str]], tuple[str, list[Any]]]  # (config, checkpoint keys) -> (format, rules)
-    # (config, trainkit state dict, format) -> the checkpoint's tensors by key
-    export_tensors: Callable[[Any, Mapping[str, torch.Tensor], str], dict[str, torch.Tensor]]
+    # (config, trainkit state dict, format) -> the checkpoint's tensors by key; with `start_keys`, also
+    # base= the start checkpoint's tensors it names
+    export_tensors: Callable[..., dict[str, torch.Tensor]]
     # (config, {"cameras", "state_dim", "action_dim"}) -> the checkpoint's config.json
     config_json: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
     # (checkpoint, the preset's config, the run's own model.* settings) -> every config field the
@@ -94,6 +95,10 @@ class Weights:
     config_from: Callable[[CheckpointFiles, Any, Mapping[str, Any]], Fixed] | None = None
     # config -> model.safetensors' __metadata__ on export: what its tensors cannot say (head counts)
     metadata: Callable[[Any], dict[str, str]] | None = None
+    # (config, the run's start checkpoint's keys) -> {its key: the name export_tensors reads it under in
+    # base}: tensors an export carries over from `model.init_from` beside the trained ones (GR00T's
+    # other embodiments' slots); None: an export writes the trained tensors alone
+    start_keys: Callable[[Any, set[str]], dict[str, str]] | None = None
 
     # (config, config.json, tokenizer name or None for the family's default) -> (LeRobot's processor
     # pipelines for the policy by file stem, {"policy_preprocessor": [step entries], ...}, notes on where

@@ -45,7 +45,7 @@ from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnly
 from trainkit.config import RunConfig, config_from_dict
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
-from trainkit.weights.load import WEIGHTS_NAME, write_weights
+from trainkit.weights.load import WEIGHTS_NAME, read_checkpoint, read_tensors, write_weights
 from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
 from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
 from trainkit.weights.serving import serving_files
@@ -178,6 +178,21 @@ def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
     return features, {k: index.stats[k] for k in ("state", "action")}
 
 
+def _start_tensors(cfg: RunConfig, fam: Any, model_cfg: Any) -> dict[str, torch.Tensor]:
+    """The tensors of the run's start checkpoint (model.init_from) the family carries into an export
+    (`Weights.start_keys`), under the names it asks; {} for a run from a random init, said so."""
+    if not cfg.model.init_from:
+        print("trainkit: the run started from a random init (no model.init_from): the export's tensors of "
+              "other embodiments / parts it never trained are zeros", file=sys.stderr)
+        return {}
+    keys = read_checkpoint(cfg.model.init_from).shapes
+    try:
+        wanted = fam.weights.start_keys(model_cfg, set(keys))
+    except WeightsError as e:
+        raise CheckpointError(cfg.model.init_from, str(e)) from None
+    return read_tensors(cfg.model.init_from, wanted)
+
+
 def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model",
                force: bool = False, tokenizer_name: str | None = None) -> Path:
     """Write the export of `run_dir`'s newest checkpoint to `out` (its trained weights, or with
@@ -196,7 +211,8 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         if fmt not in fam.weights.formats:
             raise CheckpointError(str(out), f"--format {fmt!r}: {fam.name} exports {', '.join(fam.weights.formats)}")
         try:
-            tensors = fam.weights.export_tensors(model.cfg, model.state_dict(), fmt)
+            extra = {"base": _start_tensors(cfg, fam, model.cfg)} if fam.weights.start_keys else {}
+            tensors = fam.weights.export_tensors(model.cfg, model.state_dict(), fmt, **extra)
         except WeightsError as e:
             raise CheckpointError(str(path), str(e)) from None
         # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory

@@ -137,6 +137,21 @@ def _open(folder: Path) -> tuple[dict[str, Entry], _Reader]:
     return header, _Reader(where)
 
 
+def read_tensors(folder: str | Path, wanted: Mapping[str, str]) -> dict[str, torch.Tensor]:
+    """{name: tensor} of the checkpoint's keys `wanted` ({key: name}), each checked finite in float32
+    (`trainkit export` carries them over from a run's start checkpoint: `Weights.start_keys`)."""
+    header, f = _open(Path(folder))
+    with f:
+        missing = sorted(set(wanted) - set(header))
+        if missing:
+            raise CheckpointError(str(Path(folder)), f"missing key {missing[0]!r}")
+        out = {}
+        for key, name in wanted.items():
+            out[name] = _read(f, f.where[key], key)
+            _check_finite(f.where[key], key, out[name].float())
+        return out
+
+
 def check_weights(model: nn.Module, fam: Family, folder: str | Path) -> str:
     """The checkpoint's format, after checking its plan against `model` (may be on the meta device)
     from the file's header alone: the launch check, before any GPU work."""

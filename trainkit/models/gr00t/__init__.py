@@ -1,12 +1,13 @@
-"""The `gr00t` model family: a GR00T-N1.6-shaped VLA (model.py): frozen SigLIP2 tower, connector and
-lower Qwen3 layers (backbone.py), trained top LLM layers, and the flow-matching DiT action head with
-alternating text/image cross-attention (action_head.py); shapes and presets (config.py), analytic
-cost (flops.py), loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py),
-memory constants with the GPU runs behind them (memory.py).
+"""The `gr00t` model family: GR00T N1.7 (model.py): the frozen Qwen3-VL-2B backbone (qwen3_vl_*.py,
+mrope.py), optionally trained top LLM layers, and the flow-matching head with VL self-attention and
+the DiT's alternating text/image cross-attention (action_head.py); shapes and presets (config.py),
+checkpoints both ways (weights.py), analytic cost (flops.py), loader preset and batch adapter
+(batches.py), prompt tokenizer (tokenizer.py), memory constants (memory.py).
 `FAMILY` is the record the trainer reaches it through (trainkit/models/family.py)."""
-from trainkit.models.family import Family, Sampler
+from trainkit.models.family import Family, Sampler, Weights
+from trainkit.models.gr00t import weights
 from trainkit.models.gr00t.batches import Gr00tBatches, loader_config
-from trainkit.models.gr00t.config import PRESETS, Gr00tConfig, n16_resolution
+from trainkit.models.gr00t.config import PRESETS, Gr00tConfig
 from trainkit.models.gr00t.flops import activations, flops_per_sample, tokens_per_sample
 from trainkit.models.gr00t.memory import MEMORY
 from trainkit.models.gr00t.model import SAMPLE_STEPS, Gr00t, Gr00tBatch, flow_target, sample_actions, sample_flow
@@ -15,8 +16,11 @@ FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, 
                 flops_per_sample=flops_per_sample, tokens_per_sample=tokens_per_sample, activations=activations,
                 max_slots=lambda cfg: cfg.max_slots, loader_config=loader_config, batches=Gr00tBatches,
                 memory=MEMORY, robot_dims={"state": "state_dim", "action": "action_dim"},
+                weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
+                                export_tensors=weights.export_tensors, config_json=weights.config_json,
+                                config_from=weights.config_from_checkpoint, start_keys=weights.start_keys),
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 
 __all__ = ["FAMILY", "PRESETS", "Gr00t", "Gr00tBatch", "Gr00tConfig", "flops_per_sample", "flow_target",
-           "n16_resolution", "sample_actions", "sample_flow", "tokens_per_sample"]
+           "sample_actions", "sample_flow", "tokens_per_sample"]

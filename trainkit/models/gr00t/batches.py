@@ -2,7 +2,8 @@
 the model's shapes), and the batch adapter that adds the host-side extras and builds `Gr00tBatch`
 on the device.
 
-Host side, per batch: the prompt tokens (Gr00tTokenizer) and the flow noise and time, drawn from
+Host side, per batch: the prompt tokens (Gr00tTokenizer), and the flow noise and time and the state
+dropout draw (which samples lose their state features in training), drawn from
 the batch's own CPU generator (seeded by (seed, loader epoch, loader step, rank), so they are the
 same on any device, with any number of workers, after a resume, and outside a CUDA graph that
 replays the step). Device side: the newest frame of each kept slot, the current state and the
@@ -20,49 +21,50 @@ from datakit.loader.slots import view_sizes
 from datakit.shards.index import ShardIndex
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
-from trainkit.models.gr00t.config import Gr00tConfig, n16_resolution
+from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.model import Gr00tBatch, sample_flow
 from trainkit.models.gr00t.tokenizer import Gr00tTokenizer
 
 
 def gr00t_config(**kw: Any) -> LoaderConfig:
-    """GR00T-N1.6-shaped samples: the current frame of each slot (2-3 cameras), the current state,
-    16 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
-    device resize to N1.6's image size."""
-    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 16, "norm": "quantile",
+    """GR00T-N1.7-shaped samples: the current frame of each slot (2-3 cameras), the current state,
+    40 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
+    device resize to the model's view size."""
+    return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 40, "norm": "quantile",
                            **kw})
+
+
+N17_CROP_FRACTION = 230 / 256  # LeRobot 0.6.1's N1_7_DEFAULT_IMAGE_CROP_SIZE / N1_7_DEFAULT_IMAGE_TARGET_SIZE
+
+
+def n17_view_settings(size: tuple[int, int], *, crop_fraction: float = N17_CROP_FRACTION,
+                      random_crop: bool = False) -> dict[str, Any]:
+    """LoaderConfig settings of GR00T N1.7's view transform (LeRobot 0.6.1's
+    `_transform_n1_7_image_for_vlm_torch`, run on the device by datakit's normaliser): each view
+    bicubic (antialiased, whole uint8 levels) to `size`, the centre crop of `crop_fraction` of each
+    side (230 of 256; sizes rounded, offsets floored), bicubic back to `size`, then (x / 255 - 0.5) / 0.5
+    (Qwen3-VL's image mean and std). `random_crop`: the training augmentation of Isaac-GR00T and of
+    LeRobot's albumentations path: the window at a random place per sample (the same for its
+    views), a pure function of (seed, epoch, the sample's row); LeRobot's default transform has
+    none, and that path resizes with OpenCV's area filter, not bicubic. N1.7's size is square
+    (256 x 256): LeRobot's first resize goes to (H, H), the same only then."""
+    crop = tuple(max(1, round(side * crop_fraction)) for side in size)
+    view = dict(resize=tuple(size), resize_mode="bicubic", image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5))
+    if crop == tuple(size):
+        return view
+    return {**view, "crop": crop, "crop_resize": True, "random_crop": random_crop, "crop_per_sample": random_crop}
 
 
 def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
     """`gr00t_config` at this model's shapes: `cfg.horizon` actions, each camera view of another size
-    stretched on the device to (image_height, image_width) (bilinear, antialiased; every view from its
-    own stored size). That size must be N1.6's for each camera's frames (n16_resolution): a 4:3
-    dataset needs model.image_width = 336, and cameras of one aspect ratio (120x160 and 96x128) share
-    it. `kw`: the trainer's loader settings. Without the shard index (`trainkit inspect` with no
-    shards) the frames' size is unknown: the resize is kept and N1.6's rule is not checked."""
+    resized on the device to (image_height, image_width) (bilinear, antialiased; N1.7 trains every view
+    at 256x256, whatever the camera's aspect ratio). `kw`: the trainer's loader settings. Without the
+    shard index (`trainkit inspect` with no shards) the resize is kept."""
     size = (cfg.image_height, cfg.image_width)
     if index is None:
         return gr00t_config(action_horizon=cfg.horizon, resize=size, **kw)
     stored = view_sizes(index, kw.get("slots") or ())
-    if cfg.patch == 14:  # the N1.6 patch size: hold every camera to N1.6's rule
-        _check_n16(size, stored)
     return gr00t_config(action_horizon=cfg.horizon, resize=None if set(stored.values()) <= {size} else size, **kw)
-
-
-def _check_n16(size: tuple[int, int], stored: dict[str, tuple[int, int]]) -> None:
-    """ModelConfigError unless every camera trains at `size` in N1.6, saying what to set."""
-    want = {cam: n16_resolution(*hw) for cam, hw in stored.items()}
-    if set(want.values()) <= {size}:
-        return
-    if len(set(want.values())) == 1:
-        (h, w), = set(want.values())
-        frames = ", ".join(sorted({f"{fh}x{fw}" for fh, fw in stored.values()}))
-        raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: frames of {frames} train at "
-                               f"{h}x{w} in N1.6 (set model.image_height={h} model.image_width={w})")
-    sizes = ", ".join(f"{cam} {hw[0]}x{hw[1]} -> {want[cam][0]}x{want[cam][1]}" for cam, hw in stored.items())
-    raise ModelConfigError(f"model.image_height/image_width {size[0]}x{size[1]}: the cameras train at different N1.6 "
-                           f"sizes ({sizes}); one model size serves every view: map cameras of one aspect ratio "
-                           "in data.slots, or convert with `datakit convert --resize HxW`")
 
 
 class Gr00tBatches:
@@ -78,7 +80,9 @@ class Gr00tBatches:
         tokens, token_mask = self.tokenizer.encode([self.tasks[i] for i in hb["task_index"].tolist()])
         b, c = hb["action"].shape[0], self.cfg
         noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), generator)
-        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time}
+        state_drop = torch.rand((b,), generator=generator) < c.state_dropout  # as LeRobot's torch.rand(B) < p
+        return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time,
+                "state_drop": state_drop}
 
     def model_batch(self, b: HostBatch) -> Gr00tBatch:
         c = self.cfg
@@ -93,4 +97,4 @@ class Gr00tBatches:
         return Gr00tBatch(images=b["images"][:, :, -1], image_mask=b["image_mask"], tokens=b["tokens"],
                           token_mask=b["token_mask"], state=F.pad(state, (0, c.state_dim - state.shape[-1])),
                           actions=F.pad(actions, (0, c.action_dim - actions.shape[-1])), action_mask=action_mask,
-                          noise=b["noise"], time=b["time"])
+                          noise=b["noise"], time=b["time"], state_drop=b["state_drop"])

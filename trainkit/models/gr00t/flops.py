@@ -8,13 +8,13 @@ from __future__ import annotations
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations
 from trainkit.models.gr00t.action_head import TIME_FEATURES, block_context
-from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
+from trainkit.models.gr00t.config import Gr00tConfig
 
 
 def tokens_per_sample(cfg: Gr00tConfig, n_slots: int) -> dict[str, int]:
     """Token counts of one sample with `n_slots` image slots: vision patches, VL tokens (image +
     text, through the LLM), action-head tokens (state + actions); "sequence" = VL + action head."""
-    vl = n_slots * cfg.tokens_per_image + cfg.text_len
+    vl = n_slots * (cfg.tokens_per_image + 2) + cfg.text_len  # each view between <|vision_start|> and <|vision_end|>
     return {"vision": n_slots * cfg.patches_per_image, "vl": vl, "action": 1 + cfg.horizon,
             "sequence": vl + 1 + cfg.horizon}
 
@@ -27,20 +27,23 @@ def lm_layer_flops(cfg: Gr00tConfig, t: int) -> int:
 
 
 def frozen_forward(cfg: Gr00tConfig, n_slots: int) -> int:
-    """Forward FLOPs of the frozen parts: tower, connector, lower LLM layers."""
+    """Forward FLOPs of the frozen parts: the ViT (its patch embedding is one frame's: the temporal
+    kernel is summed), the merger and the deepstack mergers, the lower LLM layers."""
     p, d, t = cfg.patches_per_image, cfg.vision_width, cfg.tokens_per_image
     tower = (2 * p * 3 * cfg.patch ** 2 * d
              + cfg.vision_depth * (2 * p * (4 * d * d + 2 * d * cfg.vision_mlp) + 4 * p * p * d))
-    connector = 2 * t * (UNSHUFFLE ** 2 * d * cfg.lm_width + cfg.lm_width ** 2)
+    merged = cfg.merge ** 2 * d
+    connector = (1 + len(cfg.deepstack)) * 2 * t * (merged * merged + merged * cfg.lm_width)
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     return n_slots * (tower + connector) + cfg.lm_frozen * lm_layer_flops(cfg, vl)
 
 
 def trained_forward(cfg: Gr00tConfig, n_slots: int) -> int:
-    """Forward FLOPs of the trained parts: top LLM layers and the action head."""
+    """Forward FLOPs of the trained parts: top LLM layers, the VL self-attention (over every VL
+    token, padding included: it takes no mask but a missing camera's) and the action head."""
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     s, dw, ff, hh, h = 1 + cfg.horizon, cfg.dit_width, cfg.dit_ff, cfg.head_hidden, cfg.horizon
-    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image}
+    contexts = {"text": cfg.text_len + 2 * n_slots, "image": n_slots * cfg.tokens_per_image}  # model.split_context
     dit = 0
     for i in range(cfg.dit_depth):
         kind = block_context(i)
@@ -50,12 +53,14 @@ def trained_forward(cfg: Gr00tConfig, n_slots: int) -> int:
         else:
             c = contexts[kind]
             dit += 2 * s * dw * dw + 2 * c * cfg.lm_width * 2 * dw + 4 * s * c * dw
+    lw, t = cfg.lm_width, vl
+    vl_blocks = cfg.vl_layers * (2 * t * (3 * lw * lw + lw * lw + 2 * 4 * lw * lw) + 4 * t * t * lw)
     head = (2 * (TIME_FEATURES * dw + dw * dw)                                   # time MLP
             + 2 * (cfg.state_dim * hh + hh * dw)                                 # state encoder
             + 2 * h * (cfg.action_dim * dw + 2 * dw * dw + dw * dw)              # action encoder
             + 2 * dw * 2 * dw + 2 * s * dw * hh                                  # output AdaLN + projection
             + 2 * s * (hh * hh + hh * cfg.action_dim))                           # decoder (every token)
-    return cfg.lm_trained * lm_layer_flops(cfg, vl) + dit + head
+    return cfg.lm_trained * lm_layer_flops(cfg, vl) + vl_blocks + dit + head
 
 
 def no_input_grad(cfg: Gr00tConfig) -> int:
@@ -81,13 +86,16 @@ def activations(cfg: Gr00tConfig, n_slots: int) -> Activations:
     K/V), attention output, residual and its norm output, gate/up (2 x mlp), SiLU and product
     (2 x mlp). A DiT block per token: its input, the modulated norm, q, k, v, attention output,
     residual, norm output (8 x width), feed-forward input and GELU output (2 x ff); a cross block
-    keeps its context's K and V instead of its own."""
+    keeps its context's K and V instead of its own. A VL self-attention block per token: the DiT's
+    set at the LLM width (8 x width, 2 x its 4 x width feed-forward). Dropout masks are not counted."""
     vl = tokens_per_sample(cfg, n_slots)["vl"]
     s, dw = 1 + cfg.horizon, cfg.dit_width
     qd = cfg.heads_q * cfg.head_dim
     lm = (vl * (6 * cfg.lm_width + 4 * qd + 4 * cfg.lm_mlp), vl * cfg.lm_width)
-    contexts = {"text": cfg.text_len, "image": n_slots * cfg.tokens_per_image, "self": 0}
+    contexts = {"text": cfg.text_len + 2 * n_slots, "image": n_slots * cfg.tokens_per_image, "self": 0}
     dit = [(s * (8 * dw + 2 * cfg.dit_ff) + 2 * contexts[block_context(i)] * dw, s * dw) for i in range(cfg.dit_depth)]
+    vl_block = (vl * (8 * cfg.lm_width + 2 * 4 * cfg.lm_width), vl * cfg.lm_width)
     return Activations(blocks={"vision_blocks": [(0, 0)] * cfg.vision_depth, "lm_frozen": [(0, 0)] * cfg.lm_frozen,
-                               "lm_layers": [lm] * cfg.lm_trained, "dit_blocks": dit},
+                               "lm_layers": [lm] * cfg.lm_trained, "vl_blocks": [vl_block] * cfg.vl_layers,
+                               "dit_blocks": dit},
                        root=n_slots * 3 * cfg.image_height * cfg.image_width)

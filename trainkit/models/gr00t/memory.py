@@ -1,46 +1,19 @@
-"""The `gr00t` family's memory constants and the GPU runs they were fitted to.
+"""The `gr00t` family's memory constants: UNCALIBRATED for GR00T N1.7.
 
-Every measured peak below is torch.cuda.max_memory_allocated over a `trainkit run` on one H200
-(the trainer's "peak memory (allocated)", the `steady.peak_mem_gib` of the variant named in the
-raw JSON under bench/results/; commands in bench/results/trainkit.md, GR00T section). Calls 1 and
-2 ran the n16 preset unless a `model.preset` is set, call 3 (main at 9875678) the n16-h50 one.
-`python bench/memory_table.py --fit gr00t --fix backward_block` refits the constants from this
-list; bench/results/memory.md shows each run's estimate beside its peak.
-
-What they say: at micro-batch 16 the activations are small beside 1.30B trained parameters, so
-the peak is not at the forward/backward turn but at a later moment trainkit/estimate/memory.py
-counts byte for byte: the optimiser step under CUDA graphs (16 B per trained parameter and the
-bf16 frozen copy: 21.94 GiB estimated, 22.19 measured at horizons 16 and 50 alike), the first DiT
-unit's reduce-scatter without graphs, and the one root unit's reduce-scatter in the baseline
-(8 B per trained parameter of reduce buffers at world size 1: 29.30 vs 29.45 at both horizons).
-At micro-batch 128 the turn is back, and torch.compile saves 0.7x the eager count there.
-`backward_block` is pi05's measured 1.302 (the runs never recompute, so it cannot be told apart
-from the saved ratio here).
+The constants are the ones fitted (`python bench/memory_table.py --fit gr00t --fix backward_block`,
+2026-12-02) to eight GPU runs of this family's earlier N1.6-shaped model (SigLIP2 tower, 2x2
+unshuffle connector, no VL self-attention, horizon 16/50; bench/results/trainkit_gr00t_call1-3.json,
+estimated within 3% then). That model is gone, so those runs are no longer listed as measurements
+of this one: N1.7 adds the Qwen3-VL tower with deepstack, 4 VL self-attention blocks over every VL
+token, dropout masks and a 40-step horizon, none of which they exercised. bench/plans/gr00t.toml
+measures N1.7's peaks; list them here (`MemoryMeasurement`) and refit.
+What the N1.6 runs said, likely to hold: at micro-batch 16 the activations are small beside 1.3B
+trained parameters, so the peak is at the optimiser step under CUDA graphs (16 B per trained
+parameter and the bf16 frozen copy) or a reduce-scatter, not at the forward/backward turn; at
+micro-batch 128 the turn is back, and torch.compile saves 0.77x the eager count there.
 """
 from __future__ import annotations
 
-from trainkit.models.family import MemoryCalibration, MemoryMeasurement
+from trainkit.models.family import MemoryCalibration
 
-_R = "bench/results/trainkit_gr00t_call"
-OPT, BASE = "gr00t_optimised.toml", "gr00t_baseline.toml"
-H50 = "model.preset=n16-h50"
-
-
-def _m(config: str, sets: tuple[str, ...], peak: float, source: str) -> MemoryMeasurement:
-    return MemoryMeasurement(config=config, sets=sets, world_size=1, peak_gib=peak, source=source)
-
-
-MEASURED = (
-    _m(OPT, ("train.micro_batch=16",), 22.19, f"{_R}1.json: optimised_mbs16_graphs"),
-    _m(OPT, ("train.micro_batch=16", "parallel.cuda_graphs=false"), 23.82, f"{_R}1.json: optimised_mbs16_no_graphs"),
-    _m(OPT, (), 31.99, f"{_R}1.json: optimised_mbs128_graphs (all 14 steps ran; the timeout hit its exit)"),
-    _m(BASE, (), 29.45, f"{_R}1.json: baseline_mbs16"),
-    _m(OPT, (H50, "train.micro_batch=16", "parallel.fsdp_one_rank=false", "parallel.compile=false"), 23.11,
-       f"{_R}2.json: n16-h50_optimised_mbs16_graphs (no FSDP, eager, graphs)"),
-    _m(OPT, (H50, "train.micro_batch=16"), 22.19, f"{_R}3.json: n16-h50_optimised_mbs16_graphs"),
-    _m(OPT, (H50,), 37.85, f"{_R}3.json: n16-h50_optimised_mbs128_graphs"),
-    _m(BASE, (H50,), 29.45, f"{_R}3.json: n16-h50_baseline_mbs16"),
-)
-
-# fitted by `python bench/memory_table.py --fit gr00t --fix backward_block` to MEASURED, 2026-12-02
-MEMORY = MemoryCalibration(saved_compiled=0.7672, saved_eager=1.1628, backward_block=1.302, measured=MEASURED)
+MEMORY = MemoryCalibration(saved_compiled=0.7672, saved_eager=1.1628, backward_block=1.302)

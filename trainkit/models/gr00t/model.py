@@ -1,14 +1,16 @@
-"""The `gr00t` model: a GR00T-N1.6-shaped VLA (random init): frozen vision-language backbone, trained
-top LLM layers, flow-matching DiT action head (backbone.py, action_head.py; shapes config.py).
+"""The `gr00t` model: GR00T N1.7, its Qwen3-VL backbone (qwen3_vl_*.py, mrope.py) and its action head
+(action_head.py); shapes config.py, checkpoints weights.py.
 
 Forward of one micro-batch:
 1. under `torch.no_grad` (frozen: no autograd graph, so no gradient, no saved activation and no
-   recompute): SigLIP2 tower over each kept slot's image, 2x2 unshuffle, connector, text embedding,
-   and the lower `lm_frozen` LLM layers over [image tokens; text tokens];
-2. the top `lm_trained` LLM layers (`lm_layers`) and the head's LayerNorm on the VL features;
-3. the action head on [state token; noisy action tokens]; loss = masked MSE of the predicted
-   velocity against `actions - noise`, over the real action channels of the real (not padded)
-   steps.
+   recompute): the ViT over each kept slot's view (deepstack tokens too), the token embedding with
+   the image tokens written at their <|image_pad|> runs, and the lower `lm_frozen` LLM layers over
+   [image runs; prompt tokens] with interleaved mRoPE, the deepstack tokens added after layers 0, 1, 2;
+2. the top `lm_trained` LLM layers (`lm_layers`, none by default), then the head's LayerNorm and
+   VL self-attention blocks (`vl_blocks`) on the VL features;
+3. the action head on [state token (zeroed for the batch's `state_drop` samples in training);
+   noisy action tokens]; loss = masked MSE of the predicted velocity against `actions - noise`,
+   over the real action channels of the real (not padded) steps.
 GR00T's flow convention (the opposite of Pi0.5's): x_t = (1 - t) noise + t actions, t in [0, 0.999),
 drawn as t = (1 - Beta(1.5, 1)) x 0.999 (`sample_flow`); the embeddings see floor(t x 1000).
 Noise and time come in the batch, so the loss is a pure function of (weights, batch), and a CUDA
@@ -23,10 +25,13 @@ from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn as nn
 
-from trainkit.models.gr00t.action_head import ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, block_context
-from trainkit.models.gr00t.backbone import Connector, Qwen3Layer, causal_keep_mask, pixel_unshuffle
-from trainkit.models.gr00t.config import UNSHUFFLE, Gr00tConfig
-from trainkit.models.layers import SiglipBlock, rope_tables, seeded_normal_
+from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
+                                               block_context)
+from trainkit.models.gr00t.config import Gr00tConfig
+from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables, vision_rope_tables
+from trainkit.models.gr00t.qwen3_vl_text import TextLayer, padded_causal_mask
+from trainkit.models.gr00t.qwen3_vl_vision import VisionTower
+from trainkit.models.layers import seeded_normal_
 
 
 @dataclass
@@ -41,6 +46,7 @@ class Gr00tBatch:
     action_mask: torch.Tensor   # (B, horizon, action_dim) bool: real channel of a real (not padded) step
     noise: torch.Tensor         # (B, horizon, action_dim) float32 flow noise (sample_flow)
     time: torch.Tensor          # (B,) float32 flow time in [0, 0.999) (sample_flow)
+    state_drop: torch.Tensor    # (B,) bool: the sample's state features are zeroed in training (state dropout)
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Gr00tBatch:
         """The same batch with every tensor on `device` (dtypes unchanged)."""
@@ -73,57 +79,65 @@ def sample_actions(model: nn.Module, batch: Gr00tBatch, noise: torch.Tensor, ste
     (its bucket floor(t_i x time_buckets): 0, 250, 500, 750 at 4 steps), x <- x + dt * v(x, t_i).
     Returns the normalised action chunk (B, horizon, action_dim) fp32. The batch's actions, action
     mask, noise and time are not read."""
-    vl, image_keep = model.conditioning(batch)
+    context = model.conditioning(batch)
     dt = 1.0 / steps
     x = noise.float()
     for i in range(steps):
         t = torch.full((x.shape[0],), i / steps, dtype=torch.float32, device=x.device)
-        x = x + dt * model.action_head(vl, image_keep, batch.token_mask, replace(batch, time=t), x_t=x)[0]
+        x = x + dt * model.action_head(*context, replace(batch, time=t), x_t=x)[0]
     return x
 
 
 class Gr00t(nn.Module):
-    """GR00T-N1.6-shaped VLA. Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen` (frozen),
-    `lm_layers` (the trained top LLM layers), `dit_blocks`. The root's own frozen parts (patch
-    embedding, vision positions and norm, connector, text embedding) are frozen here (FROZEN_ROOT)."""
+    """GR00T N1.7. Block lists (BLOCK_LISTS): `vision_blocks` and `lm_frozen` (frozen), `lm_layers`
+    (the trained top LLM layers; none by default), `vl_blocks`, `dit_blocks`. The backbone's other
+    parts (the ViT's patch embedding, position table and mergers: `visual`; the token embedding:
+    `embed`) are frozen at the root (FROZEN_ROOT)."""
 
-    BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "dit_blocks")
-    FROZEN_ROOT = ("patch_embed", "vision_pos", "vision_norm", "connector", "embed")
+    BLOCK_LISTS = ("vision_blocks", "lm_frozen", "lm_layers", "vl_blocks", "dit_blocks")
+    FROZEN_ROOT = ("visual", "embed")
 
     def __init__(self, cfg: Gr00tConfig):
         super().__init__()
         self.cfg = cfg
-        vw, lw, dw = cfg.vision_width, cfg.lm_width, cfg.dit_width
-        self.patch_embed = nn.Conv2d(3, vw, cfg.patch, stride=cfg.patch)
-        self.vision_pos = nn.Parameter(torch.zeros(cfg.patches_per_image, vw))
-        self.vision_blocks = nn.ModuleList(SiglipBlock(vw, cfg.vision_mlp, cfg.vision_heads)
-                                           for _ in range(cfg.vision_depth))
-        self.vision_norm = nn.LayerNorm(vw, eps=1e-6)
-        self.connector = Connector(UNSHUFFLE ** 2 * vw, lw)
+        bcfg, lw, dw = cfg.backbone, cfg.lm_width, cfg.dit_width
+        # the ViT's blocks as a block list of the root (FSDP, compile, frozen handling address them by
+        # name); the rest of the tower (qwen3_vl_vision.py) stays one module
+        tower = VisionTower(bcfg)
+        self.vision_blocks = tower.blocks
+        del tower.blocks
+        self.visual = tower
         self.embed = nn.Embedding(cfg.vocab, lw)
-        layer = lambda: Qwen3Layer(lw, cfg.lm_mlp, cfg.heads_q, cfg.heads_kv, cfg.head_dim)  # noqa: E731
-        self.lm_frozen = nn.ModuleList(layer() for _ in range(cfg.lm_frozen))
-        self.lm_layers = nn.ModuleList(layer() for _ in range(cfg.lm_trained))
+        self.lm_frozen = nn.ModuleList(TextLayer(bcfg) for _ in range(cfg.lm_frozen))
+        self.lm_layers = nn.ModuleList(TextLayer(bcfg) for _ in range(cfg.lm_trained))
         self.vl_norm = nn.LayerNorm(lw)  # the head's `vlln`
+        self.vl_blocks = nn.ModuleList(VLBlock(lw, cfg.vl_heads, cfg.dropout) for _ in range(cfg.vl_layers))
         self.time_embed = TimeEmbedding(dw)
         self.state_encoder = MLP2(cfg.state_dim, cfg.head_hidden, dw)
         self.action_encoder = ActionEncoder(cfg.action_dim, dw)
         self.action_pos = nn.Embedding(cfg.max_positions, dw)
         self.dit_blocks = nn.ModuleList(
-            DiTBlock(dw, cfg.dit_heads, cfg.dit_ff, 0 if block_context(i) == "self" else lw) for i in range(cfg.dit_depth))
+            DiTBlock(dw, cfg.dit_heads, cfg.dit_ff, 0 if block_context(i) == "self" else lw, cfg.dropout)
+            for i in range(cfg.dit_depth))
         self.dit_out = OutputHead(dw, cfg.head_hidden)
         self.action_decoder = MLP2(cfg.head_hidden, cfg.head_hidden, cfg.action_dim)
         for name in self.FROZEN_ROOT:
             getattr(self, name).requires_grad_(False)
         self.init_weights()
 
+    @property
+    def recompute_rng(self) -> bool:
+        """Its blocks draw dropout masks in training: a recompute must replay the forward's RNG state
+        (trainkit/parallel/activation_checkpoint.py)."""
+        return self.cfg.dropout > 0
+
     @torch.no_grad()
     def init_weights(self) -> None:
         """(Re-)initialise every parameter from the seed of the global torch RNG: matrices,
-        embeddings and the vision positions N(0, 0.02), each from its own generator keyed by (seed,
-        its index in module order) so the values do not depend on which parameters FSDP shards
-        (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works after
-        `to_empty()` from meta."""
+        embeddings and the ViT's position table N(0, 0.02), each from its own generator keyed by
+        (seed, its index in module order) so the values do not depend on which parameters FSDP
+        shards (frozen ones may be replicated: parallel/frozen.py); biases 0, norm scales 1. Works
+        after `to_empty()` from meta."""
         seed = torch.initial_seed()
         for i, (name, p) in enumerate(self.named_parameters()):
             if p.ndim >= 2:
@@ -133,72 +147,136 @@ class Gr00t(nn.Module):
             else:  # LayerNorm / RMSNorm scales
                 p.fill_(1.0)
 
-    def vl_tokens(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frozen part (call under no_grad): VL features after the lower LLM layers, (B, S x
-        tokens_per_image + text_len, lm_width), and their validity (B, same) bool."""
-        cfg, (b, s) = self.cfg, batch.images.shape[:2]
-        images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0)
-        x = self.patch_embed(images.flatten(0, 1).to(self.patch_embed.weight.dtype))
-        x = x.flatten(2).transpose(1, 2) + self.vision_pos
-        for block in self.vision_blocks:
-            x = block(x)
-        x = pixel_unshuffle(self.vision_norm(x), cfg.image_height // cfg.patch, cfg.image_width // cfg.patch)
-        img = self.connector(x).reshape(b, s * cfg.tokens_per_image, cfg.lm_width)
-        h = torch.cat([img, self.embed(batch.tokens).to(img.dtype)], dim=1)
-        keep = torch.cat([batch.image_mask.repeat_interleave(cfg.tokens_per_image, dim=1), batch.token_mask], dim=1)
-        return h, keep
+    def vision(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The ViT (qwen3_vl_vision.py's VisionTower.forward over this model's block list): views
+        (N, 3, H, W) -> (image tokens (N, tokens_per_image, lm_width), deepstack tokens per deepstack block)."""
+        cfg, tower = self.cfg, self.visual
+        grid = (images.shape[-2] // cfg.patch, images.shape[-1] // cfg.patch)
+        x = tower.patch_embed(images) + tower.positions(grid)
+        cos, sin = vision_rope_tables(grid, cfg.vision_width // cfg.vision_heads, x.device)
+        deep = []
+        for i, block in enumerate(self.vision_blocks):
+            x = block(x, cos, sin)
+            if i in cfg.deepstack:
+                deep.append(tower.deepstack_merger_list[cfg.deepstack.index(i)](x, grid, cfg.merge))
+        return tower.merger(x, grid, cfg.merge), deep
 
-    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The backbone: VL features after the top LLM layers (B, S x tokens_per_image + text_len,
-        lm_width) and their validity (B, same) bool; the frozen part under no_grad."""
+    def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids (B, T), valid (B, T) bool, seen (B, T) bool) of the LLM, left-padded as LeRobot's
+        processor pads: the prompt's padding first, then for each kept slot <|vision_start|>, its run
+        of `tokens_per_image` <|image_pad|>, <|vision_end|>, then the prompt's tokens. A slot the
+        sample lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes
+        no mRoPE position, as if the slot were pruned. `seen`: every position but such a run (the
+        VL self-attention's keys: it sees text padding, as LeRobot's, never a missing camera)."""
+        cfg, (b, s) = self.cfg, batch.image_mask.shape
+        run = cfg.tokens_per_image + 2
+        # built by device ops, no host list copied in: the step is captured in a CUDA graph
+        runs = batch.tokens.new_full((b, s * run), cfg.image_token_id)
+        runs[:, ::run] = cfg.vision_start_id
+        runs[:, run - 1::run] = cfg.vision_end_id
+        ids = torch.cat([runs, batch.tokens], dim=1)
+        slots = batch.image_mask.repeat_interleave(run, dim=1)
+        valid = torch.cat([slots, batch.token_mask], dim=1)
+        seen = torch.cat([slots, torch.ones_like(batch.token_mask)], dim=1)
+        # the prompt's padding (at its end) moved to the front: position j reads j - pads, cyclically
+        t = ids.shape[1]
+        pads = (~batch.token_mask).sum(dim=1, keepdim=True)
+        order = (torch.arange(t, device=ids.device)[None] - pads) % t
+        return ids.gather(1, order), valid.gather(1, order), seen.gather(1, order)
+
+    def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
+        layers): the features of the last LLM layer before the final norm (B, T, lm_width), which
+        positions are image tokens, which are valid and which the VL self-attention sees (B, T) bool
+        (vl_inputs). The frozen part under no_grad."""
         cfg = self.cfg
+        input_ids, valid, seen = self.vl_inputs(batch)
+        image_mask = input_ids == cfg.image_token_id
         with torch.no_grad():
-            h, keep = self.vl_tokens(batch)
-            mask = causal_keep_mask(keep)
-            positions = (keep.long().cumsum(dim=1) - 1).clamp(min=0)
-            cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta)
-            for layer in self.lm_frozen:
-                h = layer(h, cos, sin, mask)
-        for layer in self.lm_layers:
-            h = layer(h, cos, sin, mask)
-        return h, keep
+            images = torch.where(batch.image_mask[:, :, None, None, None], batch.images, 0).flatten(0, 1)
+            tokens, deep = self.vision(images.to(self.visual.patch_embed.proj.weight.dtype))
+            h = self.embed(input_ids)
+            where = image_mask[:, :, None]
+            h = h.masked_scatter(where, tokens.to(h.dtype))
+            # deepstack added where the images sit and 0 elsewhere: no gather, no data-dependent shape
+            deep = [torch.zeros_like(h).masked_scatter(where, d.to(h.dtype)) for d in deep]
+            positions = mrope_positions(input_ids, valid, cfg.image_token_id, cfg.backbone.merged_grid)
+            cos, sin = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+            mask, queried = padded_causal_mask(valid)  # queried: the queries with a valid key at or before them
+            h = self._layers(self.lm_frozen, 0, h, cos, sin, mask, queried, deep)
+        h = self._layers(self.lm_layers, cfg.lm_frozen, h, cos, sin, mask, queried, deep)
+        return h, image_mask, valid, seen
 
-    def action_head(self, vl: torch.Tensor, image_keep: torch.Tensor, text_keep: torch.Tensor,
-                    batch: Gr00tBatch, x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(predicted velocity, target) (B, horizon, action_dim) fp32 from VL features laid out as
-        [image tokens; text tokens] with their valid keys, and the batch's state, actions, noise, time.
-        `x_t` given (the sampler): the velocity at these noisy actions, and no target (None)."""
+    def _layers(self, layers: nn.ModuleList, first: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor, queried: torch.Tensor, deep: list[torch.Tensor]) -> torch.Tensor:
+        """LLM layers `first`, `first + 1`, ...; after layer i < len(deep) (not the last) the i-th deepstack tokens."""
+        for i, layer in enumerate(layers, start=first):
+            h = layer(h, cos, sin, mask, queried)
+            if i < len(deep) and i < self.cfg.lm_depth - 1:
+                h = h + deep[i]
+        return h
+
+    def action_head(self, vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor, seen: torch.Tensor | None,
+                    n_image: int, batch: Gr00tBatch,
+                    x_t: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(predicted velocity, target) (B, horizon, action_dim) fp32 from the backbone's features vl
+        (B, T, lm_width), which of them are image tokens (image_mask (B, T) bool, `n_image` per sample),
+        which are valid (keep (B, T) bool: LeRobot's backbone_attention_mask) and which the VL
+        self-attention sees (seen (B, T) bool, None: all, as LeRobot), and the batch's state, actions,
+        noise, time and state dropout. `x_t` given (the sampler): the velocity at these noisy actions,
+        and no target (None)."""
         cfg = self.cfg
         vl = self.vl_norm(vl)
-        n_img = image_keep.shape[1]
-        context = {"text": (vl[:, n_img:], text_keep), "image": (vl[:, :n_img], image_keep), "self": (None, None)}
+        for block in self.vl_blocks:
+            vl = block(vl, seen)
+        text, image = split_context(vl, image_mask, keep, n_image)
+        context = {"text": text, "image": image, "self": (None, None)}
         target = None
         if x_t is None:
             x_t, target = flow_target(batch.actions.float(), batch.noise.float(), batch.time)
         buckets = (batch.time.float() * cfg.time_buckets).long()
-        dtype = self.action_encoder.w1.weight.dtype
+        dtype = self.action_encoder.W1.weight.dtype
         temb = self.time_embed(buckets)
         actions = self.action_encoder(x_t.to(dtype), buckets) + self.action_pos.weight[: cfg.horizon].to(dtype)
-        x = torch.cat([self.state_encoder(batch.state.to(dtype))[:, None], actions], dim=1)
+        state = self.state_encoder(batch.state.to(dtype))[:, None]
+        if self.training and cfg.state_dropout > 0:
+            state = state * (~batch.state_drop)[:, None, None].to(state.dtype)
+        x = torch.cat([state, actions], dim=1)
         for i, block in enumerate(self.dit_blocks):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
-    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the action head attends to: the VL features (vl_features) and the valid image keys."""
-        vl, keep = self.vl_features(batch)
-        image_keep = keep[:, :batch.images.shape[1] * self.cfg.tokens_per_image]
-        # a sample with no image: all (zero) keys, not NaN
-        image_keep = image_keep | ~image_keep.any(dim=1, keepdim=True)
-        return vl, image_keep
+    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """What the action head reads: the VL features, which positions are image tokens, which are
+        valid and which the VL self-attention sees (vl_features), and the image tokens per sample."""
+        return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
     def forward(self, batch: Gr00tBatch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6));
         `per_item`: (that loss, each sample's (B,) over its own mask, detached), for the per-source loss."""
-        vl, image_keep = self.conditioning(batch)
-        pred, target = self.action_head(vl, image_keep, batch.token_mask, batch)
+        pred, target = self.action_head(*self.conditioning(batch), batch)
         weight = batch.action_mask.float()
         loss = ((pred - target).square() * weight).sum() / (weight.sum() + 1e-6)
         if not per_item:
             return loss
         return loss, ((pred.detach() - target).square() * weight).sum(dim=(1, 2)) / (weight.sum(dim=(1, 2)) + 1e-6)
+
+
+def split_context(vl: torch.Tensor, image_mask: torch.Tensor, keep: torch.Tensor,
+                  n_image: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """((text tokens, their valid keys), (image tokens, their valid keys)) of a VL sequence whose
+    samples each hold `n_image` image tokens anywhere in it (N1.7's chat layout puts them inline):
+    a stable sort brings each sample's text positions first and its image positions last, both in
+    sequence order. Attention over these equals LeRobot's over the whole sequence under the key
+    masks `~image_mask & keep` and `image_mask & keep` (a masked key adds nothing), at the cost of
+    the keys it reads: the K/V projections of a cross block run over its own tokens only. A sample
+    with no valid key of a kind (no camera) attends to all of that kind's (zero images' tokens), not
+    to nothing (NaN); LeRobot's samples always have one."""
+    order = torch.argsort(image_mask.to(torch.uint8), dim=1, stable=True)
+    tokens = torch.gather(vl, 1, order[..., None].expand(-1, -1, vl.shape[-1]))
+    valid = torch.gather(keep, 1, order)
+    t = vl.shape[1] - n_image
+    out = []
+    for part, ok in ((tokens[:, :t], valid[:, :t]), (tokens[:, t:], valid[:, t:])):
+        out.append((part, ok | ~ok.any(dim=1, keepdim=True)))
+    return out[0], out[1]

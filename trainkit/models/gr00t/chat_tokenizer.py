@@ -1,0 +1,191 @@
+"""GR00T N1.7's prompt: the Qwen3-VL tokenizer and chat template, read from the backbone's tokenizer
+files with the `tokenizers` package (no transformers), laid out as LeRobot 0.6.1's
+`GrootN17VLMEncodeStep` lays it out.
+
+One sample: the task (formalised: lower case, only letters, digits, spaces and "_"; an empty task
+is "Perform the task.") in one user turn after its views, rendered by the checkpoint's chat
+template with `add_generation_prompt=False` (Qwen3-VL's: `<|im_start|>user\\n` then
+`<|vision_start|><|image_pad|><|vision_end|>` per view, the text, `<|im_end|>\\n`); each
+`<|image_pad|>` is then repeated `tokens_per_image` times (64 at 256x256), as Qwen3-VL's processor
+does, and the text is encoded (special tokens split out first, as transformers' fast tokenizer
+does). Samples are padded on the left with the pad token (LeRobot's `padding_side = "left"`), to
+the longest of the batch (LeRobot's `padding=True`) or to a fixed `length` (fixed shapes for CUDA
+graphs: N1.7's head attends to padded positions without a mask, so the padding length changes its
+output slightly; the fixed length is a choice, not LeRobot's).
+
+Sources: `QwenChatTokenizer.from_folder(path)`: `tokenizer.json`, the chat template
+(`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template`, else the processor's
+`chat_template.json`) and the pad token
+(`tokenizer_config.json`'s `pad_token`, else `<|endoftext|>` as transformers' `Qwen2Tokenizer`)
+of a Cosmos-Reason2-2B / Qwen3-VL folder.
+`QwenChatTokenizer.builtin()`: for runs from random weights with no tokenizer files, a byte-level
+tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at ids 256..261 and a
+chat template of Qwen3-VL's layout; NOT Qwen's vocabulary.
+The template renders with jinja2 (a torch dependency) in a sandbox set up as transformers sets
+it up (trim_blocks, lstrip_blocks, loop controls, `tojson`, `raise_exception`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from trainkit.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+IMAGE_PAD = "<|image_pad|>"
+DEFAULT_TASK = "Perform the task."
+# Qwen's special tokens the layout uses, in the builtin tokenizer's id order (256..)
+SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", IMAGE_PAD)
+BUILTIN_TEMPLATE = (  # Qwen3-VL's layout of user / assistant turns with image and text parts
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' }}"
+    "{%- if message.content is string %}{{- message.content }}{%- else %}"
+    "{%- for part in message.content %}"
+    "{%- if part.type == 'image' %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part.type == 'text' %}{{- part.text }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def formalize(task: str) -> str:
+    """N1.7's `formalize_language`: lower case, keeping letters, digits, whitespace and "_"."""
+    return "".join(ch for ch in task.lower() if ch.isalnum() or ch.isspace() or ch == "_")
+
+
+def compile_template(source: str):
+    """The chat template compiled in transformers' sandbox settings."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TokenizerError(f"chat template: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateError as e:
+        raise TokenizerError(f"chat template does not compile: {e}") from None
+
+
+def _chat_template(folder: Path, config: dict) -> str:
+    """The folder's chat template: chat_template.jinja, else tokenizer_config.json's chat_template
+    (a string, or named templates: the "default" one), else the processor's chat_template.json."""
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text()
+    template = config.get("chat_template")
+    if template is None and (folder / "chat_template.json").is_file():
+        try:
+            template = json.loads((folder / "chat_template.json").read_text()).get("chat_template")
+        except (OSError, ValueError, AttributeError) as e:
+            raise TokenizerError(f"{folder}/chat_template.json: unreadable ({str(e)[:120]})") from None
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    if not isinstance(template, str):
+        raise TokenizerError(f"{folder}: no chat template (chat_template.jinja, tokenizer_config.json's "
+                             "chat_template or chat_template.json)")
+    return template
+
+
+def _token_text(value: object) -> str | None:
+    """A special token of tokenizer_config.json: a string or {"content": ...}."""
+    return value.get("content") if isinstance(value, dict) else value if isinstance(value, str) else None
+
+
+class QwenChatTokenizer:
+    """Task strings + views per sample -> (input_ids, attention_mask) in N1.7's layout."""
+
+    def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], *, tokens_per_image: int,
+                 formalize_language: bool = True):
+        self.tokenizer = tokenizer
+        self.template = compile_template(template)
+        self.specials = specials  # bos_token / eos_token / pad_token ...: the template may read them
+        self.tokens_per_image = tokens_per_image
+        self.formalize_language = formalize_language
+        ids = {tok: tokenizer.token_to_id(tok) for tok in (IMAGE_PAD, specials.get("pad_token", ""))}
+        missing = [tok for tok, i in ids.items() if i is None]
+        if missing:
+            raise TokenizerError(f"the tokenizer has no {', '.join(map(repr, missing))} token")
+        self.image_token_id, self.pad_id = ids[IMAGE_PAD], ids[specials["pad_token"]]
+
+    @classmethod
+    def from_folder(cls, path: str | Path, *, tokens_per_image: int, formalize_language: bool = True) -> QwenChatTokenizer:
+        """The tokenizer files of a Qwen3-VL checkpoint folder (module docstring)."""
+        from tokenizers import Tokenizer
+
+        folder = Path(path)
+        if not (folder / "tokenizer.json").is_file():
+            raise TokenizerError(f"{folder}: no tokenizer.json (the backbone's tokenizer folder, e.g. Cosmos-Reason2-2B)")
+        try:
+            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            config = json.loads((folder / "tokenizer_config.json").read_text()) \
+                if (folder / "tokenizer_config.json").is_file() else {}
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception; OSError and JSON errors too
+            raise TokenizerError(f"{folder}: unreadable tokenizer files ({str(e)[:160]})") from None
+        template = _chat_template(folder, config)
+        specials = {k: t for k, v in config.items() if k.endswith("_token") and (t := _token_text(v)) is not None}
+        specials.setdefault("pad_token", SPECIAL[0])  # transformers' Qwen2Tokenizer pads with <|endoftext|> by default
+        return cls(tokenizer, template, specials, tokens_per_image=tokens_per_image,
+                   formalize_language=formalize_language)
+
+    @classmethod
+    def builtin(cls, *, tokens_per_image: int, formalize_language: bool = True) -> QwenChatTokenizer:
+        """The byte-level stand-in (module docstring); vocab 262."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins of the bytes
+        byte_chars = sorted(alphabet, key=lambda ch: _byte_of(ch))
+        vocab = {ch: i for i, ch in enumerate(byte_chars)}
+        vocab.update({tok: 256 + i for i, tok in enumerate(SPECIAL)})
+        tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        tokenizer.add_special_tokens(list(SPECIAL))
+        return cls(tokenizer, BUILTIN_TEMPLATE, {"pad_token": SPECIAL[0], "eos_token": SPECIAL[2]},
+                   tokens_per_image=tokens_per_image, formalize_language=formalize_language)
+
+    def prompt(self, task: str, views: int) -> str:
+        """One sample's text: the rendered chat turn with each image pad repeated."""
+        task = task or DEFAULT_TASK
+        text = formalize(task) if self.formalize_language else task
+        conversation = [{"role": "user", "content": [*({"type": "image"} for _ in range(views)),
+                                                     {"type": "text", "text": text}]}]
+        rendered = self.template.render(messages=conversation, add_generation_prompt=False, tools=None,
+                                        documents=None, **self.specials)
+        return rendered.replace(IMAGE_PAD, IMAGE_PAD * self.tokens_per_image)
+
+    def encode(self, tasks: list[str], views: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids (B, T) int64, attention_mask (B, T) bool), left-padded to T = the longest
+        sample, or to `length` (TokenizerError when a sample is longer)."""
+        encoded = [e.ids for e in self.tokenizer.encode_batch([self.prompt(t, views) for t in tasks])]
+        longest = max(map(len, encoded), default=0)
+        t = longest if length is None else length
+        if longest > t:
+            raise TokenizerError(f"a prompt of {longest} tokens ({views} views x {self.tokens_per_image} image tokens "
+                                 f"and its text) exceeds the fixed length {t}")
+        ids = torch.full((len(tasks), t), self.pad_id, dtype=torch.int64)
+        mask = torch.zeros((len(tasks), t), dtype=torch.bool)
+        for i, row in enumerate(encoded):
+            if row:
+                ids[i, t - len(row):] = torch.tensor(row, dtype=torch.int64)
+                mask[i, t - len(row):] = True
+        return ids, mask
+
+
+def _byte_of(ch: str) -> int:
+    """The byte GPT-2's byte-level alphabet maps to printable character `ch`."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    if ord(ch) in printable:
+        return ord(ch)
+    rest = [b for b in range(256) if b not in printable]
+    return rest[ord(ch) - 256]
