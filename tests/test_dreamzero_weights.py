@@ -104,6 +104,13 @@ def test_a_lora_checkpoint_is_merged_on_load(tmp_path):
     for name, p in dst.named_parameters():
         torch.testing.assert_close(p, want[name], rtol=1e-6, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert not torch.equal(dst.blocks[0].self_attn.q.weight, src.blocks[0].self_attn.q.weight)  # merged, not copied
+    # into a model with LoRA on: the merged weights become its frozen base, its adapters stay fresh
+    lora = randomised({"lora_rank": 2}, seed=3)
+    fresh = lora.blocks[1].cross_attn.v.lora_B.weight.clone()
+    load_weights(lora, FAM, folder, lambda s: None)
+    torch.testing.assert_close(lora.blocks[1].cross_attn.v.base_layer.weight, want["blocks.1.cross_attn.v.weight"],
+                               rtol=1e-6, atol=1e-6)
+    assert torch.equal(lora.blocks[1].cross_attn.v.lora_B.weight, fresh)
     assert DZ + "blocks.0.self_attn.q.weight" not in tensors
 
 

@@ -16,8 +16,10 @@ frame; block i >= 1 has `frames_per_block` latent frames. Attention (the officia
 - the noisy frames and actions of block i see the clean blocks < i and all of block i's noisy group;
 - the states of block i see themselves.
 Two deliberate differences from the official kernels: a clean block's queries see their whole
-block (the official single causal flash call is token-causal inside the block, an artefact of
-batching the blocks into one call); the order above.
+block (the official code batches the clean blocks into one `causal=True` call with fewer queries
+than keys: token-causal inside the block under flash attention's bottom-right alignment, but
+top-left aligned under its torch SDPA backend, so the pattern depends on the backend there); the
+order above.
 
 `plain` (one dense call over the video tokens, one segment) is Wan itself: what the diffusers
 parity test runs.
