@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from contextlib import contextmanager, nullcontext, redirect_stdout
@@ -221,6 +220,11 @@ def run(dz_root: Path, variant: str) -> dict:
                         "action_loss": out["action_loss"].item()}}
 
 
+def fail(message: str) -> None:
+    print(f"make_fixture: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dreamzero", type=Path, required=True, help="a checkout of github.com/dreamzero0/dreamzero")
@@ -231,14 +235,19 @@ def main() -> None:
         torch.manual_seed(0)
         print(json.dumps(run(args.dreamzero, args.variant)))
         return
-    git = (args.dreamzero / ".git").exists()
+    model_file = args.dreamzero / "groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py"
     commit = subprocess.run(["git", "-C", str(args.dreamzero), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() if git else os.environ.get("DREAMZERO_COMMIT", "")
+                            text=True).stdout.strip()
+    if not model_file.is_file() or not (args.dreamzero / ".git").exists() or len(commit) != 40:
+        fail(f"{args.dreamzero} is not a git checkout of DreamZero (no {model_file.name} or no commit to record)")
     runs = {}
     for variant in ("flash", "block"):
-        out = subprocess.run([sys.executable, __file__, "--dreamzero", str(args.dreamzero), "--out", str(args.out),
-                              "--variant", variant], capture_output=True, text=True, check=True).stdout
-        runs[variant] = json.loads(out.strip().splitlines()[-1])
+        done = subprocess.run([sys.executable, __file__, "--dreamzero", str(args.dreamzero), "--out", str(args.out),
+                               "--variant", variant], capture_output=True, text=True)
+        if done.returncode:
+            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+            fail(f"the official code failed (variant {variant}): {last}")
+        runs[variant] = json.loads(done.stdout.strip().splitlines()[-1])
     first = runs["flash"]
     fixture = {
         "source": {"repository": "https://github.com/dreamzero0/dreamzero", "commit": commit,
