@@ -1,6 +1,7 @@
 """Record the Level-2 DreamZero fixture (issue 31): the official `CausalWanModel` at tiny width, run
 once on the CPU in float32 on seeded weights, batch, noise and timestep ids, through the official
-training forward and loss; only its numbers are kept (tests/assets/dreamzero_fixture.json), read by
+training forward and loss; only its numbers are kept (tests/assets/dreamzero_fixture_{14b,5b}.json: the
+Wan2.1-I2V backbone of the released checkpoints and the Wan2.2-TI2V one at the same widths), read by
 tests/test_dreamzero_fixture.py. Not part of the package; the official code is never copied, it is
 imported from a checkout given here.
 
@@ -9,8 +10,8 @@ head's imports hydra-core, accelerate, peft, e.g. `pip install --no-deps --targe
 hydra-core omegaconf antlr4-python3-runtime==4.9.3 accelerate peft`):
 
     git clone https://github.com/dreamzero0/dreamzero DZ && git -C DZ checkout ab790c198fbce33503358efbbd4187ce9a89adf3
-    PYTHONPATH=/tmp/dz-extra python tools/dreamzero_fixture/make_fixture.py --dreamzero DZ \
-        --out tests/assets/dreamzero_fixture.json
+    for b in 14b 5b; do PYTHONPATH=/tmp/dz-extra python tools/dreamzero_fixture/make_fixture.py --dreamzero DZ \
+        --backbone $b --out tests/assets/dreamzero_fixture_$b.json; done
 
 What runs is the official code at that commit: `WANPolicyHead.forward`
 (groot/vla/model/dreamzero/action_head/wan_flow_matching_action_tf.py: step ids shared per block,
@@ -54,16 +55,20 @@ SEED = 20260431
 B = 2
 # the official constructor's arguments (tiny widths; CLIP's 257 tokens x 1280 are fixed by the
 # official MLPProj and I2V cross-attention, so they stay)
-OFFICIAL = dict(model_type="i2v", patch_size=(1, 2, 2), frame_seqlen=8, text_len=16, in_dim=12, dim=32, ffn_dim=64,
-                freq_dim=16, text_dim=24, out_dim=4, num_heads=2, num_layers=2, num_frame_per_block=2, action_dim=8,
-                max_state_dim=8, hidden_size=16, num_action_per_block=4, num_state_per_block=1,
-                concat_first_frame_latent=True, cross_attn_norm=True, qk_norm=True, eps=1e-6)
+OFFICIAL = dict(patch_size=(1, 2, 2), frame_seqlen=8, text_len=16, dim=32, ffn_dim=64, freq_dim=16, text_dim=24,
+                out_dim=4, num_heads=2, num_layers=2, num_frame_per_block=2, action_dim=8, max_state_dim=8,
+                hidden_size=16, num_action_per_block=4, num_state_per_block=1, cross_attn_norm=True, qk_norm=True,
+                eps=1e-6)
+# the two backbones' differences: 14b = Wan2.1-I2V (the released checkpoints: 4 mask + 4 first-frame
+# channels concatenated to the 4 latent ones), 5b = Wan2.2-TI2V (latents alone)
+BACKBONES = {"14b": dict(model_type="i2v", in_dim=12, concat_first_frame_latent=True),
+             "5b": dict(model_type="ti2v", in_dim=4, concat_first_frame_latent=False)}
 # the same model as trainkit's DreamZeroConfig overrides of the `tiny` preset: 17 frames of a 64x128
 # canvas at VAE stride (4, 16, 16) -> 5 latent frames of 4x8 (8 tokens after the 2x2 patch) = one
 # conditioning frame + 2 blocks of 2
-TRAINKIT = dict(dim=32, depth=2, heads=2, ffn=64, latent_channels=4, first_frame_concat=True, vae_stride=[4, 16, 16],
-                frames=17, view=[32, 64], frames_per_block=2, actions_per_block=4, states_per_block=1, action_dim=8,
-                state_dim=8, mlp_hidden=16, text_len=16, text_width=24, image_grid=16, image_width=1280, freq_dim=16,
+TRAINKIT = dict(dim=32, depth=2, heads=2, ffn=64, latent_channels=4, vae_stride=[4, 16, 16], frames=17,
+                view=[32, 64], frames_per_block=2, actions_per_block=4, states_per_block=1, action_dim=8, state_dim=8,
+                mlp_hidden=16, text_len=16, text_width=24, image_grid=16, image_width=1280, freq_dim=16,
                 attention="blocks")
 C, FRAMES, H, W = 4, 5, 4, 8
 BLOCKS, APB = 2, 4
@@ -173,7 +178,7 @@ def fixed_draws(x: dict, ids: torch.Tensor):
         torch.randn_like, torch.randint, torch.amp.autocast = randn_like, randint, autocast
 
 
-def run(dz_root: Path, variant: str) -> dict:
+def run(dz_root: Path, backbone: str, variant: str) -> dict:
     sys.path.insert(0, str(dz_root))
     install_kernels(variant)
     from transformers.feature_extraction_utils import BatchFeature
@@ -181,7 +186,7 @@ def run(dz_root: Path, variant: str) -> dict:
     from groot.vla.model.dreamzero.modules.flow_match_scheduler import FlowMatchScheduler
     from groot.vla.model.dreamzero.modules.wan_video_dit_action_casual_chunk import CausalWanModel
 
-    model = CausalWanModel(**OFFICIAL)
+    model = CausalWanModel(**OFFICIAL, **BACKBONES[backbone])
     state = {}
     specs = []
     for name, p in model.state_dict().items():
@@ -229,11 +234,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dreamzero", type=Path, required=True, help="a checkout of github.com/dreamzero0/dreamzero")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--backbone", choices=tuple(BACKBONES), default="14b")
     ap.add_argument("--variant", choices=("flash", "block"), help="(internal) run one variant, print JSON")
     args = ap.parse_args()
     if args.variant:  # one process per variant: the kernels are patched into the imported modules
         torch.manual_seed(0)
-        print(json.dumps(run(args.dreamzero, args.variant)))
+        print(json.dumps(run(args.dreamzero, args.backbone, args.variant)))
         return
     model_file = args.dreamzero / "groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py"
     commit = subprocess.run(["git", "-C", str(args.dreamzero), "rev-parse", "HEAD"], capture_output=True,
@@ -243,12 +249,12 @@ def main() -> None:
     runs = {}
     for variant in ("flash", "block"):
         done = subprocess.run([sys.executable, __file__, "--dreamzero", str(args.dreamzero), "--out", str(args.out),
-                               "--variant", variant], capture_output=True, text=True)
+                               "--backbone", args.backbone, "--variant", variant], capture_output=True, text=True)
         if done.returncode:
             last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
             fail(f"the official code failed (variant {variant}): {last}")
         runs[variant] = json.loads(done.stdout.strip().splitlines()[-1])
-    first = runs["flash"]
+    first, config = runs["flash"], BACKBONES[args.backbone]
     fixture = {
         "source": {"repository": "https://github.com/dreamzero0/dreamzero", "commit": commit,
                    "model": "groot/vla/model/dreamzero/modules/wan_video_dit_action_casual_chunk.py CausalWanModel",
@@ -259,8 +265,9 @@ def main() -> None:
                    "kernels": "float32 SDPA; variant flash: flash-attn's bottom-right causal mask in the clean "
                               "half (token-causal inside a clean block); variant block: clean blocks see their "
                               "whole block"},
-        "seed": SEED, "official_config": {k: list(v) if isinstance(v, tuple) else v for k, v in OFFICIAL.items()},
-        "trainkit_overrides": TRAINKIT, "raw_ids": RAW_IDS, "ids": first["ids"], "action_mask": ACTION_MASK,
+        "seed": SEED, "backbone": args.backbone,
+        "official_config": {k: list(v) if isinstance(v, tuple) else v for k, v in {**OFFICIAL, **config}.items()},
+        "trainkit_overrides": {**TRAINKIT, "first_frame_concat": config["concat_first_frame_latent"]}, "raw_ids": RAW_IDS, "ids": first["ids"], "action_mask": ACTION_MASK,
         "inputs": [[k, list(shape), scale, offset] for k, (shape, scale, offset) in INPUTS.items()],
         "weights": first["weights"], "sigma": first["sigma"], "timestep": first["timestep"],
         "timestep_action": first["timestep_action"], "weight": first["weight"],

@@ -1,5 +1,5 @@
 """Seeded tensors that any torch/numpy version reproduces bit for bit: the weights and inputs of the
-DreamZero Level-2 fixture (tests/assets/dreamzero_fixture.json, written by make_fixture.py here and
+DreamZero Level-2 fixtures (tests/assets/dreamzero_fixture_*.json, written by make_fixture.py here and
 read by tests/test_dreamzero_fixture.py, which loads this file by path).
 
 A tensor is named; its values are SplitMix64 over the counter 1..n from the seed
