@@ -2,9 +2,9 @@
 
 tests/assets/dreamzero_fixture_{14b,5b}.json hold the official model's numbers at tiny width, with
 the Wan2.1-I2V backbone of the released checkpoints (first-frame channels concatenated) and the
-Wan2.2-TI2V one (latents alone) (each file's header
-names the repository, the commit and tools/dreamzero_fixture/make_fixture.py, which ran it once
-outside the project): teacher forcing [clean | noisy | actions | states] with the block-causal
+Wan2.2-TI2V one (latents alone); each file's header names the repository, the commit and
+tools/dreamzero_fixture/make_fixture.py, which ran the official training forward and loss once
+outside the project: teacher forcing [clean | noisy | actions | states] with the block-causal
 pattern, a step id per latent frame shared in a block (the actions at their block's), the
 discrete flow-matching schedule with shift 5 over 1000 steps, on weights and inputs that
 tools/dreamzero_fixture/seeded.py derives from the recorded seed. Here the same weights go through
