@@ -130,8 +130,8 @@ commands in bench/results/trainkit.md). Estimate = `trainkit inspect CONFIG --se
 --world-size N` today (meta device, no GPU), the model of trainkit/estimate/memory.py with the
 family's constants (`Family.memory`: trainkit/models/pi05/memory.py, trainkit/models/gr00t/memory.py,
 trainkit/models/dreamzero/memory.py, where the runs are listed). Written by
-`python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%,
-gr00t's and dreamzero's within 3%, and a run that ran out of memory over the GPU's memory.
+`python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%
+and a run that ran out of memory over the GPU's memory.
 
 ## The model, and what the runs taught it
 
@@ -182,13 +182,16 @@ under the turn at every measured pi05 run; they hold pi05's peak only at small m
 (the root's reduce-scatter of full, 50.3 GiB on one GPU up to micro-batch 6 compiled, 26.2 on
 two at micro-batch 1-3), not measured.
 
-gr00t (8 runs, one H200, within 1.8%): compiled blocks keep 0.77 x the eager count (the two
+gr00t (8 runs of the earlier N1.6-shaped model, one H200, within 1.8%; no longer listed, the
+constants stay as N1.7's prior): compiled blocks keep 0.77 x the eager count (the two
 micro-batch 128 runs), eager blocks 1.16 x (one run, no FSDP: the activations are 3 of its 23
 GiB, so this ratio is loose); `backward_block` is pi05's 1.302 (no run recomputes, so it cannot
 be told from the saved ratio). Without graphs at micro-batch 16 the peak is the first DiT unit's
 reduce-scatter, 1.6 GiB over the graphed run (23.80 estimated, 23.82 measured).
 
-dreamzero (5 runs, one H200, within 0.8%): the "blocks" attention keeps 2.41 GiB per sample more
+dreamzero (5 runs of the earlier shape stand-in, one H200, within 0.8%; no longer listed, the
+constants stay as the real model's prior, whose first run, the table's row, they estimate 4.4%
+over): the "blocks" attention keeps 2.41 GiB per sample more
 than "flex" (measured; its concatenated key/value spans and per-part outputs count 2.51, now in
 the family's activation count), compiled blocks keep 0.97 x the count. The optimised config as
 written (micro-batch 4, blocks) ran out of memory: a lower bound the estimate clears by 0.1 GiB
