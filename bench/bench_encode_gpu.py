@@ -1,22 +1,31 @@
 """Encode throughput and the DreamZero-5B step with the frozen encoders in the loop vs reading the cache
 (issue 30's benchmark), on one GPU, with random weights of the real shapes (nothing downloaded).
 
-    python3 bench/bench_encode_gpu.py --out $OUT/encode.json                 # one H200
+    python3 bench/bench_encode_gpu.py --out $OUT/encode.json                 # one H200: both parts
+    python3 bench/bench_encode_gpu.py --out $OUT/step.json --parts step --iters 3   # the step part alone
     python3 bench/bench_encode_gpu.py --out /tmp/encode_cpu.json --cpu       # tiny shapes, CPU: the same path
 
 The GPU machine has torch, transformers and safetensors but not diffusers: the pure-Python wheel travels
-(`.whl/diffusers-0.42.1-py3-none-any.whl`, carried) and is installed with --no-deps when `import diffusers`
-fails (it also needs Pillow, importlib_metadata: named in one line if missing).
+(`.whl/encode/diffusers-0.42.1-py3-none-any.whl`, carried) and is installed with --no-deps when `import
+diffusers` fails (it also needs Pillow, importlib_metadata: named in one line if missing).
 
 1. encode: the Wan2.2 VAE (diffusers AutoencoderKLWan at the Wan2.2-TI2V-5B config: base 160, z 48,
    residual, patchify 2, spatial 16) in bf16, `encode(x).latent_dist.mode()` of B clips of 33 frames at
    352x640 and 160x320 (the datakit encode path: `datakit.encode.models.to_vae_input` resizes uint8 frames
    first), clips/s over `--iters` timed calls after a warm-up, for each --batch;
-2. step: trainkit's DreamZero `5b` preset (Wan2.2-5B DiT shape) trained with AdamW in bf16 on one
-   33x352x640 clip per sample: "cache" = forward + backward + optimiser step given cached latents, umT5
-   text (512 x 4096) and CLIP (257 x 1280) features; "in the loop" = the same step after running the VAE,
-   umT5-XXL (transformers UMT5EncoderModel, 4096 x 24 layers) on a 512-token prompt and CLIP ViT-H/14
-   (CLIPVisionModel, 1280 x 32 layers) on the first frame. Ratio = in-the-loop step time / cache step time.
+2. step: trainkit's DreamZero `5b` preset (Wan2.2-TI2V-5B's DiT plus the I2V image cross-attention
+   DreamZero adds, and its action/state tokens) trained in bf16 with AdamW (bf16 weights and states, no
+   fp32 master: the optimiser step is cheaper than a trainer's, so the ratio leans high) on one 33x352x640
+   clip per sample. "cache" = the feature adapter's batch (`DreamZeroFeatureBatches.model_batch`: latents
+   normalised by the VAE's mean/std, text padded to 512, CLIP features) + forward + backward + optimiser
+   step, from cached latents (48 x 9 x 22 x 40), umT5 text (512 x 4096) and CLIP (257 x 1280) features;
+   "in the loop" = the same step after running the VAE on the clip, umT5-XXL (transformers
+   UMT5EncoderModel, 4096 x 24 layers) on 512 tokens (an upper bound: the cache holds a prompt's real
+   tokens) and CLIP ViT-H/14 (CLIPVisionModel, 1280 x 32 layers, penultimate layer) on the first frame
+   (bilinear to 224, scaled to [-1, 1]). CLIP runs because the 5b preset, as DreamZero's, has the image
+   cross-attention (`k_img`, `v_img`, `img_emb`) that the plain Wan2.2-TI2V-5B lacks. Ratio = in-the-loop
+   step time / cache step time; `--iters` timed calls after one warm-up each (3: the part takes well
+   under two minutes on an H200).
 Random weights: every norm scale (the VAE's RMS gammas, LayerNorm / T5 norm weights) N(1, 0.1), not all 1;
 every other matrix or conv kernel N(0, 1/fan_in); biases and other vectors N(0, 0.02).
 """
@@ -57,10 +66,10 @@ def import_diffusers():
     try:
         return importlib.import_module("diffusers")
     except ImportError:
-        wheels = sorted(glob.glob(str(ROOT / ".whl" / "diffusers-*.whl")))
+        wheels = sorted(glob.glob(str(ROOT / ".whl" / "**" / "diffusers-*.whl"), recursive=True))
         if not wheels:
-            sys.exit("bench_encode_gpu: no diffusers and no .whl/diffusers-*.whl to install (pip download "
-                     "--no-deps diffusers==0.42.1 -d .whl, and carry .whl)")
+            sys.exit("bench_encode_gpu: no diffusers and no .whl/**/diffusers-*.whl to install (pip download "
+                     "--no-deps diffusers==0.42.1 -d .whl/encode, and carry .whl/encode)")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheels[-1]], check=True)
         importlib.invalidate_caches()
         try:
@@ -124,62 +133,75 @@ def bench_encode(vae, shapes, batches, iters, device, dtype, sync) -> list[dict]
     return rows
 
 
-def bench_step(vae, args, device, dtype, sync) -> dict:
+def feature_adapter(cfg, vae_config: dict):
+    """trainkit's feature adapter for a cache of this VAE and these encoders (the index fields it checks)."""
+    from types import SimpleNamespace
+
+    from trainkit.models.dreamzero.batches import DreamZeroFeatureBatches
+
+    lat = [cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw]
+    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas)}, span=cfg.horizon,
+                            fields={"latents": SimpleNamespace(shape=lat),
+                                    "image": SimpleNamespace(shape=[cfg.image_tokens, cfg.image_width])},
+                            vae={k: vae_config[k] for k in ("latents_mean", "latents_std")}, text_width=cfg.text_width)
+    return DreamZeroFeatureBatches(cfg, index, "bench")
+
+
+def bench_step(vae, vae_config: dict, args, device, dtype, sync) -> dict:
     """DreamZero step time: cached features vs the encoders in the loop."""
+    import torch.nn.functional as F
     import transformers
+    from datakit.encode.models import to_vae_input
     from trainkit.models.dreamzero.config import PRESETS
-    from trainkit.models.dreamzero.model import DreamZero, DreamZeroBatch
+    from trainkit.models.dreamzero.model import DreamZero
 
     cfg = PRESETS["tiny" if args.cpu else "5b"]()
-    with torch.device(device):
+    with torch.device(device):  # each converted at once: fp32 copies of the DiT and umT5 never coexist
         model = DreamZero(cfg).to(dtype)
         umt5 = transformers.UMT5EncoderModel(transformers.UMT5Config(**(TINY_UMT5 if args.cpu else UMT5_XXL)))
+        umt5 = umt5.to(dtype).eval().requires_grad_(False)
         clip = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**(TINY_CLIP if args.cpu else CLIP_H)))
-    umt5, clip = umt5.to(dtype).eval(), clip.to(dtype).eval()
+        clip = clip.to(dtype).eval().requires_grad_(False)
     randomise(umt5, 1)
     randomise(clip, 2)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, foreach=True)
-    b, (h, w) = args.micro_batch, cfg.canvas
-    text_len, text_width = cfg.text_len, cfg.text_width
+    adapter = feature_adapter(cfg, vae_config)
+    b, (h, w), side = args.micro_batch, cfg.canvas, clip.config.image_size
     frames = torch.randint(0, 256, (b, cfg.frames, h, w, 3), dtype=torch.uint8, device=device)
-    ids = torch.randint(1, umt5.config.vocab_size, (b, text_len), device=device)
-    pixels = torch.randn(b, 3, clip.config.image_size, clip.config.image_size, device=device, dtype=dtype)
-
-    def noise():
-        n, fpb = cfg.blocks, cfg.frames_per_block
-        return dict(video_noise=torch.randn(b, n * fpb, cfg.tokens_per_frame, cfg.patch_channels, device=device),
-                    action_noise=torch.randn(b, n, cfg.actions_per_block, cfg.action_dim, device=device),
-                    time=torch.rand(b, n, device=device) * 0.998 + 0.001,
-                    state=torch.randn(b, cfg.state_tokens, cfg.state_dim, device=device),
-                    actions=torch.randn(b, n, cfg.actions_per_block, cfg.action_dim, device=device))
-
-    from datakit.encode.models import to_vae_input
+    ids = torch.randint(1, umt5.config.vocab_size, (b, cfg.text_len), device=device)
+    host = {"state": torch.randn(b, 8), "action": torch.randn(b, cfg.horizon, 7),
+            "text_mask": torch.ones(b, cfg.text_len, dtype=torch.bool)}
+    host = adapter.extras(host, torch.Generator().manual_seed(0))  # the flow draws, once
+    host = {k: v.to(device) for k, v in host.items()}
 
     def encoders():
+        """The VAE on the clip, umT5 on 512 tokens, CLIP on the first frame (bilinear to 224, [-1, 1])."""
         with torch.inference_mode():
             lat = vae.encode(to_vae_input(frames, (h, w)).to(dtype)).latent_dist.mode()
             text = umt5(input_ids=ids).last_hidden_state
-            image = clip(pixel_values=pixels, output_hidden_states=True).hidden_states[-2]
-        return lat.clone(), text.clone(), image.clone()
+            first = F.interpolate(frames[:, 0].permute(0, 3, 1, 2).float(), size=(side, side), mode="bilinear")
+            image = clip(pixel_values=(first / 127.5 - 1).to(dtype), output_hidden_states=True).hidden_states[-2]
+        return {"latents": lat.clone(), "text": text.clone(), "image": image.clone()}
 
-    lat, text, image = encoders()
-    assert text.shape[-1] == text_width and lat.shape[1] == cfg.latent_channels, (text.shape, lat.shape)
+    cached = encoders()
+    assert cached["latents"].shape[1:] == (cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw), cached["latents"].shape
+    assert cached["image"].shape[1:] == (cfg.image_tokens, cfg.image_width), cached["image"].shape
 
     def step(features):
-        lat_, text_, image_ = features
-        batch = DreamZeroBatch(video=None, tokens=None, latents=lat_, text=text_, image=image_, **noise())
-        loss = model(batch)
+        loss = model(adapter.model_batch({**host, **features}))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    cache_s = timed(lambda: step((lat, text, image)), args.iters, sync)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    cache_s = timed(lambda: step(cached), args.iters, sync)
     encoders_s = timed(encoders, args.iters, sync)
     loop_s = timed(lambda: step(encoders()), args.iters, sync)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
     return {"preset": "tiny" if args.cpu else "5b", "micro_batch": b, "clip": [cfg.frames, h, w],
-            "step_cache_s": cache_s, "encoders_s": encoders_s, "step_in_loop_s": loop_s,
-            "ratio_in_loop_over_cache": loop_s / cache_s, "peak_mem_gib": peak}
+            "params": sum(p.numel() for p in model.parameters()), "step_cache_s": cache_s, "encoders_s": encoders_s,
+            "step_in_loop_s": loop_s, "ratio_in_loop_over_cache": loop_s / cache_s, "peak_mem_gib": peak}
 
 
 def main() -> int:
@@ -189,7 +211,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 4], help="clips per VAE call (encode part)")
     p.add_argument("--iters", type=int, default=5, help="timed calls per measurement (after one warm-up)")
     p.add_argument("--micro-batch", type=int, default=1, help="samples per training step (step part)")
-    p.add_argument("--only", choices=["encode", "step"], help="one part only")
+    p.add_argument("--parts", nargs="+", choices=["encode", "step"], default=["encode", "step"],
+                   help="which parts run (--parts step: the step comparison alone)")
     args = p.parse_args()
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
@@ -198,8 +221,9 @@ def main() -> int:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     diffusers = import_diffusers()
     diffusers.utils.logging.set_verbosity_error()
+    vae_config = TINY_VAE if args.cpu else WAN22_VAE
     with torch.device(device):
-        vae = diffusers.AutoencoderKLWan(**(TINY_VAE if args.cpu else WAN22_VAE))
+        vae = diffusers.AutoencoderKLWan(**vae_config)
     vae = vae.to(dtype).eval().requires_grad_(False)
     randomise(vae, 0)
     shapes = [(9, 32, 64), (9, 64, 128)] if args.cpu else [(33, 352, 640), (33, 160, 320)]
@@ -207,13 +231,15 @@ def main() -> int:
            "machine": {"host": platform.node(), "torch": torch.__version__, "diffusers": diffusers.__version__,
                        "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
            "command": " ".join(sys.argv)}
-    if args.only in (None, "encode"):
+    if "encode" in args.parts:
         doc["encode"] = bench_encode(vae, shapes, args.batch, args.iters, device, dtype, sync)
-    if args.only in (None, "step"):
-        doc["step"] = bench_step(vae, args, device, dtype, sync)
+    if "step" in args.parts:
+        doc["step"] = bench_step(vae, vae_config, args, device, dtype, sync)
         print(json.dumps(doc["step"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1))
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(args.out)
     return 0
 
 
