@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.durable import check_size, file_size, file_sha256
-from datakit.errors import IndexFileError, Problem, ShardError
+from datakit.durable import file_size
+from datakit.errors import IndexFileError, Problem
 from datakit.shards.features import (
     DTYPES, PROMPT_KEY, FeatureIndex, check_clip_reads, load_clips, load_features,
 )
 from datakit.shards.index import FRAME_KEY, FRAMES_NAME, OFFSET_PREFIX, column
 from datakit.shards.writer import npy_header
-from datakit.verify.folder import VerifyReport, _tar_members, checksum_problems
+from datakit.verify.folder import VerifyReport, _tar_members, checksum_problems, shard_intact
 
 
 def _expected(index: FeatureIndex, table) -> dict[int, dict[str, tuple[int, bytes]]]:
@@ -54,14 +54,7 @@ def check_features(out: Path) -> VerifyReport:
         rep.shards += 1
         path = out / entry.name
         size = file_size(path)
-        try:
-            check_size(path, size, entry.bytes)
-        except ShardError as e:
-            rep.problems.append(Problem.of(e))
-            continue
-        rep.bytes += size
-        if file_sha256(path) != entry.sha256:
-            rep.problems.append(Problem(str(path), "sha256 differs from the index (the shard is damaged)"))
+        if not shard_intact(path, size, entry, rep):
             continue
         found = _tar_members(path)
         data = np.memmap(path, dtype=np.uint8, mode="r")

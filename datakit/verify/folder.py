@@ -159,6 +159,20 @@ def _shard_problems(path: Path, size: int, rows: np.ndarray, index, cols: dict[s
 ShardFile = Callable[[ShardEntry], ContextManager[tuple[Path, "int | None"]]]
 
 
+def shard_intact(path: Path, size: int, entry, rep: "VerifyReport") -> bool:
+    """Whether a shard file has the index's size and sha256 (its bytes counted); else its problem recorded."""
+    try:
+        check_size(path, size, entry.bytes)
+    except ShardError as e:
+        rep.problems.append(Problem.of(e))
+        return False
+    rep.bytes += size
+    if file_sha256(path) != entry.sha256:
+        rep.problems.append(Problem(str(path), "sha256 differs from the index (the shard is damaged)"))
+        return False
+    return True
+
+
 def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     """Every check of the module docstring on the index files in `out`. Each shard is reached
     through `shard_file(entry)`: a context giving (local path, size; None when missing) and
@@ -188,14 +202,7 @@ def check_folder(out: Path, shard_file: ShardFile) -> VerifyReport:
     for si, entry in enumerate(index.shards):
         rep.shards += 1
         with shard_file(entry) as (path, size):
-            try:
-                check_size(path, size, entry.bytes)
-            except ShardError as e:
-                rep.problems.append(Problem.of(e))
-                continue
-            rep.bytes += size
-            if file_sha256(path) != entry.sha256:
-                rep.problems.append(Problem(str(path), "sha256 differs from the index (the shard is damaged)"))
+            if not shard_intact(path, size, entry, rep):
                 continue
             if not rows_usable:
                 continue

@@ -28,7 +28,7 @@ import torch.nn as nn
 from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
                                                block_context)
 from trainkit.models.gr00t.config import Gr00tConfig
-from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables, vision_rope_tables
+from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables
 from trainkit.models.gr00t.qwen3_vl_text import TextLayer, padded_causal_mask
 from trainkit.models.gr00t.qwen3_vl_vision import VisionTower
 from trainkit.models.layers import seeded_normal_
@@ -150,16 +150,7 @@ class Gr00t(nn.Module):
     def vision(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The ViT (qwen3_vl_vision.py's VisionTower.forward over this model's block list): views
         (N, 3, H, W) -> (image tokens (N, tokens_per_image, lm_width), deepstack tokens per deepstack block)."""
-        cfg, tower = self.cfg, self.visual
-        grid = (images.shape[-2] // cfg.patch, images.shape[-1] // cfg.patch)
-        x = tower.patch_embed(images) + tower.positions(grid)
-        cos, sin = vision_rope_tables(grid, cfg.vision_width // cfg.vision_heads, x.device)
-        deep = []
-        for i, block in enumerate(self.vision_blocks):
-            x = block(x, cos, sin)
-            if i in cfg.deepstack:
-                deep.append(tower.deepstack_merger_list[cfg.deepstack.index(i)](x, grid, cfg.merge))
-        return tower.merger(x, grid, cfg.merge), deep
+        return self.visual(images, blocks=self.vision_blocks)
 
     def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(input_ids (B, T), valid (B, T) bool, seen (B, T) bool) of the LLM, left-padded as LeRobot's

@@ -21,6 +21,8 @@ Parameter names are transformers' (`patch_embed.proj`, `pos_embed`, `blocks.i.at
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -148,13 +150,15 @@ class VisionTower(nn.Module):
                 out = term if out is None else out + term
         return out
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(self, images: torch.Tensor, blocks: Sequence[nn.Module] | None = None
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`blocks`: the ViT blocks to run (None: this tower's own; GR00T's model passes its root block list)."""
         cfg = self.cfg
         grid = (images.shape[-2] // cfg.patch, images.shape[-1] // cfg.patch)
         x = self.patch_embed(images) + self.positions(grid)
         cos, sin = vision_rope_tables(grid, cfg.vision_width // cfg.vision_heads, x.device)
         deep = []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.blocks if blocks is None else blocks):
             x = block(x, cos, sin)
             if i in cfg.deepstack:
                 deep.append(self.deepstack_merger_list[cfg.deepstack.index(i)](x, grid, cfg.merge))
