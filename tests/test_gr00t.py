@@ -18,6 +18,7 @@ tests/test_gr00t_backbone_oracle.py, the model's backbone path against the backb
 tests/test_gr00t_backbone_split.py.
 """
 import math
+import statistics
 
 import pytest
 import torch
@@ -32,14 +33,16 @@ from trainkit.errors import ConfigError
 from trainkit.models import build_model, family
 from trainkit.models.gr00t import Gr00tBatch, flops_per_sample, sample_flow
 from trainkit.models.gr00t.action_head import block_context
+from trainkit.models.gr00t.batches import chat_tokenizer
 from trainkit.parallel import parallelize
 from trainkit_harness import ROOT, run_distributed
 
 TINY = ROOT / "trainkit" / "configs" / "gr00t_tiny.toml"
 STEPS = 20
-# fp32, other summation orders (as tests/test_trainkit_train.py); measured 1.1e-5 after 20 steps at lr 1e-2:
-# a padded camera is masked in the LLM and VL attention where a pruned one is absent (other softmax sums)
-LOSS_TOL = 3e-5
+# fp32, other summation orders (as tests/test_trainkit_train.py); measured 6.2e-5 after 20 steps at lr 1e-2
+# (the first 4 steps agree to 1e-7; a loss spike at step 9 amplifies the rest): a padded camera is masked
+# in the LLM and VL attention where a pruned one is absent (other softmax sums)
+LOSS_TOL = 1e-4
 COMMON = ("output.progress=false", "data.num_workers=0", f"train.steps={STEPS}", "train.micro_batch=2",
           "optim.lr=1e-2", "optim.warmup_steps=0", "optim.schedule=constant", "output.log_every=10")
 BASELINE = ("parallel.fsdp=root", "parallel.frozen=shard", "parallel.prefetch=false",
@@ -79,9 +82,10 @@ def test_tiny_trains_and_the_loss_goes_down(runs):
     trained, untrained = losses(runs["optimised"], range(10, STEPS)), losses(runs["untrained"], range(10, STEPS))
     assert all(math.isfinite(x) for x in trained)
     # the same batches, noise and time (same seed): only the training differs. The loss is the mean
-    # over both ranks' samples; measured: 1.394 trained against 1.426 untrained over steps 10-19
-    # (torch 2.13 CPU), so the margin asks for most of that gap, which a run that does not learn lacks
-    assert sum(trained) / 10 < sum(untrained) / 10 - 0.02, (trained, untrained)
+    # over both ranks' samples; the median step's gain, so that one of lr 1e-2's loss spikes (measured:
+    # steps 9-10 and 17 above the untrained loss, the other 7 of steps 10-19 0.03-0.18 below it,
+    # torch 2.13 CPU) does not decide; a run that does not learn has a median gain near 0
+    assert statistics.median(u - t for t, u in zip(trained, untrained)) > 0.02, (trained, untrained)
 
 
 def test_baseline_equals_optimised_over_20_steps(runs):
@@ -161,11 +165,12 @@ def tiny_batch(cfg, b: int = 3, slots: int = 2) -> Gr00tBatch:
     noise, time = sample_flow(actions, g)
     image_mask = torch.ones(b, slots, dtype=torch.bool)
     image_mask[1, slots - 1] = slots == 1  # sample 1 misses its last camera (when it has two)
-    token_mask = torch.arange(cfg.text_len)[None] < torch.tensor([[cfg.text_len], [5], [9]])[:b]
+    tasks = ["pick the red cube and place it", "push", "open the drawer"][:b]  # left padding of 2, 28, 17 tokens
+    tokens, token_mask = chat_tokenizer(cfg).encode(tasks, slots, slots * (cfg.tokens_per_image + 2) + cfg.text_len)
     mask = torch.zeros_like(actions, dtype=torch.bool)
     mask[..., :7] = True
     return Gr00tBatch(images=torch.randn(b, slots, 3, cfg.image_height, cfg.image_width, generator=g),
-                      image_mask=image_mask, tokens=torch.randint(3, 259, (b, cfg.text_len), generator=g),
+                      image_mask=image_mask, tokens=tokens,
                       token_mask=token_mask, state=torch.randn(b, cfg.state_dim, generator=g), actions=actions,
                       action_mask=mask, noise=noise, time=time, state_drop=torch.tensor([False, True, False])[:b])
 
