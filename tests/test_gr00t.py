@@ -360,3 +360,23 @@ def test_export_of_the_run_loads_back_through_init_from(runs, tmp_path, capsys):
         assert torch.equal(p, q), name
     shape = read_header(tmp_path / "out" / "model.safetensors")["action_head.state_encoder.layer1.W"].shape
     assert shape == (trained.cfg.embodiments, trained.cfg.state_dim, trained.cfg.head_hidden)
+
+
+def test_the_tokenizer_must_be_the_models(tmp_path):
+    """The prompt's special tokens are the model's embedding rows, else one line at launch; a model of
+    Qwen's ids (n17) from random weights gets the builtin stand-in at Qwen's ids."""
+    from dataclasses import replace
+
+    from trainkit.errors import ModelConfigError
+    from trainkit.models.gr00t.config import n17, tiny
+    from trainkit.models.gr00t.lerobot_policy import processor_folder
+
+    assert chat_tokenizer(n17()).image_token_id == 151_655 and chat_tokenizer(tiny()).image_token_id == 261
+    with pytest.raises(ModelConfigError, match=r"^the builtin tokenizer: its <\|image_pad\|> is id 261, the model's "
+                                               r"image_token_id is 262: set model.image_token_id to the tokenizer's$"):
+        chat_tokenizer(replace(tiny(), image_token_id=262))
+    for name, data in processor_folder(tiny()).items():  # the stand-in's files, <|video_pad|> at id 262
+        (tmp_path / name).write_bytes(data)
+    assert chat_tokenizer(replace(tiny(), tokenizer=str(tmp_path))).pad_id == 256
+    with pytest.raises(ModelConfigError, match=rf"^{tmp_path}: its ids reach 262, beyond the model's vocab 262$"):
+        chat_tokenizer(replace(tiny(), vocab=262, tokenizer=str(tmp_path)))
