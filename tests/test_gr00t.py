@@ -362,6 +362,34 @@ def test_export_of_the_run_loads_back_through_init_from(runs, tmp_path, capsys):
     assert shape == (trained.cfg.embodiments, trained.cfg.state_dim, trained.cfg.head_hidden)
 
 
+def test_the_lerobot_export_is_a_grootpolicy_folder_that_loads_back(runs, tmp_path):
+    """`--format lerobot`: GrootPolicy's config naming its n17/ base folder, the tokenizer folder,
+    N1.7's processor pipelines with min / max state files (LeRobot serving it:
+    tests/test_gr00t_serve_oracle.py); `model.init_from` reads its shape from n17/, its tokenizer
+    from tokenizer/, and every tensor back."""
+    import json
+
+    from trainkit.weights.export import export_run, load_run_model
+    from trainkit.weights.load import load_weights, read_checkpoint
+
+    out = tmp_path / "out"
+    export_run(runs["resumed_dir"], out, "lerobot")
+    trained, _, _ = load_run_model(runs["resumed_dir"])
+    policy = json.loads((out / "config.json").read_text())
+    assert policy["type"] == "groot" and policy["base_model_path"] == str(out / "n17")
+    assert json.loads((out / "n17" / "config.json").read_text())["model_type"] == "Gr00tN1d7"
+    pre = json.loads((out / "policy_preprocessor.json").read_text())
+    assert [s["registry_name"] for s in pre["steps"]][2:4] == ["groot_n1_7_pack_inputs_v1", "groot_n1_7_vlm_encode_v1"]
+    assert pre["steps"][3]["config"]["model_name"] == str(out / "tokenizer")
+    assert (out / pre["steps"][2]["state_file"]).is_file() and (out / "tokenizer" / "tokenizer.json").is_file()
+    fixed = family("gr00t").weights.config_from(read_checkpoint(out), trained.cfg, {})
+    assert fixed["tokenizer"][0] == str(out / "tokenizer") and fixed["dit_depth"][0] == trained.cfg.dit_depth
+    fresh = build_model("gr00t", "tiny")
+    load_weights(fresh, family("gr00t"), out, print)
+    for (name, p), q in zip(trained.named_parameters(), fresh.parameters()):
+        assert torch.equal(p, q), name
+
+
 def test_the_tokenizer_must_be_the_models(tmp_path):
     """The prompt's special tokens are the model's embedding rows, else one line at launch; a model of
     Qwen's ids (n17) from random weights gets the builtin stand-in at Qwen's ids."""
