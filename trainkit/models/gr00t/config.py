@@ -167,7 +167,7 @@ def tiny() -> Gr00tConfig:
                        deepstack=(0, 1), image_height=16, image_width=16, lm_width=64, lm_depth=4, lm_trained=2,
                        lm_mlp=96, heads_q=4, heads_kv=2, head_dim=16, rope_theta=100.0, mrope_section=(3, 3, 2),
                        vocab=300, image_token_id=261, vision_start_id=259,
-                       vision_end_id=260, text_len=40, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
+                       vision_end_id=260, text_len=64, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
                        vl_layers=2, vl_heads=4, vl_head_dim=16, head_hidden=24, action_dim=16, state_dim=16, horizon=4,
                        max_positions=32, embodiments=4, embodiment=1, dropout=0.0)
 
