@@ -17,6 +17,7 @@ The action head against LeRobot's own is tests/test_gr00t_oracle.py, the backbon
 tests/test_gr00t_backbone_oracle.py, the model's backbone path against the backbone module
 tests/test_gr00t_backbone_split.py.
 """
+import dataclasses
 import math
 import statistics
 
@@ -388,6 +389,11 @@ def test_the_lerobot_export_is_a_grootpolicy_folder_that_loads_back(runs, tmp_pa
     load_weights(fresh, family("gr00t"), out, print)
     for (name, p), q in zip(trained.named_parameters(), fresh.parameters()):
         assert torch.equal(p, q), name
+    from trainkit.errors import ConfigError
+    from trainkit.models.gr00t.lerobot_policy import processor_folder
+
+    with pytest.raises(ConfigError, match=r"tokenizer\.json: not found \(the run's tokenizer, which the export carries"):
+        processor_folder(dataclasses.replace(trained.cfg, tokenizer=str(tmp_path / "moved")))
 
 
 def test_the_tokenizer_must_be_the_models(tmp_path):

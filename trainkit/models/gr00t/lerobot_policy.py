@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainkit.errors import ConfigError
 from trainkit.models.gr00t.chat_tokenizer import BUILTIN_TEMPLATE, QWEN_IDS, SPECIAL, QwenChatTokenizer
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.model import SAMPLE_STEPS
@@ -81,6 +82,9 @@ def processor_folder(cfg: Gr00tConfig) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     if cfg.tokenizer:
         folder = Path(cfg.tokenizer)
+        if not (folder / "tokenizer.json").is_file():
+            raise ConfigError("model.tokenizer", f"{folder}/tokenizer.json: not found (the run's tokenizer, which the "
+                              "export carries; export from the run's working directory or put the folder back)")
         files = {name: (folder / name).read_bytes() for name in PROCESSOR_FILES if (folder / name).is_file()}
     else:
         qwen = cfg.image_token_id == QWEN_IDS[SPECIAL.index("<|image_pad|>")]
