@@ -17,7 +17,9 @@ The action head against LeRobot's own is tests/test_gr00t_oracle.py, the backbon
 tests/test_gr00t_backbone_oracle.py, the model's backbone path against the backbone module
 tests/test_gr00t_backbone_split.py.
 """
+import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -32,14 +34,16 @@ from trainkit.errors import ConfigError
 from trainkit.models import build_model, family
 from trainkit.models.gr00t import Gr00tBatch, flops_per_sample, sample_flow
 from trainkit.models.gr00t.action_head import block_context
+from trainkit.models.gr00t.batches import chat_tokenizer
 from trainkit.parallel import parallelize
 from trainkit_harness import ROOT, run_distributed
 
 TINY = ROOT / "trainkit" / "configs" / "gr00t_tiny.toml"
 STEPS = 20
-# fp32, other summation orders (as tests/test_trainkit_train.py); measured 1.1e-5 after 20 steps at lr 1e-2:
-# a padded camera is masked in the LLM and VL attention where a pruned one is absent (other softmax sums)
-LOSS_TOL = 3e-5
+# fp32, other summation orders (as tests/test_trainkit_train.py); measured 6.2e-5 after 20 steps at lr 1e-2
+# (the first 4 steps agree to 1e-7; a loss spike at step 9 amplifies the rest): a padded camera is masked
+# in the LLM and VL attention where a pruned one is absent (other softmax sums)
+LOSS_TOL = 1e-4
 COMMON = ("output.progress=false", "data.num_workers=0", f"train.steps={STEPS}", "train.micro_batch=2",
           "optim.lr=1e-2", "optim.warmup_steps=0", "optim.schedule=constant", "output.log_every=10")
 BASELINE = ("parallel.fsdp=root", "parallel.frozen=shard", "parallel.prefetch=false",
@@ -79,9 +83,10 @@ def test_tiny_trains_and_the_loss_goes_down(runs):
     trained, untrained = losses(runs["optimised"], range(10, STEPS)), losses(runs["untrained"], range(10, STEPS))
     assert all(math.isfinite(x) for x in trained)
     # the same batches, noise and time (same seed): only the training differs. The loss is the mean
-    # over both ranks' samples; measured: 1.394 trained against 1.426 untrained over steps 10-19
-    # (torch 2.13 CPU), so the margin asks for most of that gap, which a run that does not learn lacks
-    assert sum(trained) / 10 < sum(untrained) / 10 - 0.02, (trained, untrained)
+    # over both ranks' samples; the median step's gain, so that one of lr 1e-2's loss spikes (measured:
+    # steps 9-10 and 17 above the untrained loss, the other 7 of steps 10-19 0.03-0.18 below it,
+    # torch 2.13 CPU) does not decide; a run that does not learn has a median gain near 0
+    assert statistics.median(u - t for t, u in zip(trained, untrained)) > 0.02, (trained, untrained)
 
 
 def test_baseline_equals_optimised_over_20_steps(runs):
@@ -161,11 +166,12 @@ def tiny_batch(cfg, b: int = 3, slots: int = 2) -> Gr00tBatch:
     noise, time = sample_flow(actions, g)
     image_mask = torch.ones(b, slots, dtype=torch.bool)
     image_mask[1, slots - 1] = slots == 1  # sample 1 misses its last camera (when it has two)
-    token_mask = torch.arange(cfg.text_len)[None] < torch.tensor([[cfg.text_len], [5], [9]])[:b]
+    tasks = ["pick the red cube and place it", "push", "open the drawer"][:b]  # left padding of 2, 28, 17 tokens
+    tokens, token_mask = chat_tokenizer(cfg).encode(tasks, slots, slots * (cfg.tokens_per_image + 2) + cfg.text_len)
     mask = torch.zeros_like(actions, dtype=torch.bool)
     mask[..., :7] = True
     return Gr00tBatch(images=torch.randn(b, slots, 3, cfg.image_height, cfg.image_width, generator=g),
-                      image_mask=image_mask, tokens=torch.randint(3, 259, (b, cfg.text_len), generator=g),
+                      image_mask=image_mask, tokens=tokens,
                       token_mask=token_mask, state=torch.randn(b, cfg.state_dim, generator=g), actions=actions,
                       action_mask=mask, noise=noise, time=time, state_drop=torch.tensor([False, True, False])[:b])
 
@@ -355,3 +361,56 @@ def test_export_of_the_run_loads_back_through_init_from(runs, tmp_path, capsys):
         assert torch.equal(p, q), name
     shape = read_header(tmp_path / "out" / "model.safetensors")["action_head.state_encoder.layer1.W"].shape
     assert shape == (trained.cfg.embodiments, trained.cfg.state_dim, trained.cfg.head_hidden)
+
+
+def test_the_lerobot_export_is_a_grootpolicy_folder_that_loads_back(runs, tmp_path):
+    """`--format lerobot`: GrootPolicy's config naming its n17/ base folder, the tokenizer folder,
+    N1.7's processor pipelines with min / max state files (LeRobot serving it:
+    tests/test_gr00t_serve_oracle.py); `model.init_from` reads its shape from n17/, its tokenizer
+    from tokenizer/, and every tensor back."""
+    import json
+
+    from trainkit.weights.export import export_run, load_run_model
+    from trainkit.weights.load import load_weights, read_checkpoint
+
+    out = tmp_path / "out"
+    export_run(runs["resumed_dir"], out, "lerobot")
+    trained, _, _ = load_run_model(runs["resumed_dir"])
+    policy = json.loads((out / "config.json").read_text())
+    assert policy["type"] == "groot" and policy["base_model_path"] == str(out / "n17")
+    assert json.loads((out / "n17" / "config.json").read_text())["model_type"] == "Gr00tN1d7"
+    pre = json.loads((out / "policy_preprocessor.json").read_text())
+    assert [s["registry_name"] for s in pre["steps"]][2:4] == ["groot_n1_7_pack_inputs_v1", "groot_n1_7_vlm_encode_v1"]
+    assert pre["steps"][3]["config"]["model_name"] == str(out / "tokenizer")
+    assert (out / pre["steps"][2]["state_file"]).is_file() and (out / "tokenizer" / "tokenizer.json").is_file()
+    fixed = family("gr00t").weights.config_from(read_checkpoint(out), trained.cfg, {})
+    assert fixed["tokenizer"][0] == str(out / "tokenizer") and fixed["dit_depth"][0] == trained.cfg.dit_depth
+    fresh = build_model("gr00t", "tiny")
+    load_weights(fresh, family("gr00t"), out, print)
+    for (name, p), q in zip(trained.named_parameters(), fresh.parameters()):
+        assert torch.equal(p, q), name
+    from trainkit.errors import ConfigError
+    from trainkit.models.gr00t.lerobot_policy import processor_folder
+
+    with pytest.raises(ConfigError, match=r"tokenizer\.json: not found \(the run's tokenizer, which the export carries"):
+        processor_folder(dataclasses.replace(trained.cfg, tokenizer=str(tmp_path / "moved")))
+
+
+def test_the_tokenizer_must_be_the_models(tmp_path):
+    """The prompt's special tokens are the model's embedding rows, else one line at launch; a model of
+    Qwen's ids (n17) from random weights gets the builtin stand-in at Qwen's ids."""
+    from dataclasses import replace
+
+    from trainkit.errors import ModelConfigError
+    from trainkit.models.gr00t.config import n17, tiny
+    from trainkit.models.gr00t.lerobot_policy import processor_folder
+
+    assert chat_tokenizer(n17()).image_token_id == 151_655 and chat_tokenizer(tiny()).image_token_id == 261
+    with pytest.raises(ModelConfigError, match=r"^the builtin tokenizer: its <\|image_pad\|> is id 261, the model's "
+                                               r"image_token_id is 262: set model.image_token_id to the tokenizer's$"):
+        chat_tokenizer(replace(tiny(), image_token_id=262))
+    for name, data in processor_folder(tiny()).items():  # the stand-in's files, <|video_pad|> at id 262
+        (tmp_path / name).write_bytes(data)
+    assert chat_tokenizer(replace(tiny(), tokenizer=str(tmp_path))).pad_id == 256
+    with pytest.raises(ModelConfigError, match=rf"^{tmp_path}: its ids reach 262, beyond the model's vocab 262$"):
+        chat_tokenizer(replace(tiny(), vocab=262, tokenizer=str(tmp_path)))

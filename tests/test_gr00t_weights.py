@@ -15,6 +15,8 @@ from safetensors.torch import save_file
 
 from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import build_model, family
+from trainkit.models.family import CheckpointFiles
+from trainkit.models.gr00t.chat_tokenizer import QwenChatTokenizer
 from trainkit.models.gr00t.weights import config_from_checkpoint, config_json, export_tensors, head_rules, start_keys
 from trainkit.weights.load import load_weights, read_checkpoint, read_tensors
 
@@ -68,7 +70,7 @@ def test_sharded_isaac_export_loads_back_and_keeps_the_other_embodiments(tmp_pat
     assert torch.equal(out["_groot_model." + rule.sources[0]][cfg.embodiment], dict(dst.named_parameters())[rule.target])
 
 
-def test_config_json_decides_what_it_states_and_the_tensors_hold_it_to_it():
+def test_config_json_decides_what_it_states_and_the_tensors_hold_it_to_it(tmp_path):
     cfg = build_model("gr00t", "tiny").cfg
     with torch.device("meta"):
         state = build_model("gr00t", "tiny").state_dict()
@@ -76,9 +78,13 @@ def test_config_json_decides_what_it_states_and_the_tensors_hold_it_to_it():
     doc = config_json(cfg, {})
     doc["state_dropout_prob"] = 0.1
     doc["diffusion_model_cfg"]["dropout"] = 0.05
-    files = type("Files", (), {"shapes": shapes, "config": doc, "metadata": {}})()
+    files = CheckpointFiles(shapes=shapes, config=doc, metadata={}, folder=str(tmp_path))
     fixed = config_from_checkpoint(files, cfg, {})
     assert fixed["state_dropout"][0] == 0.1 and fixed["dropout"][0] == 0.05
+    assert "tokenizer" not in fixed  # the folder holds no tokenizer.json
+    QwenChatTokenizer.builtin(tokens_per_image=4).tokenizer.save(str(tmp_path / "tokenizer.json"))
+    assert config_from_checkpoint(files, cfg, {})["tokenizer"][0] == str(tmp_path)  # the batches use its tokenizer
+    assert "tokenizer" not in config_from_checkpoint(files, cfg, {"tokenizer": "elsewhere"})  # the run's own
     assert (fixed["lm_depth"][0], fixed["vl_layers"][0], fixed["dit_depth"][0]) == (4, 2, 4)
     assert fixed["lm_depth"][1] == "config.json select_layer" and "lm_trained" not in fixed
     doc["diffusion_model_cfg"]["num_layers"] = 6

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -71,6 +72,7 @@ class CheckpointFiles:
     shapes: Mapping[str, tuple[int, ...]]  # model.safetensors' header: key -> shape
     config: Mapping[str, Any]  # config.json (LeRobot's PI05Config, openpi's converter's, ...)
     metadata: Mapping[str, str]  # model.safetensors' __metadata__ (trainkit's export: what tensors cannot say)
+    folder: str = ""  # the checkpoint folder (a family reads its other files there: gr00t's tokenizer); "": none
 
 
 # config field -> (its value, where the checkpoint says so: "model.safetensors 'key' rows 128 / ...")
@@ -105,6 +107,13 @@ class Weights:
     # they differ from training); None: LeRobot has no pipeline for it (trainkit/weights/lerobot_processors.py)
     lerobot_processors: Callable[[Any, Mapping[str, Any], str | None],
                                  tuple[dict[str, list[dict[str, Any]]], list[str]]] | None = None
+    # --format lerobot where LeRobot's policy config is not config_json's document (gr00t: GrootPolicy's
+    # "groot" config naming a base folder): (config, config_json's document with the export's dtype and
+    # normalization_mapping, the robot's features, OUT's final path) -> (the folder's config.json, the files
+    # beside it, the tokenizer folder LeRobot's processor loads among them: OUT/tokenizer); None:
+    # config_json's document is LeRobot's, the run's SentencePiece tokenizer is carried (serving.py)
+    lerobot_policy: Callable[[Any, Mapping[str, Any], Mapping[str, Any], Path],
+                             tuple[dict[str, Any], dict[str, bytes]]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -222,7 +222,11 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         config["dtype"] = dtype
         mode = LEROBOT_MODE[cfg.data.norm]
         config["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": mode, "ACTION": mode}
+        policy_files: dict[str, bytes] = {}
+        if fmt == "lerobot" and fam.weights.lerobot_policy is not None:  # LeRobot's own policy config (gr00t)
+            config, policy_files = fam.weights.lerobot_policy(model.cfg, config, features, out)
         side, notes = serving_files(fam, model.cfg, config, stats, cfg.data.norm, fmt, out, tokenizer_name)
+        side = {**policy_files, **side}
         _write(out, tmp, tensors, config, side, fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
         seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
                         "weights": weights, "export_format": fmt, "dtype": dtype})

@@ -15,6 +15,9 @@ features; the unnormaliser: its output features; the policy's normalization_mapp
 their state: the statistics the run trained with, `observation.state.<stat>` and `action.<stat>`
 float32 tensors, the same in both pipelines as LeRobot saves them. tests/test_trainkit_export_serving.py
 compares these files with the ones LeRobot's own factory and save_pretrained write.
+GR00T N1.7's pack and unpack steps (MIN_MAX_STEPS) normalise by min / max alone, 2 (x - min) /
+(max - min) - 1: their state is the `observation.state.min/max` and `action.min/max` that
+reproduce the run's normalisation (`min_max_stats`: quantile q01 / q99, mean_std mean -/+ std).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import torch
 Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
 LEROBOT_KEYS = {"state": "observation.state", "action": "action"}  # trainkit's part -> LeRobot's feature
 NORMALIZER, UNNORMALIZER = "normalizer_processor", "unnormalizer_processor"
+MIN_MAX_STEPS = ("groot_n1_7_pack_inputs_v1", "groot_action_unpack_unnormalize_v2")  # LeRobot's GR00T N1.7 steps
 EPS = 1e-8  # NormalizerProcessorStep's default
 
 
@@ -43,10 +47,22 @@ def _normaliser_config(registry: str, policy: Mapping[str, Any]) -> dict[str, An
     return {"eps": EPS, "features": features, "norm_map": dict(policy["normalization_mapping"])}
 
 
+def min_max_stats(stats: Stats, norm: str) -> dict[str, torch.Tensor]:
+    """The min / max under which LeRobot's GR00T N1.7 steps' 2 (x - min) / (max - min) - 1 is
+    datakit's normalisation `norm` ("quantile" or "mean_std") of state and action."""
+    out = {}
+    for part in ("state", "action"):
+        s = {k: torch.tensor(v, dtype=torch.float64) for k, v in stats[part].items() if k in ("q01", "q99", "mean", "std")}
+        lo, hi = (s["q01"], s["q99"]) if norm == "quantile" else (s["mean"] - s["std"], s["mean"] + s["std"])
+        out[f"{LEROBOT_KEYS[part]}.min"], out[f"{LEROBOT_KEYS[part]}.max"] = lo.float(), hi.float()
+    return out
+
+
 def processor_files(pipelines: Mapping[str, list[dict[str, Any]]], policy: Mapping[str, Any],
-                    stats: Stats) -> dict[str, bytes]:
-    """Each pipeline (file stem -> step entries) as `<stem>.json` plus its normalisers' state files;
-    `policy` is the folder's config.json (features, normalization_mapping)."""
+                    stats: Stats, norm: str = "quantile") -> dict[str, bytes]:
+    """Each pipeline (file stem -> step entries) as `<stem>.json` plus its statistics steps' state
+    files; `policy` is the folder's config.json (features, normalization_mapping); `norm`: the run's
+    data.norm (the min / max steps' statistics)."""
     from safetensors.torch import save
 
     state = save(lerobot_stats(stats))
@@ -55,11 +71,14 @@ def processor_files(pipelines: Mapping[str, list[dict[str, Any]]], policy: Mappi
         entries = []
         for i, step in enumerate(steps):
             registry = step["registry_name"]
+            state_file = f"{re.sub(r'[^a-zA-Z0-9_]', '_', name.lower())}_step_{i}_{registry}.safetensors"
             if registry in (NORMALIZER, UNNORMALIZER) and "config" not in step:
-                state_file = f"{re.sub(r'[^a-zA-Z0-9_]', '_', name.lower())}_step_{i}_{registry}.safetensors"
                 step = {"registry_name": registry, "config": _normaliser_config(registry, policy),
                         "state_file": state_file}
                 files[state_file] = state
+            elif registry in MIN_MAX_STEPS and step["config"]["normalize_min_max"]:
+                step = {**step, "state_file": state_file}
+                files[state_file] = save(min_max_stats(stats, norm))
             entries.append(step)
         files[f"{name}.json"] = json.dumps({"name": name, "steps": entries}, indent=2).encode()
     return files

@@ -97,7 +97,7 @@ def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[
                 raise CheckpointError(str(path), f"tensor {key!r} is also in {where[key].name}")
             header[key], where[key] = entry, path
     return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
-                                   metadata=metadata), where
+                                   metadata=metadata, folder=str(folder)), where
 
 
 def read_checkpoint(folder: str | Path) -> CheckpointFiles:

@@ -54,8 +54,9 @@ def serving_files(fam: Family, model_cfg: Any, policy: Mapping[str, Any], stats:
     `policy`: its config.json; `norm`: the run's data.norm."""
     files: dict[str, bytes] = {}
     notes: list[str] = []
-    tokenizer = _run_tokenizer(model_cfg)
-    converted = False
+    own = fam.weights is not None and fam.weights.lerobot_policy is not None and fmt == "lerobot"
+    tokenizer = None if own else _run_tokenizer(model_cfg)  # the family's lerobot_policy carries its own
+    converted = own
     if tokenizer is not None:
         tok_files, problem = tokenizer_files(tokenizer)
         files.update({f"{TOKENIZER_DIR}/{k}": v for k, v in tok_files.items()})
@@ -72,10 +73,11 @@ def serving_files(fam: Family, model_cfg: Any, policy: Mapping[str, Any], stats:
             notes.append("no statistics (the run's dataset index is unreadable), so no processor files: "
                          "LeRobot's make_pre_post_processors(cfg, pretrained_path=OUT) will not find them")
         else:
-            files.update(processor_files(pipelines, policy, stats))
+            files.update(processor_files(pipelines, policy, stats, norm))
             notes += family_notes
-        files[README] = _lerobot_readme(policy, _tokenizer_name(pipelines), tokenizer is not None, notes,
-                                        stats is not None).encode()
+        readme = _groot_readme if policy.get("type") == "groot" else _lerobot_readme
+        files[README] = readme(policy, _tokenizer_name(pipelines), tokenizer is not None, notes,
+                               stats is not None).encode()
     elif fmt == "openpi":
         files[README] = _openpi_readme(policy, norm, tokenizer is not None, stats is not None, notes).encode()
     return files, notes
@@ -83,7 +85,10 @@ def serving_files(fam: Family, model_cfg: Any, policy: Mapping[str, Any], stats:
 
 def _tokenizer_name(pipelines: Mapping[str, list[dict[str, Any]]]) -> str | None:
     steps = [s for steps in pipelines.values() for s in steps if s["registry_name"] == "tokenizer_processor"]
-    return steps[0]["config"].get("tokenizer_name") if steps else None
+    if steps:
+        return steps[0]["config"].get("tokenizer_name")
+    vlm = [s for steps in pipelines.values() for s in steps if s["registry_name"] == "groot_n1_7_vlm_encode_v1"]
+    return vlm[0]["config"]["model_name"] if vlm else None
 
 
 def _notes(notes: list[str]) -> str:
@@ -118,6 +123,36 @@ Serve it on a raw observation (LeRobot's format: images (3, H, W) float in [0, 1
 Cameras: {", ".join(cams)} (leave out one the robot lacks: LeRobot masks it, as training masked blank cameras).
 State: {state} values. Device: cpu, as written; on a GPU add
 preprocessor_overrides={{"device_processor": {{"device": "cuda"}}}} to make_pre_post_processors.
+{_notes(notes)}"""
+
+
+def _groot_readme(policy: Mapping[str, Any], tokenizer_name: str | None, carried: bool, notes: list[str],
+                  pipelines: bool) -> str:
+    cams = [k for k, v in policy["input_features"].items() if v["type"] == "VISUAL"]
+    state = policy["input_features"].get("observation.state", {}).get("shape", ["?"])[0]
+    served = ("policy_preprocessor.json, policy_postprocessor.json (+ their .safetensors): LeRobot 0.6.1's GR00T N1.7 "
+              "pipeline with the statistics the run trained with (pack: state normalised, embodiment; VLM encode: "
+              "views, chat template, tokenizer; device; unpack and unnormalise).\n") if pipelines else ""
+    return f"""A trainkit export (trainkit export --format lerobot) of a GR00T N1.7 policy for LeRobot 0.6.1.
+
+model.safetensors + config.json: GrootPolicy.from_pretrained(THIS). config.json's base_model_path names
+{policy.get("base_model_path")} (THIS/n17: the N1.7 config GrootPolicy builds the model from before it loads
+model.safetensors). Moved this folder? Set base_model_path to THIS/n17 (or the Hub's nvidia/GR00T-N1.7-3B for
+N1.7's full widths, which downloads its 3B weights only to replace them).
+{served}tokenizer/: the Qwen3-VL processor the VLM step loads ({tokenizer_name}); moved, load with
+  make_pre_post_processors(cfg, pretrained_path=THIS, preprocessor_overrides={{"groot_n1_7_vlm_encode_v1":
+  {{"model_name": "THIS/tokenizer"}}}})
+
+Serve it on a raw observation (LeRobot's format: images (3, H, W) float in [0, 1], batch dimension optional):
+  from lerobot.configs.policies import PreTrainedConfig
+  from lerobot.policies.factory import make_pre_post_processors
+  from lerobot.policies.groot.modeling_groot import GrootPolicy
+  cfg = PreTrainedConfig.from_pretrained(THIS)
+  policy = GrootPolicy.from_pretrained(THIS, config=cfg)
+  pre, post = make_pre_post_processors(cfg, pretrained_path=THIS)
+  action = post(policy.select_action(pre({{"observation.images.<camera>": ..., "observation.state": ..., "task": "..."}})))
+Cameras, in this order: {", ".join(cams)} (GR00T has no missing-camera mask: give every one).
+State: {state} values. Device: cpu, as written.
 {_notes(notes)}"""
 
 

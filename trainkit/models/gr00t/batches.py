@@ -2,7 +2,9 @@
 the model's shapes), and the batch adapter that adds the host-side extras and builds `Gr00tBatch`
 on the device.
 
-Host side, per batch: the prompt tokens (Gr00tTokenizer), and the flow noise and time and the state
+Host side, per batch: the prompt tokens (QwenChatTokenizer: the chat turn with each kept slot's
+image run, N1.7's layout; the checkpoint's tokenizer files, `model.tokenizer`, or the builtin
+byte-level stand-in), and the flow noise and time and the state
 dropout draw (which samples lose their state features in training), drawn from
 the batch's own CPU generator (seeded by (seed, loader epoch, loader step, rank), so they are the
 same on any device, with any number of workers, after a resume, and outside a CUDA graph that
@@ -23,7 +25,7 @@ from trainkit.errors import ModelConfigError
 from trainkit.models.family import HostBatch
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.model import Gr00tBatch, sample_flow
-from trainkit.models.gr00t.tokenizer import Gr00tTokenizer
+from trainkit.models.gr00t.chat_tokenizer import QWEN_IDS, SPECIAL, QwenChatTokenizer
 
 
 def gr00t_config(**kw: Any) -> LoaderConfig:
@@ -67,18 +69,41 @@ def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> Load
     return gr00t_config(action_horizon=cfg.horizon, resize=None if set(stored.values()) <= {size} else size, **kw)
 
 
+def chat_tokenizer(cfg: Gr00tConfig) -> QwenChatTokenizer:
+    """The model's prompt tokenizer: `cfg.tokenizer`'s files, else the builtin stand-in (at Qwen's
+    special-token ids when the model's <|image_pad|> is Qwen's). ModelConfigError (one line) when its
+    special tokens are not the model's embedding rows."""
+    if cfg.tokenizer:
+        tok = QwenChatTokenizer.from_folder(cfg.tokenizer, tokens_per_image=cfg.tokens_per_image)
+    else:
+        tok = QwenChatTokenizer.builtin(tokens_per_image=cfg.tokens_per_image,
+                                        qwen_ids=cfg.image_token_id == QWEN_IDS[SPECIAL.index("<|image_pad|>")])
+    where = cfg.tokenizer or "the builtin tokenizer"
+    for token, field in (("<|image_pad|>", "image_token_id"), ("<|vision_start|>", "vision_start_id"),
+                         ("<|vision_end|>", "vision_end_id")):
+        if tok.tokenizer.token_to_id(token) != getattr(cfg, field):
+            raise ModelConfigError(f"{where}: its {token} is id {tok.tokenizer.token_to_id(token)}, the model's "
+                                   f"{field} is {getattr(cfg, field)}: set model.{field} to the tokenizer's")
+    rows = max(tok.tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+    if rows > cfg.vocab:
+        raise ModelConfigError(f"{where}: its ids reach {rows - 1}, beyond the model's vocab {cfg.vocab}")
+    return tok
+
+
 class Gr00tBatches:
     """The `gr00t` batch adapter (trainkit.models.family.BatchAdapter)."""
 
     def __init__(self, cfg: Gr00tConfig, index: ShardIndex, normaliser: Normaliser):
         self.cfg = cfg
         self.tasks = list(index.tasks)
-        self.tokenizer = Gr00tTokenizer(cfg.vocab, cfg.text_len)
+        self.tokenizer = chat_tokenizer(cfg)
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""
-        tokens, token_mask = self.tokenizer.encode([self.tasks[i] for i in hb["task_index"].tolist()])
         b, c = hb["action"].shape[0], self.cfg
+        views = hb["image_mask"].shape[1]  # every sample carries each kept slot's run (a missing camera's too)
+        tokens, token_mask = self.tokenizer.encode([self.tasks[i] for i in hb["task_index"].tolist()], views,
+                                                   views * (c.tokens_per_image + 2) + c.text_len if c.fixed_len else None)
         noise, time = sample_flow(torch.zeros((b, c.horizon, c.action_dim)), generator)
         state_drop = torch.rand((b,), generator=generator) < c.state_dropout  # as LeRobot's torch.rand(B) < p
         return {**hb, "tokens": tokens, "token_mask": token_mask, "noise": noise, "time": time,

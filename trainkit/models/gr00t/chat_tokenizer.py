@@ -19,8 +19,9 @@ Sources: `QwenChatTokenizer.from_folder(path)`: `tokenizer.json`, the chat templ
 (`tokenizer_config.json`'s `pad_token`, else `<|endoftext|>` as transformers' `Qwen2Tokenizer`)
 of a Cosmos-Reason2-2B / Qwen3-VL folder.
 `QwenChatTokenizer.builtin()`: for runs from random weights with no tokenizer files, a byte-level
-tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at ids 256..261 and a
-chat template of Qwen3-VL's layout; NOT Qwen's vocabulary.
+tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at ids 256..261 (or at
+Qwen's own ids, `qwen_ids`, for a model of Qwen's vocabulary) and a chat template of Qwen3-VL's
+layout; NOT Qwen's vocabulary.
 The template renders with jinja2 (a torch dependency) in a sandbox set up as transformers sets
 it up (trim_blocks, lstrip_blocks, loop controls, `tojson`, `raise_exception`).
 """
@@ -41,6 +42,7 @@ IMAGE_PAD = "<|image_pad|>"
 DEFAULT_TASK = "Perform the task."
 # Qwen's special tokens the layout uses, in the builtin tokenizer's id order (256..)
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", IMAGE_PAD)
+QWEN_IDS = (151_643, 151_644, 151_645, 151_652, 151_653, 151_655)  # their ids in Qwen's (Cosmos-Reason2-2B's) vocabulary
 BUILTIN_TEMPLATE = (  # Qwen3-VL's layout of user / assistant turns with image and text parts
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message.role + '\\n' }}"
@@ -139,14 +141,16 @@ class QwenChatTokenizer:
                    formalize_language=formalize_language)
 
     @classmethod
-    def builtin(cls, *, tokens_per_image: int, formalize_language: bool = True) -> QwenChatTokenizer:
-        """The byte-level stand-in (module docstring); vocab 262."""
+    def builtin(cls, *, tokens_per_image: int, formalize_language: bool = True,
+                qwen_ids: bool = False) -> QwenChatTokenizer:
+        """The byte-level stand-in (module docstring); vocab 262, or the special tokens at Qwen's ids
+        (`qwen_ids`: QWEN_IDS, so that it fits a model of Qwen's vocabulary built from random weights)."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins of the bytes
         byte_chars = sorted(alphabet, key=lambda ch: _byte_of(ch))
         vocab = {ch: i for i, ch in enumerate(byte_chars)}
-        vocab.update({tok: 256 + i for i, tok in enumerate(SPECIAL)})
+        vocab.update(zip(SPECIAL, QWEN_IDS if qwen_ids else range(256, 256 + len(SPECIAL))))
         tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tokenizer.decoder = decoders.ByteLevel()

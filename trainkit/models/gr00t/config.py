@@ -52,7 +52,12 @@ class Gr00tConfig:
     image_token_id: int = 151_655  # <|image_pad|>: one per image token in the LLM's input
     vision_start_id: int = 151_652  # <|vision_start|>: before each view's run of image tokens
     vision_end_id: int = 151_653    # <|vision_end|>: after it
-    text_len: int = 58          # text tokens per sample (prompt + padding)
+    text_len: int = 58          # a prompt's tokens besides its views' runs (chat turn + task): the FLOP estimate's, and fixed_len's
+    fixed_len: bool = False     # pad every prompt to views x (tokens_per_image + 2) + text_len tokens (fixed shapes for
+                                # compile / CUDA graphs; a longer prompt is an error); off: to the batch's longest
+                                # (LeRobot's: its VL self-attention sees the padding, so the padded length moves the output)
+    tokenizer: str = ""         # folder of the backbone's tokenizer files (tokenizer.json + chat template, chat_tokenizer.py);
+                                # "": the builtin byte-level stand-in; model.init_from's folder when it holds them
     dit_width: int              # DiT channels (1536 = dit_heads x dit_head_dim)
     dit_depth: int              # DiT blocks (32): even cross-attend (text if idx % 4 == 0, image if 2), odd self-attend
     dit_heads: int = 32
@@ -92,6 +97,10 @@ class Gr00tConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
                 raise ModelConfigError(f"Gr00tConfig.{name} must be a probability in [0, 1), got {value!r}")
+        if not isinstance(self.fixed_len, bool):
+            raise ModelConfigError(f"Gr00tConfig.fixed_len must be true or false, got {self.fixed_len!r}")
+        if not isinstance(self.tokenizer, str):
+            raise ModelConfigError(f"Gr00tConfig.tokenizer must be a folder path (a string), got {self.tokenizer!r}")
         checks = (
             (self.lm_trained <= self.lm_depth, f"lm_trained {self.lm_trained} exceeds lm_depth {self.lm_depth}"),
             (self.dit_width % self.dit_heads == 0, f"dit_width {self.dit_width} is not divisible by dit_heads {self.dit_heads}"),
@@ -101,10 +110,10 @@ class Gr00tConfig:
              f"vl_heads x vl_head_dim {self.vl_heads} x {self.vl_head_dim} is not lm_width {self.lm_width}"),
             (self.embodiment < self.embodiments, f"embodiment {self.embodiment} is not a slot of 0..{self.embodiments - 1}"),
             (len(self.deepstack) <= self.lm_depth, f"deepstack {self.deepstack} adds into more LLM layers than lm_depth {self.lm_depth}"),
-            (all(259 <= i < self.vocab for i in (self.image_token_id, self.vision_start_id, self.vision_end_id))
+            (all(0 <= i < self.vocab for i in (self.image_token_id, self.vision_start_id, self.vision_end_id))
              and len({self.image_token_id, self.vision_start_id, self.vision_end_id}) == 3,
              f"image_token_id, vision_start_id, vision_end_id ({self.image_token_id}, {self.vision_start_id}, "
-             f"{self.vision_end_id}) must be distinct embedding rows outside the prompt's byte ids 0..258"),
+             f"{self.vision_end_id}) must be distinct embedding rows (0..{self.vocab - 1})"),
         )
         for ok, why in checks:
             if not ok:
@@ -150,14 +159,15 @@ def tiny() -> Gr00tConfig:
     """N1.7's structure at small widths: a 2-block ViT (both deepstack), 2 frozen + 2 trained LLM
     layers (n17 trains none: the option is exercised here), 2 VL self-attention blocks, 4 DiT blocks
     (text, self, image, self) with the 4 x width feed-forward, 16 padded action/state channels, 4
-    embodiment slots (slot 1 trains), state dropout 0.2; 4 VL tokens per 16x16 view. Dropout 0: the
+    embodiment slots (slot 1 trains), state dropout 0.2; 4 VL tokens per 16x16 view; the builtin
+    tokenizer's special-token ids (chat_tokenizer.py). Dropout 0: the
     equality tests (world sizes, resume) compare runs whose dropout masks come from each rank's own
     generator."""
     return Gr00tConfig(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, position_table=36,
                        deepstack=(0, 1), image_height=16, image_width=16, lm_width=64, lm_depth=4, lm_trained=2,
                        lm_mlp=96, heads_q=4, heads_kv=2, head_dim=16, rope_theta=100.0, mrope_section=(3, 3, 2),
-                       vocab=300, image_token_id=290, vision_start_id=291,
-                       vision_end_id=292, text_len=24, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
+                       vocab=300, image_token_id=261, vision_start_id=259,
+                       vision_end_id=260, text_len=64, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
                        vl_layers=2, vl_heads=4, vl_head_dim=16, head_hidden=24, action_dim=16, state_dim=16, horizon=4,
                        max_positions=32, embodiments=4, embodiment=1, dropout=0.0)
 

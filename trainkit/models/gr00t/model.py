@@ -39,8 +39,8 @@ class Gr00tBatch:
     """One micro-batch. B samples, S = image slots kept this batch (1..max_slots)."""
     images: torch.Tensor        # (B, S, 3, H, W) float, normalised; any float dtype
     image_mask: torch.Tensor    # (B, S) bool, True = the slot holds a real image
-    tokens: torch.Tensor        # (B, text_len) int64 (Gr00tTokenizer)
-    token_mask: torch.Tensor    # (B, text_len) bool, True = real token
+    tokens: torch.Tensor        # (B, T) int64 LLM input: the chat turn with each slot's image run (chat_tokenizer.py)
+    token_mask: torch.Tensor    # (B, T) bool, True = real token (the prompts are left-padded)
     state: torch.Tensor         # (B, state_dim) float32, normalised, zero-padded
     actions: torch.Tensor       # (B, horizon, action_dim) float32 target chunk, zero-padded
     action_mask: torch.Tensor   # (B, horizon, action_dim) bool: real channel of a real (not padded) step
@@ -153,27 +153,20 @@ class Gr00t(nn.Module):
         return self.visual(images, blocks=self.vision_blocks)
 
     def vl_inputs(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(input_ids (B, T), valid (B, T) bool, seen (B, T) bool) of the LLM, left-padded as LeRobot's
-        processor pads: the prompt's padding first, then for each kept slot <|vision_start|>, its run
-        of `tokens_per_image` <|image_pad|>, <|vision_end|>, then the prompt's tokens. A slot the
+        """(input_ids (B, T), valid (B, T) bool, seen (B, T) bool) of the LLM: the batch's prompt
+        tokens (chat_tokenizer.py's layout, LeRobot's: left-padded, per kept slot <|vision_start|>, its
+        run of `tokens_per_image` <|image_pad|>, <|vision_end|>, inline in the chat turn). A slot the
         sample lacks keeps its run (a zero view's tokens) but invalid: no token sees it and it takes
         no mRoPE position, as if the slot were pruned. `seen`: every position but such a run (the
         VL self-attention's keys: it sees text padding, as LeRobot's, never a missing camera)."""
-        cfg, (b, s) = self.cfg, batch.image_mask.shape
-        run = cfg.tokens_per_image + 2
+        cfg, ids = self.cfg, batch.tokens
         # built by device ops, no host list copied in: the step is captured in a CUDA graph
-        runs = batch.tokens.new_full((b, s * run), cfg.image_token_id)
-        runs[:, ::run] = cfg.vision_start_id
-        runs[:, run - 1::run] = cfg.vision_end_id
-        ids = torch.cat([runs, batch.tokens], dim=1)
-        slots = batch.image_mask.repeat_interleave(run, dim=1)
-        valid = torch.cat([slots, batch.token_mask], dim=1)
-        seen = torch.cat([slots, torch.ones_like(batch.token_mask)], dim=1)
-        # the prompt's padding (at its end) moved to the front: position j reads j - pads, cyclically
-        t = ids.shape[1]
-        pads = (~batch.token_mask).sum(dim=1, keepdim=True)
-        order = (torch.arange(t, device=ids.device)[None] - pads) % t
-        return ids.gather(1, order), valid.gather(1, order), seen.gather(1, order)
+        starts = (ids == cfg.vision_start_id).long().cumsum(1)  # runs begun at or before each position
+        ends = (ids == cfg.vision_end_id).long()
+        inside = starts - ends.cumsum(1) + ends > 0  # from a <|vision_start|> to its <|vision_end|>, both included
+        slot = (starts - 1).clamp(0, batch.image_mask.shape[1] - 1)
+        missing = inside & ~batch.image_mask.gather(1, slot)
+        return ids, batch.token_mask & ~missing, ~missing
 
     def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM

@@ -23,9 +23,11 @@ checkpoint's own values decide, each checked against the tensors where they hold
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -41,6 +43,7 @@ PREFIX = {"isaac": "", "lerobot": "_groot_model."}
 H = "action_head."
 DIT = H + "model."
 VL = H + "vl_self_attention.transformer_blocks."
+FINAL_NORM = BACKBONE_PREFIX + "language_model.norm.weight"  # not read (the features are taken before it)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,8 @@ def export_tensors(cfg: Gr00tConfig, state: Mapping[str, torch.Tensor], fmt: str
     out = {}
     for rule in rules(cfg):
         out.update(rule.scatter(state[rule.target], base, cfg.embodiments))
+    if fmt == "lerobot":  # GrootPolicy's strict load asks for the LLM's final norm, which no feature passes through
+        out[FINAL_NORM] = torch.ones(cfg.lm_width)
     return {PREFIX[fmt] + k: v for k, v in out.items()}
 
 
@@ -194,10 +199,11 @@ NESTED = {"diffusion_model_cfg": {"num_layers": "dit_depth", "num_attention_head
 
 def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Mapping[str, Any]) -> Fixed:
     """Every Gr00tConfig field the checkpoint's config.json fixes, with where it says so, each
-    checked against the tensors that hold it (state, action and embodiment counts, widths, depths).
+    checked against the tensors that hold it (state, action and embodiment counts, widths, depths),
+    and the folder as the tokenizer's when it holds tokenizer.json (unless the run names its own).
     Its dropout and state dropout are the ones the checkpoint trained with, fixed too (the issue's
     "the checkpoint decides"); how many LLM layers train (tune_top_llm_layers) is the run's choice."""
-    config = ckpt.config
+    config = base_config(ckpt) if ckpt.config.get("type") == "groot" else ckpt.config
     if not any(k in config for k in ("select_layer", "action_head_cfg", "diffusion_model_cfg")):
         raise WeightsError("not a GR00T N1.7 config: it has no select_layer / diffusion_model_cfg", "config.json")
     out: Fixed = {}
@@ -218,10 +224,33 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Ma
                 where = f"config.json {group}.{key}"
                 out[name] = (_probability(sub, key) if name == "dropout" else _count(sub, key, zero=name == "vl_layers"),
                              where)
+    for folder in (Path(ckpt.folder), Path(ckpt.folder) / "tokenizer") if ckpt.folder else ():
+        if (folder / "tokenizer.json").is_file() and "tokenizer" not in given:
+            out["tokenizer"] = (str(folder), f"the checkpoint's {folder.name}/tokenizer.json")
+            break
     if "dit_width" in out:
         out["dit_ff"] = (4 * out["dit_width"][0], "4 x config.json input_embedding_dim (diffusers' FeedForward)")
     _check_tensors(ckpt.shapes, out)
     return out
+
+
+def base_config(ckpt: CheckpointFiles) -> Mapping[str, Any]:
+    """The N1.7 config.json of a LeRobot `GrootPolicy` folder ("type": "groot"), which names its
+    model's shapes only through its base model: trainkit's export's n17/ beside it, else
+    `base_model_path` when that is a local folder."""
+    base = ckpt.config.get("base_model_path")
+    for folder in (Path(ckpt.folder) / "n17", Path(str(base))):
+        if ckpt.folder and (folder / "config.json").is_file():
+            try:
+                doc = json.loads((folder / "config.json").read_text())
+            except (OSError, ValueError) as e:
+                raise WeightsError(f"{folder}/config.json, its base model's config, is unreadable ({str(e)[:120]})",
+                                   "config.json") from None
+            if isinstance(doc, dict):
+                return doc
+    raise WeightsError(f"a LeRobot GrootPolicy folder whose base model ({base}) has no local config.json (trainkit "
+                       "reads the model's shapes there); download it and set base_model_path to its folder",
+                       "config.json")
 
 
 def _check_tensors(shapes: Mapping[str, tuple[int, ...]], out: Fixed) -> None:
