@@ -57,13 +57,22 @@ def _staging(out):
     return out / ".datakit-staging"
 
 
+def _journal_count(out) -> int:
+    """Journals in the staging folder; 0 while it does not exist (a new run creates it, removes it
+    and creates it again while setting up, so it can vanish between two looks)."""
+    try:
+        return sum(1 for _ in _staging(out).glob("*.journal"))
+    except FileNotFoundError:
+        return 0
+
+
 KILL_POINTS = {
     # a shard is being written (mid-episode, most likely)
     "shard_tmp": lambda o: any(o.glob("shard-*.tar.tmp")),
     # right after the first shard was journaled
     "first_journal": lambda o: (_staging(o) / "shard-000000.journal").exists(),
     # later: two shards journaled (with two workers, not necessarily shards 0 and 1)
-    "two_journals": lambda o: len(list(_staging(o).glob("*.journal"))) >= 2 if _staging(o).exists() else False,
+    "two_journals": lambda o: _journal_count(o) >= 2,
 }
 
 
