@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from datakit.convert.config import ConvertConfig
-from datakit.decoders import BackendUnavailable, open_decoder, probe_video
+from datakit.decoders import BackendUnavailable, VideoInfo, open_decoder
 from datakit.errors import DatakitError, OutputError, SourceError
 from datakit.shards.writer import FrameWriter, ShardFile
 from datakit.sources import load_episode
@@ -79,7 +79,27 @@ class FrameStream:
 
 def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg: ConvertConfig,
                   used: dict[str, str]) -> Iterator[np.ndarray]:
-    info = probe_video(vs.path)
+    try:  # the decoder's own metadata is the probe (one open of the file, not two)
+        dec = open_decoder(vs.path, cfg.decoder, threads=cfg.decoder_threads)
+    except BackendUnavailable as e:
+        raise SourceError(vs.path, str(e)) from None
+    try:
+        start, stop = _frame_range(cam, vs, spec, length, dec.info)
+        used[cam] = dec.backend
+        for i, frame in enumerate(dec.iter_frames(start, stop)):
+            _check_frame_size(frame, spec.cameras[cam].height, spec.cameras[cam].width, vs.path, f"frame {i}")
+            yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
+    except DatakitError:
+        raise
+    except Exception as e:
+        raise SourceError(vs.path, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
+    finally:
+        dec.close()
+
+
+def _frame_range(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, info: VideoInfo) -> tuple[int, int]:
+    """The frames [start, stop) of the video that hold the episode, after checking the video's fps,
+    frame size and length against the dataset's declaration (each mismatch is bad input)."""
     if abs(info.fps - spec.fps) > 0.01 * spec.fps:
         raise SourceError(vs.path, f"fps {info.fps:g} does not match the dataset's {spec.fps:g}")
     declared = spec.cameras[cam]
@@ -91,27 +111,11 @@ def _video_frames(cam: str, vs: VideoSlice, spec: DatasetSpec, length: int, cfg:
         if abs(info.num_frames - length) > 1:
             word = "shorter" if info.num_frames < length else "longer"
             raise SourceError(vs.path, f"video {word} than the table ({info.num_frames} frames, table says {length})")
-        stop = start + length + 2
-    else:
-        n_slice = int(round((vs.to_timestamp - vs.from_timestamp) * spec.fps))
-        if abs(n_slice - length) > 1:
-            raise SourceError(vs.path, f"episode time range holds {n_slice} frames, table says {length}")
-        stop = start + min(n_slice, length)
-    try:
-        dec = open_decoder(vs.path, cfg.decoder, threads=cfg.decoder_threads)
-    except BackendUnavailable as e:
-        raise SourceError(vs.path, str(e)) from None
-    used[cam] = dec.backend
-    try:
-        for i, frame in enumerate(dec.iter_frames(start, stop)):
-            _check_frame_size(frame, declared.height, declared.width, vs.path, f"frame {i}")
-            yield resize_frames(frame[None], cfg.size)[0] if cfg.size else frame
-    except DatakitError:
-        raise
-    except Exception as e:
-        raise SourceError(vs.path, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
-    finally:
-        dec.close()
+        return start, start + length + 2
+    n_slice = int(round((vs.to_timestamp - vs.from_timestamp) * spec.fps))
+    if abs(n_slice - length) > 1:
+        raise SourceError(vs.path, f"episode time range holds {n_slice} frames, table says {length}")
+    return start, start + min(n_slice, length)
 
 
 def _check_frame_size(frame: np.ndarray, height: int, width: int, where: Path, what: str) -> None:

@@ -136,9 +136,18 @@ def open_decoder(path: str | Path, name: str = "auto", *, threads: int = 1, seek
     """Open `path` with backend `name`; "auto" tries backends in `backend_order` and falls back."""
     if name != "auto":
         return backend_module(name).open_video(path, threads=threads, seek_mode=seek_mode)
-    codec = probe_video(path).codec
+    # PyAV opens the file anyway (its container gives the codec: no separate probe); when the order
+    # puts it first it is used as is, without the frame-0 check below: it is the strict reference
+    # decoder, and a failure at frame 0 was raised as the file's damage anyway (_raise_if_damaged_start).
+    # Both the probe and the check cost a conversion ~12 ms a video (bench/results/convert.md).
+    dec = backend_module("pyav").open_video(path, threads=threads, seek_mode=seek_mode)
+    codec = dec.info.codec
+    order = backend_order(codec)
+    if order[0] == "pyav":
+        return dec
+    dec.close()
     errors = []
-    for b in backend_order(codec):
+    for b in order:
         dec = None
         try:
             dec = backend_module(b).open_video(path, threads=threads, seek_mode=seek_mode)

@@ -62,18 +62,24 @@ def probe_video(path: str | Path) -> VideoInfo:
         raise SourceError(p, "missing video file")
     try:
         with av.open(str(p)) as c:
-            if not c.streams.video:
-                raise SourceError(p, "no video stream")
-            s = c.streams.video[0]
-            fps = float(s.average_rate or s.guessed_rate or 0)
-            duration = float(s.duration * s.time_base) if s.duration else float(c.duration or 0) / 1e6
-            n = int(s.frames) or int(round(duration * fps))
-            codec = _CODEC_NAMES.get(s.codec_context.name, s.codec_context.name)
-            return VideoInfo(codec, s.codec_context.width, s.codec_context.height, fps, n, duration)
+            return container_info(c, p)
     except SourceError:
         raise
     except Exception as e:  # av raises many error types for damaged files
         raise SourceError(p, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
+
+
+def container_info(container, path: Path) -> VideoInfo:
+    """The VideoInfo of an open PyAV container's first video stream (what probe_video returns),
+    so a decoder that opens the file anyway does not open it a second time to probe it."""
+    if not container.streams.video:
+        raise SourceError(path, "no video stream")
+    s = container.streams.video[0]
+    fps = float(s.average_rate or s.guessed_rate or 0)
+    duration = float(s.duration * s.time_base) if s.duration else float(container.duration or 0) / 1e6
+    n = int(s.frames) or int(round(duration * fps))
+    codec = _CODEC_NAMES.get(s.codec_context.name, s.codec_context.name)
+    return VideoInfo(codec, s.codec_context.width, s.codec_context.height, fps, n, duration)
 
 
 def frame_indices_check(indices: Sequence[int], n: int, path: Path) -> list[int]:

@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from datakit.decoders.base import VideoInfo, frame_indices_check, probe_video
+from datakit.decoders.base import VideoInfo, container_info, frame_indices_check
 from datakit.errors import SourceError
 
 NAME = "pyav"
@@ -33,8 +33,19 @@ class PyAVDecoder:
         import av
 
         self.path = Path(path)
-        self.info: VideoInfo = probe_video(self.path)
-        self._container = av.open(str(self.path))
+        if not self.path.exists():
+            raise SourceError(self.path, "missing video file")
+        try:  # one open: the probe's metadata comes from the container this decoder reads
+            self._container = av.open(str(self.path))
+        except Exception as e:  # av raises many error types for damaged files
+            raise SourceError(self.path, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
+        try:
+            self.info: VideoInfo = container_info(self._container, self.path)
+        except Exception as e:
+            self._container.close()
+            if isinstance(e, SourceError):
+                raise
+            raise SourceError(self.path, f"corrupt or truncated video ({type(e).__name__}: {e})") from None
         self._stream = self._container.streams.video[0]
         cc = self._stream.codec_context
         cc.thread_count = max(0, int(threads))  # 0 lets FFmpeg choose
