@@ -14,7 +14,7 @@ import torch
 from datakit.errors import ShardError
 from datakit.loader import LoaderConfig, ShardDataset, ShardLoader
 from datakit.reader import open_shards
-from test_loader_fixtures import CAMS, shards_mixed, shards_nv12, shards_rgb  # noqa: F401
+from test_loader_fixtures import CAMS, shards_mixed, shards_mixed_nv12, shards_nv12, shards_rgb  # noqa: F401
 
 
 def check_batch_against_reader(ds, batch, reader, offsets, state_offsets, horizon):
@@ -90,6 +90,27 @@ def test_slots_are_pruned_and_masked(shards_mixed):
     assert full["image_mask"].tolist() == [[True, False, False, False]]
     assert not full["images"][0, 1].any() and not full["images"][0, 2].any()
     assert np.array_equal(full["images"][0, 0, 0].numpy(), reader.read_raw(ep_rows[3] + 1, CAMS[0]))
+
+
+@pytest.mark.parametrize("fixture", ["shards_mixed", "shards_mixed_nv12"])
+def test_a_missing_camera_is_black_in_either_layout(request, fixture):
+    """A slot with no camera (or a missing one) is a black frame once normalised, whatever the
+    folder's colour layout: zero nv12 bytes would decode to green (RGB 0/135/0)."""
+    from datakit.loader import Normaliser
+
+    root = request.getfixturevalue(fixture)
+    reader = open_shards(root)
+    ds = ShardDataset(root, LoaderConfig(slots=(CAMS[0], None, CAMS[1]), image_dtype="float32",
+                                         image_mean=(0.0, 0.0, 0.0), image_std=(1.0, 1.0, 1.0)))
+    ep3 = next(e.row_start for e in reader.index.episodes if e.episode_index == 3)
+    b = ds.read_batch([int(np.flatnonzero(ds.anchors == ep3 + 1)[0])], prune=False)
+    assert b["image_mask"].tolist() == [[True, False, False]]  # slot None and episode 3's missing wrist
+    if reader.index.layout == "nv12":  # the raw bytes: luma 0, chroma 128
+        h = b["images"].shape[-2] * 2 // 3
+        assert not b["images"][0, 1:, :, :h].any() and bool((b["images"][0, 1:, :, h:] == 128).all())
+    rgb = Normaliser.from_index(reader.index, ds.cfg)(b)["images"]  # (B, K, T, 3, H, W) in [0, 1]
+    assert float(rgb[0, 1:].abs().max()) < 1e-6, "a missing slot must be black"
+    assert float(rgb[0, 0].max()) > 0.1  # positive control: the real camera is not
 
 
 def test_workers_give_the_same_batches_as_the_main_process(shards_rgb):

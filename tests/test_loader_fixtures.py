@@ -87,8 +87,18 @@ def shards_nv12(tmp_path_factory) -> Path:
 def shards_mixed(shards_rgb, tmp_path_factory) -> Path:
     """The rgb folder with per-episode slots varied: episode 1 has `top` blank, episode 3
     has no `wrist` video at all (offsets -1, slot missing)."""
-    out = tmp_path_factory.mktemp("loader_mixed") / "out"
-    shutil.copytree(shards_rgb, out)
+    return with_missing_cameras(shards_rgb, tmp_path_factory.mktemp("loader_mixed") / "out")
+
+
+@pytest.fixture(scope="session")
+def shards_mixed_nv12(shards_nv12, tmp_path_factory) -> Path:
+    """The same variation of the nv12 folder."""
+    return with_missing_cameras(shards_nv12, tmp_path_factory.mktemp("loader_mixed_nv12") / "out")
+
+
+def with_missing_cameras(src: Path, out: Path) -> Path:
+    """A copy of shard folder `src` in `out` whose episode 1 has `top` blank and episode 3 no `wrist`."""
+    shutil.copytree(src, out)
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     manifest["episodes"][1]["camera_status"][CAMS[0]] = "blank"
     manifest["episodes"][3]["camera_status"][CAMS[1]] = "missing"

@@ -202,8 +202,8 @@ class ShardDataset(torch.utils.data.Dataset):
         """The reads of anchor `rows`' (n,) frames for this folder's slots `slots` (K,) into `cells`: per
         kept slot j, (its (B, T, frame bytes) numpy view of the batch buffer, its first byte in `view`);
         item i fills batch row `owner[i]` (a mixture's batch interleaves its sources' items), the plan's
-        owners are those batch rows. A slot entry -1, a slot without a camera or a missing frame is zeros
-        now. Returns image_is_pad (n, K, T), the plan and each read's frame bytes."""
+        owners are those batch rows. A slot entry -1, a slot without a camera or a missing frame is written
+        black now (`blank_frames`). Returns image_is_pad (n, K, T), the plan and each read's frame bytes."""
         n, t = rows.size, self.num_frames
         ep = self.ep_of_row[rows]
         start, length = self.episodes.row_start[ep], self.episodes.length[ep]
@@ -213,7 +213,7 @@ class ShardDataset(torch.utils.data.Dataset):
             cells_j, first = cells[j]
             cam = self.slots.cameras[s] if s >= 0 else None
             if cam is None:
-                cells_j[owner] = 0
+                blank_frames(cells_j, (owner,), self.index.layout)
                 continue
             fb = self.slot_bytes[s]
             r, pad = window_rows(rows, self.offsets_for(cam), start, length)
@@ -222,7 +222,7 @@ class ShardDataset(torch.utils.data.Dataset):
             missing = off < 0
             if missing.any():
                 mb, mt = np.nonzero(missing)
-                cells_j[owner[mb], mt] = 0
+                blank_frames(cells_j, (owner[mb], mt), self.index.layout)
             bi, ti = np.nonzero(~missing)
             shards.append(self.shard[r[bi, ti]])
             offs.append(off[bi, ti])
@@ -291,6 +291,17 @@ def drop_failed(batch: dict[str, torch.Tensor], ok: np.ndarray) -> dict[str, tor
         batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
     batch["num_skipped"] = torch.tensor(int((~ok).sum()))
     return batch
+
+
+def blank_frames(cells: np.ndarray, where: tuple, layout: str) -> None:
+    """Black frames at `where` of (B, T, frame bytes) `cells`: zeros for rgb; for nv12 the luma plane
+    (the first 2/3 of the bytes) 0 and the chroma 128, since zero chroma decodes to green (RGB 0/135/0)."""
+    if layout != "nv12":
+        cells[where] = 0
+        return
+    luma = cells.shape[-1] * 2 // 3
+    cells[(*where, Ellipsis, slice(0, luma))] = 0
+    cells[(*where, Ellipsis, slice(luma, None))] = 128
 
 
 def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
