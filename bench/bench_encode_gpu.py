@@ -140,7 +140,8 @@ def feature_adapter(cfg, vae_config: dict):
     from trainkit.models.dreamzero.batches import DreamZeroFeatureBatches
 
     lat = [cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw]
-    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas)}, span=cfg.horizon,
+    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas), "tile": "wrist_top"},
+                            span=cfg.horizon,
                             fields={"latents": SimpleNamespace(shape=lat),
                                     "image": SimpleNamespace(shape=[cfg.image_tokens, cfg.image_width])},
                             vae={k: vae_config[k] for k in ("latents_mean", "latents_std")}, text_width=cfg.text_width)

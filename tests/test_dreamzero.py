@@ -306,7 +306,8 @@ def test_feature_batches_normalise_and_pad_as_wan():
     cfg = dataclasses.replace(PRESETS["tiny"](), first_frame_concat=True)
     c, f, (h, w) = cfg.latent_channels, cfg.latent_frames, cfg.latent_hw
     mean, std = torch.arange(c, dtype=torch.float32), torch.arange(1, c + 1, dtype=torch.float32)
-    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas)}, span=cfg.horizon,
+    index = SimpleNamespace(fingerprint={"frames": cfg.frames, "size": list(cfg.canvas), "tile": "wrist_top"},
+                            span=cfg.horizon,
                             fields={"latents": SimpleNamespace(shape=(c, f, h, w)),
                                     "cond_latents": SimpleNamespace(shape=(c, f - 1, h, w))},
                             vae={"latents_mean": mean.tolist(), "latents_std": std.tolist()}, text_width=cfg.text_width)

@@ -1,7 +1,7 @@
 """The stand-in DreamZero family trains from a feature folder (`datakit encode`): cached latents of the
 model's shape in place of its VAE stand-in, CLIP features in place of its image stand-in; a folder whose
-fingerprint disagrees with the run's config (clip length, size, latent shape, VAE) is refused with one line
-naming both."""
+fingerprint disagrees with the run's config (tiling, slots, clip length, size, latent shape, VAE) is refused
+with one line naming both."""
 from __future__ import annotations
 
 import math
@@ -19,13 +19,17 @@ from trainkit.errors import DataError
 CONFIGS = Path(__file__).resolve().parents[1] / "trainkit" / "configs"
 
 
+def _encode(encoders, shards, out: Path, **kw) -> Path:  # noqa: F811
+    encode(shards, out, EncodeConfig(vae=encoders["wan2.2"], image_encoder=encoders["image"], frames=17,
+                                     size=(64, 128), dtype="float32", progress=False, **kw))
+    return out
+
+
 @pytest.fixture(scope="module")
 def feature_folder(encoders, shards_3cam, tmp_path_factory):  # noqa: F811
-    """17-frame clips of the wrist view at the tiny preset's 64x128 canvas: latents (6, 5, 4, 8)."""
-    out = tmp_path_factory.mktemp("dz_features") / "f"
-    encode(shards_3cam, out, EncodeConfig(vae=encoders["wan2.2"], image_encoder=encoders["image"], frames=17,
-                                          size=(64, 128), camera=CAMS3[0], dtype="float32", progress=False))
-    return out
+    """17-frame clips of the three views tiled as the loader tiles them (wrist on top) at the tiny
+    preset's 64x128 canvas: latents (6, 5, 4, 8)."""
+    return _encode(encoders, shards_3cam, tmp_path_factory.mktemp("dz_features") / "f", slots=CAMS3, tile="wrist_top")
 
 
 def _cfg(folder: Path, out: Path, *sets: str):
@@ -57,3 +61,26 @@ def test_a_mismatched_fingerprint_is_refused_with_one_line(feature_folder, tmp_p
         run(_cfg(feature_folder, tmp_path / "run", *sets))
     text = str(e.value)
     assert what in text and "index.json" in text and len(text.splitlines()) == 1
+
+
+def test_an_untiled_folder_is_refused(encoders, shards_3cam, tmp_path):  # noqa: F811
+    """Positive control of the tiling check: the wrist camera alone at the canvas's size gives the
+    same latent shape, clip length and widths; only the tiling differs, and the run refuses it."""
+    from trainkit.train import run
+
+    folder = _encode(encoders, shards_3cam, tmp_path / "f", camera=CAMS3[0])
+    with pytest.raises(DataError) as e:
+        run(_cfg(folder, tmp_path / "run"))
+    text = str(e.value)
+    assert "tiling none (one camera" in text and "wrist_top" in text and "index.json" in text
+    assert len(text.splitlines()) == 1
+
+
+def test_other_data_slots_are_refused(feature_folder, tmp_path):
+    from trainkit.train import run
+
+    slots = "data.slots=" + str([CAMS3[1], CAMS3[0], CAMS3[2]]).replace("'", '"')
+    with pytest.raises(DataError) as e:
+        run(_cfg(feature_folder, tmp_path / "run", slots))
+    text = str(e.value)
+    assert "data.slots" in text and "fingerprint.slots" in text and len(text.splitlines()) == 1

@@ -128,7 +128,8 @@ def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None
 
 
 def _checked_features(dcfg: DataConfig) -> FeatureIndex:
-    """A feature folder's index, checked at open; data.features_vae (if set) against its VAE."""
+    """A feature folder's index, checked at open; data.features_vae (if set) against its VAE, data.slots
+    (if set) against a tiled folder's slots."""
     try:
         index = load_features(Path(dcfg.shards))
     except DatakitError as e:
@@ -137,6 +138,10 @@ def _checked_features(dcfg: DataConfig) -> FeatureIndex:
     if dcfg.features_vae and vae != dcfg.features_vae:
         raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"encoded with VAE {vae} (fingerprint.vae); the run "
                         f"wants {dcfg.features_vae} (data.features_vae)")
+    tiled = index.fingerprint.get("slots")
+    if dcfg.slots and tiled is not None and list(dcfg.slots) != tiled:
+        raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"tiles the slots {tiled} (fingerprint.slots); the "
+                        f"run names {list(dcfg.slots)} (data.slots)")
     if dcfg.val_episodes or dcfg.val_fraction:
         raise DataError(dcfg.shards, "a validation holdout (data.val_*) reads frames; a feature folder has none yet")
     return index

@@ -1,6 +1,7 @@
 """`datakit encode SHARDS OUT --vae PATH [--text-encoder PATH] [--image-encoder PATH] --clip FRAMES[:STRIDE]
-[--size HxW] [--dtype bfloat16]`: run the frozen encoders once over a shard folder into a feature
-folder (docs/encode.md). Rerunning the same command resumes; bad flags exit 2 with one line."""
+[--size HxW] [--dtype bfloat16] [--slots A,B,C --tile wrist_top]`: run the frozen encoders once over a
+shard folder into a feature folder (docs/encode.md). Rerunning the same command resumes; bad flags
+exit 2 with one line."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,10 @@ def _size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not HxW (e.g. 352x640)") from None
 
 
+def _slots(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(","))
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("encode", help="encode a shard folder's clips, prompts and first frames once (VAE latents, "
                                       "text and image embeddings) into a verified feature folder",
@@ -43,6 +48,10 @@ def add_parser(sub) -> None:
     p.add_argument("--cond", choices=["none", "first-frame"], default="none",
                    help="first-frame: also store Wan2.1 I2V conditioning latents (VAE of [frame 0, zeros])")
     p.add_argument("--camera", help="source camera to encode (default: the first)")
+    p.add_argument("--slots", type=_slots, default=(), metavar="CAM_A,CAM_B,CAM_C",
+                   help="--tile: the canvas's cameras in canvas order (wrist first; default: the source's 3)")
+    p.add_argument("--tile", metavar="MODE", help="wrist_top: encode the loader's tiled canvas of --slots "
+                                                  "(DreamZero); --size is then the canvas's")
     p.add_argument("--seed", type=int, default=0, help="the clip list is a pure function of the seed")
     p.add_argument("--clips-per-episode", type=int, default=0, help="default: as many as fit without overlap")
     p.add_argument("--batch", type=int, default=1, help="clips per VAE call (GPU: 4-8)")
@@ -64,9 +73,9 @@ def run(args) -> int:
             raise ConfigError(flag, f"{path}: no such folder")
     cfg = EncodeConfig(vae=args.vae, text_encoder=args.text_encoder, image_encoder=args.image_encoder, frames=frames,
                        stride=stride, size=args.size, dtype=args.dtype, seed=args.seed,
-                       clips_per_episode=args.clips_per_episode, camera=args.camera, cond=args.cond, batch=args.batch,
-                       workers=args.workers, engine=args.engine, ray_address=args.ray_address, device=args.device,
-                       progress=not args.no_progress)
+                       clips_per_episode=args.clips_per_episode, camera=args.camera, slots=args.slots,
+                       tile=args.tile, cond=args.cond, batch=args.batch, workers=args.workers, engine=args.engine,
+                       ray_address=args.ray_address, device=args.device, progress=not args.no_progress)
     s = encode(args.shards, args.out, cfg, force=args.force, command=" ".join(["datakit", *sys.argv[1:]]))
     fi = s.index
     state = "already complete; nothing to do" if s.already_complete else \

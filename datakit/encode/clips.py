@@ -42,12 +42,14 @@ def episode_starts(length: int, span: int, seed: int, episode_index: int, per_ep
 
 
 def plan_clips(index: ShardIndex, task_of_row: np.ndarray, span: int, seed: int, per_episode: int,
-               camera: str) -> list[list[Clip]]:
-    """Per source shard (one job each), its clips in episode and start order. Episodes where the
-    camera is blank or missing (convert's camera status) give no clip: black frames teach nothing."""
+               cameras: tuple[str, ...]) -> list[list[Clip]]:
+    """Per source shard (one job each), its clips in episode and start order. Episodes where no
+    camera of `cameras` (the one camera, or a canvas's slots) is real (convert's camera status) give
+    no clip: black frames teach nothing. A canvas with some slots real keeps its clips, the other
+    cells as the loader fills them (`encode/canvas.py`)."""
     jobs: list[list[Clip]] = [[] for _ in index.shards]
     for e in index.episodes:
-        if e.camera_status.get(camera) != "real":
+        if not any(e.camera_status.get(c) == "real" for c in cameras):
             continue
         for s in episode_starts(e.length, span, seed, e.episode_index, per_episode):
             row = e.row_start + s

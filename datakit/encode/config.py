@@ -3,8 +3,13 @@ records: `options()` (how the features were made: part of the fingerprint) and t
 
 Everything that changes the stored bytes is in the fingerprint (docs/encode.md): the encoders'
 digests, the size and resize, the clip length and stride, the seed and clips per episode, the
-camera, the dtype, the first-frame conditioning and the batch size (batched convolutions may round
-differently from single ones). Workers and the engine are not: any of them gives the same bytes.
+camera (or the tiled slots), the dtype, the first-frame conditioning and the batch size (batched
+convolutions may round differently from single ones). Workers and the engine are not: any of them
+gives the same bytes.
+
+`tile` (with `slots`): the clip is the loader's tiled canvas of several cameras (`encode/canvas.py`),
+the names and meaning of `LoaderConfig.slots` / `tile`; `size` is then the canvas's, each view
+stretched to its cell (half of it) the loader's way ("stretch").
 """
 from __future__ import annotations
 
@@ -13,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import ConfigError
+from datakit.loader.tiling import TILE_MODES, TILE_SLOTS
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 COND_MODES = ("none", "first-frame")  # first-frame: Wan2.1 I2V, VAE of [frame 0, zeros], frames 1.. kept
-RESIZE = "bilinear"  # the one resize: torch bilinear, align_corners=False, no antialias (Wan's pipelines)
+RESIZE = "bilinear"  # the one camera's resize: torch bilinear, align_corners=False, no antialias (Wan's pipelines)
+TILED_RESIZE = "stretch"  # a tiled canvas's views: the loader's resize (`loader/resize.py`: bilinear, antialias)
 
 
 @dataclass(kw_only=True)
@@ -31,6 +38,8 @@ class EncodeConfig:
     seed: int = 0  # the clip list is a pure function of (seed, source index)
     clips_per_episode: int = 0  # clips drawn per episode; 0: as many as fit without overlap
     camera: str | None = None  # the source camera encoded; None: the first one of the index
+    slots: tuple[str, ...] = ()  # with `tile`: the cameras of the canvas, in canvas order; (): the index's
+    tile: str | None = None  # tile the slots into one canvas per frame (loader/tiling.py TILE_MODES)
     cond: str = "none"  # first-frame conditioning latents (COND_MODES)
     text_len: int = 512  # tokenizer max length (umT5: 512); only the real tokens are stored
     batch: int = 1  # clips per VAE call (GPU: 4-8); part of the fingerprint
@@ -50,6 +59,21 @@ class EncodeConfig:
             raise ConfigError("--clip", f"stride {self.stride} must be >= 1")
         if self.size is not None and (len(self.size) != 2 or min(self.size) < 1):
             raise ConfigError("--size", f"{self.size} is not HxW")
+        self.slots = tuple(self.slots)
+        if self.tile is not None:
+            if self.tile not in TILE_MODES:
+                raise ConfigError("--tile", f"{self.tile!r} is not one of {', '.join(TILE_MODES)}")
+            n = TILE_SLOTS[self.tile]
+            if len(self.slots) not in (0, n) or len(set(self.slots)) != len(self.slots) or not all(self.slots):
+                raise ConfigError("--slots", f"{','.join(self.slots)}: --tile {self.tile} takes {n} distinct "
+                                             "cameras in canvas order (wrist, exterior, exterior)")
+            if self.camera is not None:
+                raise ConfigError("--camera", "a tiled canvas takes its cameras from --slots, not --camera")
+            if self.size is not None and (self.size[0] % 2 or self.size[1] % 2):
+                raise ConfigError("--size", f"{self.size[0]}x{self.size[1]}: the canvas of --tile {self.tile} is "
+                                            "2 x 2 cells, so both sides must be even")
+        elif self.slots:
+            raise ConfigError("--slots", "names the cameras of a tiled canvas: give --tile too (one camera: --camera)")
         if self.dtype not in DTYPE_NAMES:
             raise ConfigError("--dtype", f"{self.dtype!r} is not one of {', '.join(DTYPE_NAMES)}")
         if self.cond not in COND_MODES:
@@ -68,8 +92,18 @@ class EncodeConfig:
         """Source frames one clip covers."""
         return (self.frames - 1) * self.stride + 1
 
+    @property
+    def cell(self) -> tuple[int, int] | None:
+        """Tiled: (H, W) each view is stretched to, half the canvas `size` (None: the stored size)."""
+        return (self.size[0] // 2, self.size[1] // 2) if self.tile is not None and self.size is not None else None
+
     def options(self) -> dict[str, Any]:
-        """How the features are made (paths excluded: the encoders enter by digest)."""
-        return {"frames": self.frames, "stride": self.stride, "size": list(self.size) if self.size else None,
-                "resize": RESIZE, "dtype": self.dtype, "seed": self.seed, "clips_per_episode": self.clips_per_episode,
-                "camera": self.camera, "cond": self.cond, "text_len": self.text_len, "batch": self.batch}
+        """How the features are made (paths excluded: the encoders enter by digest). `slots` and
+        `tile` only when tiled, so an untiled folder's fingerprint is what it was before tiling."""
+        opts = {"frames": self.frames, "stride": self.stride, "size": list(self.size) if self.size else None,
+                "resize": RESIZE if self.tile is None else TILED_RESIZE, "dtype": self.dtype, "seed": self.seed,
+                "clips_per_episode": self.clips_per_episode, "camera": self.camera, "cond": self.cond,
+                "text_len": self.text_len, "batch": self.batch}
+        if self.tile is not None:
+            opts.update(slots=list(self.slots), tile=self.tile)
+        return opts

@@ -53,10 +53,10 @@ def device_for(cfg: EncodeConfig, worker: int) -> str:
 class Worker:
     """One process's encoders and source reader."""
 
-    def __init__(self, src: Path, cfg: EncodeConfig, camera: str, device: str):
+    def __init__(self, src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], device: str):
         if device == "cpu":  # one thread everywhere: CPU matmul sums in another order on 2 threads than on 1
             torch.set_num_threads(1)  # (umT5's outputs differed), and the bytes must not depend on the engine
-        self.cfg, self.device, self.src = cfg, device, ClipSource(open_shards(src), camera)
+        self.cfg, self.device, self.src = cfg, device, ClipSource.open(open_shards(src), cameras, cfg, device)
         self._clips: Encoders | None = None  # VAE (+ CLIP): loaded at the first clip job
         self._text: Encoders | None = None  # umT5: loaded at the text job only
 
@@ -71,36 +71,38 @@ class Worker:
         return encode_clips(self._clips, self.src, cfg, out, job.index, job.clips, progress)
 
 
-def run_here(src: Path, cfg: EncodeConfig, camera: str, out: Path, jobs: list[Job], bar: Progress) -> list[FeatureJournal]:
+def run_here(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, jobs: list[Job],
+             bar: Progress) -> list[FeatureJournal]:
     if not jobs:
         return []
-    w = Worker(src, cfg, camera, device_for(cfg, 0))
+    w = Worker(src, cfg, cameras, device_for(cfg, 0))
     return [w.run(out, job, bar.update) for job in jobs]
 
 
 _W: dict = {}
 
 
-def _init(src: Path, cfg: EncodeConfig, camera: str, counter, parent: int) -> None:
+def _init(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], counter, parent: int) -> None:
     die_with_parent(parent)
     with counter.get_lock():
         rank = counter.value
         counter.value += 1
-    _W["w"] = Worker(src, cfg, camera, device_for(cfg, rank))
+    _W["w"] = Worker(src, cfg, cameras, device_for(cfg, rank))
 
 
 def _task(out: Path, job: Job) -> FeatureJournal:
     return _W["w"].run(out, job)
 
 
-def run_pool(src: Path, cfg: EncodeConfig, camera: str, out: Path, jobs: list[Job], bar: Progress) -> list[FeatureJournal]:
+def run_pool(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, jobs: list[Job],
+             bar: Progress) -> list[FeatureJournal]:
     """`cfg.workers` spawned processes, one job at a time each; stops at the first error."""
     if cfg.workers == 1 or len(jobs) <= 1:
-        return run_here(src, cfg, camera, out, jobs, bar)
+        return run_here(src, cfg, cameras, out, jobs, bar)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("i", 0)
     pool = ProcessPoolExecutor(min(cfg.workers, len(jobs)), mp_context=ctx, initializer=_init,
-                               initargs=(src, cfg, camera, counter, os.getpid()))
+                               initargs=(src, cfg, cameras, counter, os.getpid()))
     before = {c.pid for c in mp.active_children()}
     done: list[FeatureJournal] = []
     try:
@@ -125,11 +127,12 @@ def run_pool(src: Path, cfg: EncodeConfig, camera: str, out: Path, jobs: list[Jo
     return done
 
 
-def _ray_task(src: Path, cfg: EncodeConfig, camera: str, out: Path, job: Job) -> FeatureJournal:
-    return Worker(src, cfg, camera, device_for(cfg, 0)).run(out, job)
+def _ray_task(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, job: Job) -> FeatureJournal:
+    return Worker(src, cfg, cameras, device_for(cfg, 0)).run(out, job)
 
 
-def run_ray(src: Path, cfg: EncodeConfig, camera: str, out: Path, jobs: list[Job], bar: Progress) -> list[FeatureJournal]:
+def run_ray(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, jobs: list[Job],
+            bar: Progress) -> list[FeatureJournal]:
     """One Ray task per shard (a GPU each where the cluster has GPUs); stops at the first error."""
     if not jobs:
         return []
@@ -138,7 +141,7 @@ def run_ray(src: Path, cfg: EncodeConfig, camera: str, out: Path, jobs: list[Job
     try:
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 and cfg.device != "cpu" else 0
         fn = ray.remote(_ray_task).options(num_gpus=gpus, max_retries=3)
-        pending = {fn.remote(src, cfg, camera, out, job): job for job in jobs}
+        pending = {fn.remote(src, cfg, cameras, out, job): job for job in jobs}
         done = []
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

@@ -24,6 +24,7 @@ from datakit.convert.journal import STAGING
 from datakit.convert.outdir import OPTIONS_NAME, claim_output, output_lock, remove_ours
 from datakit.convert.run import _remove_unfinished
 from datakit.durable import write_atomic
+from datakit.encode.canvas import canvas_size, resolve_slots
 from datakit.encode.clips import plan_clips
 from datakit.encode.config import EncodeConfig
 from datakit.encode.engines import Job, run_pool, run_ray
@@ -47,16 +48,22 @@ class EncodeSummary:
     already_complete: bool = False
 
 
-def fingerprint(src: Path, cfg: EncodeConfig, camera: str) -> dict[str, Any]:
-    """What the features are made from and how: plain JSON, recorded in the index."""
-    return {
+def fingerprint(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...]) -> dict[str, Any]:
+    """What the features are made from and how: plain JSON, recorded in the index. `cameras`: the
+    one camera, or a tiled canvas's slots (then `camera` is null and `slots` names them)."""
+    fp = {
         "source": conversion_id(src),
         "vae": model_digest([cfg.vae]),
         "text_encoder": model_digest(model_folders(cfg.text_encoder, "tokenizer")) if cfg.text_encoder else None,
         "image_encoder": (model_digest(model_folders(cfg.image_encoder, "image_processor"))
                           if cfg.image_encoder else None),
-        **cfg.options(), "camera": camera,
+        **cfg.options(),
     }
+    if cfg.tile is None:
+        fp["camera"] = cameras[0]
+    else:
+        fp["slots"] = list(cameras)
+    return fp
 
 
 def fingerprint_diff(old: Any, new: dict[str, Any]) -> str | None:
@@ -99,21 +106,26 @@ def _open_output(out: Path, fp: dict[str, Any]) -> bool:
     return False
 
 
-def _camera(index: ShardIndex, cfg: EncodeConfig) -> str:
+def _cameras(index: ShardIndex, cfg: EncodeConfig) -> tuple[str, ...]:
+    """The one camera encoded, or the tiled canvas's slots in canvas order."""
+    if cfg.tile is not None:
+        return resolve_slots(index, cfg.slots, cfg.tile)
     camera = cfg.camera or next(iter(index.cameras))
     if camera not in index.cameras:
         raise ConfigError("--camera", f"{camera!r} is not a camera of the source (have: {', '.join(index.cameras)})")
-    return camera
+    return (camera,)
 
 
-def plan_jobs(index: ShardIndex, frames: pa.Table, cfg: EncodeConfig, camera: str) -> tuple[list[Job], list[str]]:
+def plan_jobs(index: ShardIndex, frames: pa.Table, cfg: EncodeConfig,
+              cameras: tuple[str, ...]) -> tuple[list[Job], list[str]]:
     """(jobs in shard order, the distinct prompts): a clip job per source shard holding clips, and
     the text job last when there is a text encoder."""
-    per_shard = plan_clips(index, column(frames, "task_index"), cfg.span, cfg.seed, cfg.clips_per_episode, camera)
+    per_shard = plan_clips(index, column(frames, "task_index"), cfg.span, cfg.seed, cfg.clips_per_episode, cameras)
     jobs = [Job(i, clips, []) for i, clips in enumerate(per_shard) if clips]
     if not jobs:
+        which = f"camera {cameras[0]}" if len(cameras) == 1 else f"a camera of {', '.join(cameras)}"
         raise ConfigError("--clip", f"no episode of the source holds a clip of {cfg.span} frames "
-                                    f"({cfg.frames} at stride {cfg.stride}) with camera {camera} real")
+                                    f"({cfg.frames} at stride {cfg.stride}) with {which} real")
     prompts = list(dict.fromkeys(index.tasks))
     if cfg.text_encoder is not None and prompts:
         jobs.append(Job(len(index.shards), [], prompts))
@@ -178,10 +190,13 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
     src, out = Path(src), Path(out)
     index = load_index(src)
     frames = load_frames(src, index)
-    camera = _camera(index, cfg)
-    stored = (index.cameras[camera].height, index.cameras[camera].width)
-    shapes, vae, text_width = feature_shapes(cfg, cfg.size or stored)
-    fp = fingerprint(src, cfg, camera)
+    cameras = _cameras(index, cfg)
+    if cfg.tile is None:
+        size = cfg.size or (index.cameras[cameras[0]].height, index.cameras[cameras[0]].width)
+    else:
+        size = canvas_size(index, cameras, cfg.tile, cfg.size)
+    shapes, vae, text_width = feature_shapes(cfg, size)
+    fp = fingerprint(src, cfg, cameras)
     claim_output(out)
     with output_lock(out, command):
         if force:
@@ -189,7 +204,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         if _open_output(out, fp):
             shutil.rmtree(out / STAGING, ignore_errors=True)
             return EncodeSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
-        jobs, prompts = plan_jobs(index, frames, cfg, camera)
+        jobs, prompts = plan_jobs(index, frames, cfg, cameras)
         kept = {job.index: j for job in jobs
                 if (j := load_journal(out, job.index, _planned(job), ["text"] if job.prompts else clip_fields(cfg)))}
         _remove_unfinished(out)  # left by a killed run
@@ -197,7 +212,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         with progress_bar(sum(job.size for job in todo), f"encode {src.name}", enabled=cfg.progress,
                           waiting="loading the encoders") as bar:
             run = run_ray if cfg.engine == "ray" else run_pool
-            new = run(src, cfg, camera, out, todo, bar)
+            new = run(src, cfg, cameras, out, todo, bar)
         journals = {**kept, **{j.index: j for j in new}}
         missing = [job.index for job in jobs if job.index not in journals or not (out / journals[job.index].name).exists()]
         if missing:

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from datakit.convert.shard import OutputShard
+from datakit.encode.canvas import canvas_frame_u8, canvas_normaliser, read_views, tiled_clips
 from datakit.encode.clips import Clip
 from datakit.encode.config import EncodeConfig
 from datakit.encode.journal import FeatureJournal, write_journal
 from datakit.encode.models import Encoders, to_vae_input
 from datakit.errors import output_error
+from datakit.loader.normalise import Normaliser
 from datakit.convert.journal import journal_path
 from datakit.reader import ShardReader
 from datakit.shards.features import PROMPT_KEY
@@ -45,15 +47,33 @@ class FeatureWriter(FrameWriter):
 
 @dataclass
 class ClipSource:
-    """Where a worker reads clips: the source folder's reader and the camera."""
+    """Where a worker reads clips: the source folder's reader and the camera, or the slots of a
+    tiled canvas (`cfg.tile`) with the loader's normaliser that builds it on the device."""
 
     reader: ShardReader
-    camera: str
+    cameras: tuple[str, ...]  # the one camera, or the canvas's slots in canvas order
+    norm: Normaliser | None = None  # tiled only
+
+    @classmethod
+    def open(cls, reader: ShardReader, cameras: tuple[str, ...], cfg: EncodeConfig, device: str) -> "ClipSource":
+        norm = canvas_normaliser(reader.index, cameras, cfg.tile, cfg.cell, device) if cfg.tile else None
+        return cls(reader, tuple(cameras), norm)
 
     def frames(self, clip: Clip, cfg: EncodeConfig) -> np.ndarray:
-        """(T, H, W, 3) uint8: the clip's frames at its stride."""
-        return np.stack([self.reader.read_frame(clip.episode_index, clip.start + k * cfg.stride, self.camera)
+        """(T, H, W, 3) uint8: the clip's frames of the one camera at its stride."""
+        return np.stack([self.reader.read_frame(clip.episode_index, clip.start + k * cfg.stride, self.cameras[0])
                          for k in range(cfg.frames)])
+
+    def vae_input(self, clips: list[Clip], cfg: EncodeConfig,
+                  device: torch.device) -> tuple[torch.Tensor, list[np.ndarray]]:
+        """((N, 3, T, H, W) float32 in [-1, 1] on `device`, each clip's first frame as (H, W, 3) uint8
+        for CLIP): one camera resized bilinearly (`to_vae_input`, CLIP sees the stored frame), or the
+        loader's tiled canvas (`canvas.py`, CLIP sees the canvas's first frame rounded to 8 bits)."""
+        if self.norm is None:
+            raw = torch.from_numpy(np.stack([self.frames(c, cfg) for c in clips]))
+            return to_vae_input(raw.to(device), cfg.size), [raw[k, 0].numpy() for k in range(len(clips))]
+        x = tiled_clips(self.norm, read_views(self.reader, self.cameras, clips, cfg.frames, cfg.stride))
+        return x, [canvas_frame_u8(x[k, :, 0]) for k in range(len(clips))]
 
 
 def clip_fields(cfg: EncodeConfig) -> list[str]:
@@ -79,8 +99,7 @@ def encode_clips(enc: Encoders, src: ClipSource, cfg: EncodeConfig, out: Path, i
     try:
         for b in range(0, len(clips), cfg.batch):
             group = clips[b : b + cfg.batch]
-            raw = torch.from_numpy(np.stack([src.frames(c, cfg) for c in group]))
-            x = to_vae_input(raw.to(enc.device), cfg.size)  # resized where the VAE runs
+            x, first = src.vae_input(group, cfg, enc.device)  # resized (and tiled) where the VAE runs
             lat = enc.latents(x)
             cond = enc.first_frame_cond(x) if cfg.cond == "first-frame" else None
             for k, c in enumerate(group):
@@ -89,7 +108,7 @@ def encode_clips(enc: Encoders, src: ClipSource, cfg: EncodeConfig, out: Path, i
                 if cond is not None:
                     offs["cond_latents"] = w.tensor(f"{key}.cond_latents.npy", cond[k])
                 if enc.image is not None:
-                    offs["image"] = w.tensor(f"{key}.image.npy", enc.image_features(raw[k, 0].numpy()))
+                    offs["image"] = w.tensor(f"{key}.image.npy", enc.image_features(first[k]))
                 w.json(f"{key}.json", {"episode_index": c.episode_index, "start": c.start, "stride": cfg.stride,
                                        "frames": cfg.frames, "task_index": c.task_index})
                 offsets.append(offs)

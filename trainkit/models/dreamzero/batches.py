@@ -122,8 +122,14 @@ def check_features(cfg: DreamZeroConfig, index: FeatureIndex, where: str) -> Non
     """A feature folder fits this model, or DataError naming the folder's index.json with both sides:
     the clip length, the frame size and the latent shape the model's config implies against the
     folder's fingerprint and fields; the cached embeddings' widths against the model's; Wan2.1-I2V's
-    conditioning latents when the model concatenates them."""
+    conditioning latents when the model concatenates them; first, the tiling: the model trains on
+    the "wrist_top" canvas of 3 views (`datakit encode --slots ... --tile wrist_top`), not one camera."""
     fp = index.fingerprint
+    if fp.get("tile") != "wrist_top":
+        have = f"{fp['tile']} of {fp.get('slots')}" if fp.get("tile") else f"none (one camera, {fp.get('camera')})"
+        raise DataError(f"{where.rstrip('/')}/index.json", f"tiling {have} (fingerprint of `datakit encode`) differs "
+                        "from the run's wrist_top of 3 views (dreamzero's canvas); encode again with --slots "
+                        "WRIST,EXTERIOR_1,EXTERIOR_2 --tile wrist_top")
     lat = index.fields["latents"].shape
     sf = index.vae.get("scale_factor_spatial", cfg.vae_stride[1])
     size = fp.get("size") or [lat[2] * sf, lat[3] * sf]
