@@ -19,6 +19,7 @@ tests/test_gr00t_backbone_split.py.
 """
 import dataclasses
 import math
+import re
 import statistics
 
 import pytest
@@ -30,8 +31,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from test_loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.config import ParallelConfig, load_config
-from trainkit.errors import ConfigError
-from trainkit.models import build_model, family
+from trainkit.errors import ConfigError, ModelConfigError
+from trainkit.models import build_config, build_model, family
 from trainkit.models.gr00t import Gr00tBatch, flops_per_sample, sample_flow
 from trainkit.models.gr00t.action_head import block_context
 from trainkit.models.gr00t.batches import chat_tokenizer
@@ -287,19 +288,73 @@ def test_one_rank_without_fsdp_and_frozen_parts_cast_once():
     assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}  # autocast casts these
 
 
-def test_loader_preset_resizes_every_view_to_the_model_size():
+def _index(h, w):
     from types import SimpleNamespace
 
-    from trainkit.models.gr00t.batches import loader_config
-    from trainkit.models.gr00t.config import n17
+    return SimpleNamespace(cameras={"top": SimpleNamespace(frame_shape=(h, w, 3))}, layout="rgb")
 
-    def index(h, w):
-        return SimpleNamespace(cameras={"top": SimpleNamespace(frame_shape=(h, w, 3))}, layout="rgb")
+
+def test_loader_preset_runs_the_n17_view_transform():
+    """n17 (and tiny): N1.7's transform, LeRobot 0.6.1's default: bicubic to the view size, centre
+    crop 230 / 256, bicubic back, Qwen's mean / std; the resize kept for views stored at the size
+    (it brings the crop back); no random crop unless asked."""
+    from dataclasses import replace
+
+    from trainkit.models.gr00t.batches import loader_config
+    from trainkit.models.gr00t.config import n17, tiny
 
     cfg = n17()
-    loader = loader_config(cfg, index(480, 640), batch_size=4)
-    assert loader.resize == (256, 256) and loader.action_horizon == 40 and loader.frame_offsets == (0,)
-    assert loader_config(cfg, index(256, 256), batch_size=4).resize is None
+    for stored in ((480, 640), (256, 256)):
+        loader = loader_config(cfg, _index(*stored), batch_size=4)
+        assert (loader.resize, loader.resize_mode, loader.crop, loader.crop_resize) == \
+            ((256, 256), "bicubic", (230, 230), True)
+        assert not loader.random_crop and not loader.crop_per_sample and loader.image_mean == (0.5, 0.5, 0.5)
+        assert loader.action_horizon == 40 and loader.frame_offsets == (0,)
+    assert loader_config(cfg, None, batch_size=4).crop == (230, 230)
+    assert loader_config(tiny(), _index(32, 64), batch_size=4).crop == (14, 14)  # round(16 * 230 / 256)
+    augmented = loader_config(replace(cfg, random_crop=True), _index(256, 256), batch_size=4)
+    assert augmented.random_crop and augmented.crop_per_sample and augmented.crop == (230, 230)
+
+
+def test_loader_preset_resize_transform_resizes_every_view_to_the_model_size():
+    from trainkit.models.gr00t.batches import loader_config
+
+    cfg = build_config("gr00t", "n17", {"view_transform": "resize"})
+    loader = loader_config(cfg, _index(480, 640), batch_size=4)
+    assert loader.resize == (256, 256) and loader.resize_mode == "stretch" and loader.crop is None
+    assert loader_config(cfg, _index(256, 256), batch_size=4).resize is None
+
+
+@pytest.mark.parametrize("overrides,says", [
+    ({"view_transform": "centre"}, "view_transform must be one of 'n17', 'resize'"),
+    ({"random_crop": "yes"}, "random_crop must be true or false"),
+    ({"view_transform": "resize", "random_crop": True}, "view_transform 'resize' crops nothing"),
+    ({"image_width": 320}, "view_transform 'n17' is LeRobot's for square views, got 256x320"),
+])
+def test_view_transform_settings_are_checked(overrides, says):
+    with pytest.raises(ModelConfigError, match=re.escape(says)):
+        build_config("gr00t", "n17", overrides)
+    build_config("gr00t", "n17", {"view_transform": "resize", "image_width": 320})  # a plain resize may stretch
+
+
+def test_the_exports_crop_is_the_view_transforms():
+    """LeRobot's VLM step and config.json crop what trainkit's loader crops at evaluation (the
+    centre, also after a run with random crops), and nothing after a plain resize."""
+    from trainkit.models.gr00t.lerobot_policy import lerobot_processors
+    from trainkit.models.gr00t.weights import config_json
+
+    policy = {"normalization_mapping": {"STATE": "MIN_MAX"}, "device": "cpu",
+              "input_features": {"observation.images.top": {"type": "VISUAL"}},
+              "output_features": {"action": {"shape": [7]}}}
+    for overrides, crop, fraction in (({}, [230, 230], 230 / 256), ({"random_crop": True}, [230, 230], 230 / 256),
+                                      ({"view_transform": "resize"}, None, None)):
+        cfg = build_config("gr00t", "n17", overrides)
+        pipes, notes = lerobot_processors(cfg, policy, "tok")
+        vlm = next(s["config"] for s in pipes["policy_preprocessor"] if s["registry_name"] == "groot_n1_7_vlm_encode_v1")
+        assert (vlm["image_crop_size"], vlm["crop_fraction"], vlm["image_target_size"]) == (crop, fraction, [256, 256])
+        assert not vlm["use_albumentations"] and vlm["shortest_image_edge"] is None
+        assert (config_json(cfg, {})["image_crop_size"], config_json(cfg, {})["crop_fraction"]) == (crop, fraction)
+        assert any("random place" in n for n in notes) == bool(overrides.get("random_crop"))
 
 
 @pytest.mark.gpu
@@ -414,3 +469,18 @@ def test_the_tokenizer_must_be_the_models(tmp_path):
     assert chat_tokenizer(replace(tiny(), tokenizer=str(tmp_path))).pad_id == 256
     with pytest.raises(ModelConfigError, match=rf"^{tmp_path}: its ids reach 262, beyond the model's vocab 262$"):
         chat_tokenizer(replace(tiny(), vocab=262, tokenizer=str(tmp_path)))
+
+
+def test_inspect_says_which_view_transform_runs(tmp_path):
+    """`trainkit inspect`'s loader line names N1.7's crop (and that the data does not decide its
+    resize); with view_transform "resize" only the resize."""
+    from trainkit.estimate.loader import format_loader, loader_needs
+
+    sets = [f"data.shards={tmp_path / 'none'}"]
+    needs, _ = loader_needs(load_config(ROOT / "trainkit" / "configs" / "gr00t_tiny.toml", sets, required=False))
+    line = format_loader(needs)[1]
+    assert "resize 16x16 bicubic, crop 14x14 centre, back to 16x16" in line and "resize" not in needs["depends_on_data"]
+    plain, _ = loader_needs(load_config(ROOT / "trainkit" / "configs" / "gr00t_tiny.toml",
+                                        [*sets, "model.view_transform=resize"], required=False))
+    assert "resize 16x16 stretch" in format_loader(plain)[1] and "crop" not in format_loader(plain)[1]
+    assert "resize" in plain["depends_on_data"]

@@ -11,10 +11,18 @@ embodiment must be trainkit's, its pixels trainkit's views, its action chunk tra
 model oracle's tolerance, and what its 4 Euler steps add to the noise (the chunk is mostly the noise
 unnormalised) trainkit's to 1e-5 relative. Positive control: trainkit's chunk for a wrongly
 normalised state moves the noise otherwise.
+
+The views go through N1.7's transform on both sides (the tiny preset's `view_transform` "n17":
+bicubic to 16, centre crop 14, bicubic back): LeRobot's with torchvision's float kernel (its GPU
+path) must give trainkit's pixels to float32 rounding, with its CPU fixed-point kernel within half a
+level on average. Positive control: the same export with its VLM step told to crop nothing (as the
+export wrote it before the transform was wired) gives other pixels.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -113,7 +121,7 @@ def served(tmp_path_factory, shards_rgb):  # noqa: F811
     state = (lo + (hi - lo) * torch.rand(lo.shape, generator=gen)).float()
     noise = torch.randn((1, cfg.horizon, cfg.action_dim), generator=gen)
     doc = {"export": str(export), "qwen": qwen_config(cfg), "images": frames, "state": state,
-           "task": index.tasks[0], "noise": noise}
+           "task": index.tasks[0], "noise": noise, "kernel": "float", "control": str(uncropped(export, root / "control"))}
     torch.save(doc, root / "in.pt")
     done = subprocess.run([str(LEROBOT_PY), str(ORACLE), str(root / "in.pt"), str(root / "out.pt")],
                           capture_output=True, text=True, timeout=280, env={**os.environ, "PYTHONPATH": ""})
@@ -123,6 +131,23 @@ def served(tmp_path_factory, shards_rgb):  # noqa: F811
     # frames LeRobot's model sees
     seen = {cam: ((f.float() / 255).clamp(0, 1) * 255.0).to(torch.uint8) for cam, f in frames.items()}
     return torch.load(root / "out.pt", weights_only=False), run, seen, state, noise
+
+
+def vlm_step(folder: Path) -> dict:
+    """The export's `groot_n1_7_vlm_encode_v1` settings (policy_preprocessor.json)."""
+    steps = json.loads((folder / "policy_preprocessor.json").read_text())["steps"]
+    return next(s["config"] for s in steps if s["registry_name"] == "groot_n1_7_vlm_encode_v1")
+
+
+def uncropped(export: Path, control: Path) -> Path:
+    """A copy of the export whose VLM step crops nothing (image_crop_size and crop_fraction None)."""
+    shutil.copytree(export, control)
+    doc = json.loads((control / "policy_preprocessor.json").read_text())
+    for step in doc["steps"]:
+        if step["registry_name"] == "groot_n1_7_vlm_encode_v1":
+            step["config"].update(image_crop_size=None, crop_fraction=None)
+    (control / "policy_preprocessor.json").write_text(json.dumps(doc, indent=2))
+    return control
 
 
 def flow(out: dict, noise: torch.Tensor, affine: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -139,13 +164,27 @@ def test_lerobot_serves_the_gr00t_export_as_trainkit_acts(served):
     torch.testing.assert_close(out["state"][:, 0], batch.state, rtol=1e-6, atol=1e-6)
     assert out["embodiment_id"].tolist() == [1]  # the tiny model's embodiment slot
     cfg = family("gr00t").presets["tiny"]()
-    torch.testing.assert_close(out["pixel_values"], hf_pixel_values(batch.images.flatten(0, 1), cfg), rtol=0, atol=1e-6)
+    pixels = hf_pixel_values(batch.images.flatten(0, 1), cfg)
+    torch.testing.assert_close(out["pixel_values"], pixels, rtol=0, atol=1e-6)
+    level = 2.0 / 255.0  # one uint8 level in [-1, 1]
+    assert ((out["pixel_values_native"] - pixels).abs() / level).mean() < 0.5  # LeRobot's CPU kernel
     scale, bias = affine
     assert out["actions"].shape == ours.shape and torch.isfinite(out["actions"]).all()
     torch.testing.assert_close(out["actions"], (ours - bias) / scale, rtol=TOL, atol=TOL)
     moved = ours - noise[..., :ours.shape[-1]]
     err = float((flow(out, noise, affine) - moved).abs().max() / moved.abs().max())
     assert err < FLOW_TOL, err
+
+
+def test_the_export_crops_as_trainkit_and_an_uncropped_one_fails(served):
+    """The export's VLM step crops the centre 14 of 16 (N1.7's 230 / 256) as trainkit's loader does;
+    the same export told to crop nothing gives pixels many levels away from trainkit's views."""
+    out, run, frames, state, noise = served
+    _, batch, _ = trainkit_serves(run, frames, state, 0, noise)
+    export = run.parent / "export"
+    assert (vlm_step(export)["image_crop_size"], vlm_step(export)["crop_fraction"]) == ([14, 14], 230 / 256)
+    pixels = hf_pixel_values(batch.images.flatten(0, 1), family("gr00t").presets["tiny"]())
+    assert float((out["control_pixel_values"] - pixels).abs().max()) > 10 * 2.0 / 255.0
 
 
 def test_a_wrong_state_normalisation_fails_the_comparison(served):

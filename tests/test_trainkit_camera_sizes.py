@@ -2,10 +2,11 @@
 scene camera, a 96x128 wrist camera and a blank one, converted without --resize.
 
 Each family's loader preset resizes every view on the device from its own stored size to the model's
-input (Pi0.5: LeRobot's resize-with-pad; GR00T: its stretch to 256x256; DreamZero: each view to
-its canvas cell before tiling), so `trainkit run` of pi05_tiny, gr00t_tiny and dreamzero_tiny trains a
-few steps with finite losses, and the batch the model takes holds each view as an independent resize
-of the stored frames says (tests/test_loader_camera_sizes.py holds the loader to the same oracles).
+input (Pi0.5: LeRobot's resize-with-pad; GR00T: N1.7's bicubic to 256x256, centre crop, back;
+DreamZero: each view to its canvas cell before tiling), so `trainkit run` of pi05_tiny, gr00t_tiny and
+dreamzero_tiny trains a few steps with finite losses, and the batch the model takes holds each view as
+an independent resize of the stored frames says (tests/test_loader_camera_sizes.py holds the loader
+to the same oracles).
 """
 import math
 

@@ -1,8 +1,7 @@
 """The device resize of a camera view to the model's input size, in the two ways models ask for it.
 
-- "stretch": bilinear with antialias straight to (H, W), the aspect ratio not kept; what GR00T
-  (its N1.6 size rule picks an (H, W) close to the camera's aspect, `trainkit/models/gr00t/config.py`)
-  and DreamZero (each view to its canvas cell) train with here.
+- "stretch": bilinear with antialias straight to (H, W), the aspect ratio not kept; what DreamZero
+  (each view to its canvas cell) and GR00T with `view_transform = "resize"` train with here.
 - "bicubic": bicubic with antialias straight to (H, W), each value clamped to [0, 255] and rounded
   to a whole level: torchvision's `resize` of a uint8 frame on the GPU (float kernel, clamp, round),
   which GR00T N1.7's view transform runs in LeRobot 0.6.1 (`_transform_n1_7_image_for_vlm_torch`:

@@ -12,7 +12,8 @@ Built as the trainer builds it (`trainkit.data.loader_settings`, then the family
 one (unset, not there yet, or a URL: inspect downloads nothing) the preset gets no index, and the
 fields that the index decides are listed in `depends_on_data`: `slots` (data.slots empty: one slot
 per index camera, which the loader then resolves), `resize` (the run drops it when every camera's
-frames are stored at the model's size) and `episodes` (a validation holdout picks them from the index).
+frames are stored at the model's size, unless a crop is resized back to it) and `episodes` (a
+validation holdout picks them from the index).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
     except (DatakitError, DataError, ModelConfigError, ValueError, OSError) as e:
         return {"error": str(e), "plan": plan}, None
     depends = [] if index is not None else (
-        (["slots"] if not dcfg.slots else []) + (["resize"] if loader.resize is not None else [])
+        (["slots"] if not dcfg.slots else [])
+        + (["resize"] if loader.resize is not None and not loader.crop_resize else [])  # a crop resized back keeps it
         + (["episodes"] if dcfg.val_episodes or dcfg.val_fraction else []))
     needs = {"config": dataclasses.asdict(loader), "index": (first.shards if first else dcfg.shards)
              if index is not None else None, "depends_on_data": depends, "plan": plan}
@@ -141,6 +143,11 @@ def format_loader(needs: dict[str, Any]) -> list[str]:
              f"batch_size {c['batch_size']} per rank (epoch_batch {epoch_batch})", f"image_dtype {c['image_dtype']}"]
     if c["resize"] is not None:
         shape.append(f"resize {c['resize'][0]}x{c['resize'][1]} {c['resize_mode']}")
+    if c["crop"] is not None:
+        where = ("centre" if not c["random_crop"] else
+                 "at a random place per sample" if c["crop_per_sample"] else "at a random place per batch")
+        back = f", back to {c['resize'][0]}x{c['resize'][1]}" if c["crop_resize"] else ""
+        shape.append(f"crop {c['crop'][0]}x{c['crop'][1]} {where}{back}")
     if c["tile"] is not None:
         shape.append(f"tile {c['tile']}")
     shape += [f"norm {c['norm']}", f"shuffle {c['shuffle']}", f"num_workers {c['num_workers']}"]

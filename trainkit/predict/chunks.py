@@ -16,7 +16,7 @@ for any --batch-size, device order or episode subset.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -98,7 +98,8 @@ def predict_episodes(model: nn.Module, fam: Family, dcfg: DataConfig, shards: Sh
     index = shards.index
     settings = loader_settings(dcfg, shards.slots, seed=0, rank=0, world_size=1, micro_batch=batch_size,
                                episodes=episodes, image_dtype=dtype, pin_memory=False)
-    lcfg = fam.loader_config(model.cfg, index, **settings)
+    # the evaluation transform: a training crop at a random place (gr00t's model.random_crop) is the centre's here
+    lcfg = replace(fam.loader_config(model.cfg, index, **settings), random_crop=False, crop_per_sample=False)
     every = lcfg.action_horizon if every is None else every
     if not 1 <= every <= lcfg.action_horizon:
         raise LaunchError(f"--every: must be 1..{lcfg.action_horizon} (the model's action horizon), got {every}")

@@ -31,7 +31,7 @@ from trainkit.models.gr00t.chat_tokenizer import QWEN_IDS, SPECIAL, QwenChatToke
 def gr00t_config(**kw: Any) -> LoaderConfig:
     """GR00T-N1.7-shaped samples: the current frame of each slot (2-3 cameras), the current state,
     40 future actions with their pad mask (`action_is_pad`), quantile norm; `loader_config` adds the
-    device resize to the model's view size."""
+    model's view transform on the device."""
     return LoaderConfig(**{"frame_offsets": (0,), "state_offsets": (0,), "action_horizon": 40, "norm": "quantile",
                            **kw})
 
@@ -57,16 +57,32 @@ def n17_view_settings(size: tuple[int, int], *, crop_fraction: float = N17_CROP_
     return {**view, "crop": crop, "crop_resize": True, "random_crop": random_crop, "crop_per_sample": random_crop}
 
 
-def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
-    """`gr00t_config` at this model's shapes: `cfg.horizon` actions, each camera view of another size
-    resized on the device to (image_height, image_width) (bilinear, antialiased; N1.7 trains every view
-    at 256x256, whatever the camera's aspect ratio). `kw`: the trainer's loader settings. Without the
-    shard index (`trainkit inspect` with no shards) the resize is kept."""
+def view_settings(cfg: Gr00tConfig) -> dict[str, Any]:
+    """LoaderConfig settings of the model's view transform (`cfg.view_transform`): "n17": N1.7's
+    (`n17_view_settings` at the model's view size, `cfg.random_crop` moving the window per sample);
+    "resize": each view bilinear (antialiased) to the view size, no crop."""
     size = (cfg.image_height, cfg.image_width)
-    if index is None:
-        return gr00t_config(action_horizon=cfg.horizon, resize=size, **kw)
-    stored = view_sizes(index, kw.get("slots") or ())
-    return gr00t_config(action_horizon=cfg.horizon, resize=None if set(stored.values()) <= {size} else size, **kw)
+    if cfg.view_transform == "n17":
+        return n17_view_settings(size, random_crop=cfg.random_crop)
+    return {"resize": size}
+
+
+def eval_crop(cfg: Gr00tConfig) -> tuple[int, int] | None:
+    """The (H, W) centre crop of the model's view transform at evaluation (None: no crop): what an
+    export tells a serving stack to crop."""
+    return view_settings(cfg).get("crop")
+
+
+def loader_config(cfg: Gr00tConfig, index: ShardIndex | None, **kw: Any) -> LoaderConfig:
+    """`gr00t_config` at this model's shapes: `cfg.horizon` actions, each camera view brought to
+    (image_height, image_width) on the device by the model's view transform (`view_settings`; N1.7
+    trains every view at 256x256, whatever the camera's aspect ratio). `kw`: the trainer's loader
+    settings. A transform without a crop drops its resize when the index says every camera is
+    stored at the view size; without the shard index (`trainkit inspect` with no shards) it is kept."""
+    size, view = (cfg.image_height, cfg.image_width), view_settings(cfg)
+    if index is not None and "crop" not in view and set(view_sizes(index, kw.get("slots") or ()).values()) <= {size}:
+        view = {**view, "resize": None}
+    return gr00t_config(action_horizon=cfg.horizon, **view, **kw)
 
 
 def chat_tokenizer(cfg: Gr00tConfig) -> QwenChatTokenizer:

@@ -11,17 +11,21 @@ LayerNorm, 4 self-attention blocks over the VL tokens (2048 = 32 heads x 64), th
 (1536 = 32 x 48, feed-forward 4 x width) alternating text / image cross-attention, state and
 action channels 132, horizon 40, per-embodiment encoders and decoder (one embodiment's slice
 trains: `embodiment`, of `embodiments` slots), dropout 0.2 and state dropout 0.2 in training.
-`tiny` keeps that structure at CPU widths. (The N1.6-shaped presets of earlier versions are gone:
-N1.6 has no reference implementation to hold a model to, and their GPU runs measured a model that
-no longer exists.)
+Views: N1.7's transform (`view_transform` "n17": bicubic to 256, centre crop 230, bicubic back), as
+LeRobot's N1.7 processor runs it by default, training included (its torch path has no random crop;
+`random_crop` turns on Isaac-GR00T's). `tiny` keeps that structure at CPU widths. (The N1.6-shaped
+presets of earlier versions are gone: N1.6 has no reference implementation to hold a model to, and
+their GPU runs measured a model that no longer exists.)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
 from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
+
+VIEW_TRANSFORMS = ("n17", "resize")  # Gr00tConfig.view_transform's values
 
 
 @dataclass(kw_only=True)
@@ -38,6 +42,13 @@ class Gr00tConfig:
     deepstack: tuple[int, ...] = (5, 11, 17)  # ViT blocks whose merged output is added into LLM layers 0, 1, ...
     image_height: int = 256     # every view's size at the ViT (N1.7: 256x256)
     image_width: int = 256
+    # each view's transform on the device (batches.py `view_settings`): "n17": N1.7's (bicubic to the view
+    # size, centre crop of 230/256 of each side, bicubic back: LeRobot 0.6.1's default); "resize": bilinear
+    # (antialiased) to the view size, no crop
+    view_transform: Literal["n17", "resize"] = "n17"
+    # "n17" in training: the crop window at a random place per sample (Isaac-GR00T's augmentation; LeRobot's
+    # default transform has none); predictions and exports crop the centre
+    random_crop: bool = False
     lm_width: int               # LLM channels (2048); the mergers' output width too
     lm_depth: int               # LLM layers built: the checkpoint's select_layer (16 of 28); features = the last one's output
     lm_trained: int = 0         # the top lm_trained LLM layers train (lm_layers list); the rest are frozen
@@ -99,6 +110,11 @@ class Gr00tConfig:
                 raise ModelConfigError(f"Gr00tConfig.{name} must be a probability in [0, 1), got {value!r}")
         if not isinstance(self.fixed_len, bool):
             raise ModelConfigError(f"Gr00tConfig.fixed_len must be true or false, got {self.fixed_len!r}")
+        if self.view_transform not in VIEW_TRANSFORMS:
+            raise ModelConfigError(f"Gr00tConfig.view_transform must be one of "
+                                   f"{', '.join(map(repr, VIEW_TRANSFORMS))}, got {self.view_transform!r}")
+        if not isinstance(self.random_crop, bool):
+            raise ModelConfigError(f"Gr00tConfig.random_crop must be true or false, got {self.random_crop!r}")
         if not isinstance(self.tokenizer, str):
             raise ModelConfigError(f"Gr00tConfig.tokenizer must be a folder path (a string), got {self.tokenizer!r}")
         checks = (
@@ -114,6 +130,12 @@ class Gr00tConfig:
              and len({self.image_token_id, self.vision_start_id, self.vision_end_id}) == 3,
              f"image_token_id, vision_start_id, vision_end_id ({self.image_token_id}, {self.vision_start_id}, "
              f"{self.vision_end_id}) must be distinct embedding rows (0..{self.vocab - 1})"),
+            (not self.random_crop or self.view_transform == "n17",
+             f"random_crop moves N1.7's crop window; view_transform {self.view_transform!r} crops nothing"),
+            # LeRobot's N1.7 transform resizes to (image_height, image_height) before it crops: ours only if square
+            (self.view_transform != "n17" or self.image_height == self.image_width,
+             f"view_transform 'n17' is LeRobot's for square views, got {self.image_height}x{self.image_width}: "
+             "set view_transform = 'resize'"),
         )
         for ok, why in checks:
             if not ok:
@@ -152,7 +174,7 @@ def n17() -> Gr00tConfig:
     """GR00T N1.7 (LeRobot 0.6.1's defaults, the public checkpoint's config): the backbone frozen
     (2.2B), the head's 1.1B trained (one embodiment's slice)."""
     return Gr00tConfig(vision_width=1024, vision_depth=24, vision_mlp=4096, lm_width=2048, lm_depth=16, lm_mlp=6144,
-                       dit_width=1536, dit_depth=32, dit_ff=6144)
+                       dit_width=1536, dit_depth=32, dit_ff=6144, view_transform="n17", random_crop=False)
 
 
 def tiny() -> Gr00tConfig:
@@ -160,16 +182,16 @@ def tiny() -> Gr00tConfig:
     layers (n17 trains none: the option is exercised here), 2 VL self-attention blocks, 4 DiT blocks
     (text, self, image, self) with the 4 x width feed-forward, 16 padded action/state channels, 4
     embodiment slots (slot 1 trains), state dropout 0.2; 4 VL tokens per 16x16 view; the builtin
-    tokenizer's special-token ids (chat_tokenizer.py). Dropout 0: the
-    equality tests (world sizes, resume) compare runs whose dropout masks come from each rank's own
-    generator."""
+    tokenizer's special-token ids (chat_tokenizer.py); N1.7's view transform (16 -> centre 14 -> 16).
+    Dropout 0: the equality tests (world sizes, resume) compare runs whose dropout masks come from
+    each rank's own generator."""
     return Gr00tConfig(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, position_table=36,
                        deepstack=(0, 1), image_height=16, image_width=16, lm_width=64, lm_depth=4, lm_trained=2,
                        lm_mlp=96, heads_q=4, heads_kv=2, head_dim=16, rope_theta=100.0, mrope_section=(3, 3, 2),
                        vocab=300, image_token_id=261, vision_start_id=259,
                        vision_end_id=260, text_len=64, dit_width=32, dit_depth=4, dit_heads=4, dit_ff=128,
                        vl_layers=2, vl_heads=4, vl_head_dim=16, head_hidden=24, action_dim=16, state_dim=16, horizon=4,
-                       max_positions=32, embodiments=4, embodiment=1, dropout=0.0)
+                       max_positions=32, embodiments=4, embodiment=1, dropout=0.0, view_transform="n17")
 
 
 PRESETS: dict[str, Callable[[], Gr00tConfig]] = {"tiny": tiny, "n17": n17}

@@ -22,8 +22,9 @@ runs on a raw observation (camera frames, state, task string) from the folder al
   rename, batch, N1.7's pack step (state normalised into [-1, 1] by min / max that reproduce the
   run's normalisation: quantile q01 / q99, mean_std mean -/+ std; no clipping, as datakit's affine
   has none; the model's embodiment slot as "new_embodiment"; the cameras in the run's slot order),
-  the VLM step (the view at the model's size, no crop, as trainkit's loader makes it; the chat
-  template and tokenizer of OUT/tokenizer), device; after the model, unpack and
+  the VLM step (the view transform of trainkit's loader at evaluation: N1.7's bicubic resize, centre
+  crop and resize back, or a plain resize, `model.view_transform`; the chat template and tokenizer
+  of OUT/tokenizer), device; after the model, unpack and
   unnormalise with the same statistics (no clipping), CPU.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from trainkit.errors import ConfigError
+from trainkit.models.gr00t.batches import N17_CROP_FRACTION, eval_crop
 from trainkit.models.gr00t.chat_tokenizer import BUILTIN_TEMPLATE, QWEN_IDS, SPECIAL, QwenChatTokenizer
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.model import SAMPLE_STEPS
@@ -134,10 +136,14 @@ def lerobot_processors(cfg: Gr00tConfig, policy: Mapping[str, Any],
             "state_dropout_prob": 0.0, "clip_outliers": False, "use_percentiles": False,
             "video_modality_keys": [c.removeprefix("observation.images.") for c in cams], "raw_stats": None,
             "modality_config": None}
-    # no crop: trainkit's loader (batches.py loader_config) resizes each view to the model's size and
-    # crops nothing; LeRobot's resize to that size is the identity on a view already at it
-    vlm = {"model_name": tokenizer_name, "image_crop_size": None, "image_target_size": [cfg.image_height, cfg.image_width], "shortest_image_edge": None, "crop_fraction": None,
-           "use_albumentations": False, "letter_box_transform": False, "device": policy.get("device") or "cpu"}
+    # the eval-time view transform trainkit's loader runs (batches.py view_settings): N1.7's centre crop
+    # of crop_fraction of each side (LeRobot rounds the size and floors the offset, as datakit does), or
+    # none; LeRobot's bicubic resize to the view size is the identity on a view already at it
+    crop = eval_crop(cfg)
+    vlm = {"model_name": tokenizer_name, "image_crop_size": list(crop) if crop else None,
+           "image_target_size": [cfg.image_height, cfg.image_width], "shortest_image_edge": None,
+           "crop_fraction": N17_CROP_FRACTION if crop else None, "use_albumentations": False,
+           "letter_box_transform": False, "device": policy.get("device") or "cpu"}
     device = {"registry_name": "device_processor", "config": {"device": policy.get("device") or "cpu",
                                                               "float_dtype": None}}
     pre = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
@@ -155,9 +161,19 @@ def lerobot_processors(cfg: Gr00tConfig, policy: Mapping[str, Any],
         notes.append("the run trained with the builtin byte-level tokenizer (no model.tokenizer): OUT/tokenizer holds "
                      "it, so LeRobot prompts as training did, but it is not Qwen's (a published N1.7 checkpoint's "
                      "backbone reads Qwen's tokens)")
-    notes.append(f"LeRobot's VLM step resizes a camera frame of another size than {cfg.image_height}x{cfg.image_width} "
-                 "bicubic, where trainkit's loader resized it bilinear (antialiased): feed frames at the model's size "
-                 "for the views training saw")
+    if cfg.view_transform == "n17":
+        cropped = f", centre crop {crop[0]}x{crop[1]}, bicubic back" if crop else ""
+        notes.append("LeRobot's VLM step runs N1.7's view transform as trainkit's loader did (bicubic to "
+                     f"{cfg.image_height}x{cfg.image_width}{cropped}); on the CPU torchvision's fixed-point uint8 "
+                     "bicubic differs from the float kernel trainkit (and torchvision on the GPU) runs by under half a "
+                     "level on average")
+    else:
+        notes.append(f"LeRobot's VLM step resizes a camera frame of another size than {cfg.image_height}x{cfg.image_width} "
+                     "bicubic, where trainkit's loader resized it bilinear (antialiased): feed frames at the model's size "
+                     "for the views training saw")
+    if cfg.random_crop:
+        notes.append("the run trained with the crop window at a random place per sample (model.random_crop); LeRobot "
+                     "serves with the centre crop, N1.7's evaluation transform")
     if cfg.fixed_len:
         notes.append("the run padded every prompt to a fixed length (model.fixed_len); LeRobot pads to the batch's "
                      "longest, and N1.7's VL self-attention sees the padding, so its actions differ slightly")

@@ -35,6 +35,7 @@ import torch
 from trainkit.errors import WeightsError
 from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.gr00t.action_head import block_context
+from trainkit.models.gr00t.batches import N17_CROP_FRACTION, eval_crop
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX
 
@@ -316,7 +317,15 @@ def config_json(cfg: Gr00tConfig, features: Mapping[str, Any]) -> dict[str, Any]
     at this model's shapes, which `GR00TN17.from_pretrained` reads and `config_from_checkpoint` reads
     back. The backbone is named, not described (as in the published checkpoint): LeRobot builds
     Cosmos-Reason2-2B's shapes for it, so only a model of those shapes loads there. `features` (the
-    robot's cameras and sizes) are LeRobot's processor's business, not this file's."""
+    robot's cameras and sizes) are LeRobot's processor's business, not this file's; the view size and
+    crop are the model's."""
     return {"model_type": "Gr00tN1d7", "architectures": ["GR00TN17"], "model_name": COSMOS,
             "backbone_model_type": "qwen", "tune_llm": False, "tune_visual": False,
-            "image_target_size": [cfg.image_height, cfg.image_width], **n17_config(cfg)}
+            "image_target_size": [cfg.image_height, cfg.image_width], **crop_config(cfg), **n17_config(cfg)}
+
+
+def crop_config(cfg: Gr00tConfig) -> dict[str, Any]:
+    """The processor's crop fields of `GR00TN17Config` for the model's view transform at evaluation
+    (its defaults claim N1.7's 230 / 256 crop, also for a run that cropped nothing)."""
+    crop = eval_crop(cfg)
+    return {"image_crop_size": list(crop) if crop else None, "crop_fraction": N17_CROP_FRACTION if crop else None}
