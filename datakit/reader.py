@@ -26,7 +26,7 @@ import torch
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_files import DEFAULT_MAX_OPEN, OpenShards
-from datakit.stages.colour import nv12_to_rgb
+from datakit.stages.colour import black_frame, nv12_to_rgb
 from datakit.storage.roots import open_root
 
 
@@ -68,11 +68,12 @@ class ShardReader:
         return self.files.bytes(shard)
 
     def read_raw(self, row: int, camera: str) -> np.ndarray:
-        """The stored frame (rgb (H,W,3) or nv12 (H*3/2,W)) as a read-only view; zeros if missing."""
+        """The stored frame (rgb (H,W,3) or nv12 (H*3/2,W)) as a read-only view; black if missing
+        (the bytes the loader gives a missing frame: `black_frame`)."""
         cam = self.index.cameras[camera]
         off = int(self.offsets[camera][row])
         if off < 0:
-            return np.zeros(cam.frame_shape, np.uint8)
+            return black_frame(cam.frame_shape, self.index.layout)
         data = self.shard_map(int(self.shard[row]))[off : off + cam.frame_bytes]
         return data.reshape(cam.frame_shape)
 

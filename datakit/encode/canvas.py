@@ -3,13 +3,13 @@ wrist_top`): what the DreamZero family trains on from frame shards, encoded once
 
 The canvas is the loader's by construction, not a second implementation of it: the slots' stored
 bytes are read as the loader reads them (`ShardReader.read_raw`; a frame the camera lacks, as in an
-episode where it is missing, is zeros, as `ShardDataset.frame_plan` leaves it; a blank camera's
+episode where it is missing, is black, as `ShardDataset.frame_plan` writes it; a blank camera's
 stored constant frame as stored), then the loader's own device transform builds the canvas
 (`Normaliser`: nv12 -> RGB, each view stretched to its cell from its own stored size with
 `loader/resize.py`, tiled with `loader/tiling.py`, scaled to [-1, 1] by image_mean = image_std =
 0.5, in float32): the canvas the trainer's float32 image path gets from the same frames, bit for bit.
-So a slot without a real camera keeps its place as the loader's does (missing: zero bytes, black in
-rgb; nv12 zeros decode to green in the loader as here); only an episode with no real slot at all
+So a slot without a real camera keeps its place as the loader's does (missing: black in either
+layout, `datakit.stages.colour.black_frame`); only an episode with no real slot at all
 gives no clip (`clips.py`), as for one camera.
 """
 from __future__ import annotations

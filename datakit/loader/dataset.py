@@ -44,6 +44,7 @@ from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_files import OpenShards
+from datakit.stages.colour import blank_frames
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 
@@ -291,17 +292,6 @@ def drop_failed(batch: dict[str, torch.Tensor], ok: np.ndarray) -> dict[str, tor
         batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
     batch["num_skipped"] = torch.tensor(int((~ok).sum()))
     return batch
-
-
-def blank_frames(cells: np.ndarray, where: tuple, layout: str) -> None:
-    """Black frames at `where` of (B, T, frame bytes) `cells`: zeros for rgb; for nv12 the luma plane
-    (the first 2/3 of the bytes) 0 and the chroma 128, since zero chroma decodes to green (RGB 0/135/0)."""
-    if layout != "nv12":
-        cells[where] = 0
-        return
-    luma = cells.shape[-1] * 2 // 3
-    cells[(*where, Ellipsis, slice(0, luma))] = 0
-    cells[(*where, Ellipsis, slice(luma, None))] = 128
 
 
 def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:

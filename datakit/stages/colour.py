@@ -5,6 +5,7 @@ NV12 stores a full-resolution Y plane followed by interleaved U/V at half resolu
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 # rows: Y, U, V from R, G, B (full range, JPEG / BT.601)
@@ -54,3 +55,23 @@ def stored_shape(layout: str, height: int, width: int) -> tuple[int, ...]:
     if layout == "nv12":
         return (height * 3 // 2, width)
     raise ValueError(f"unknown layout {layout!r} (supported: rgb, nv12)")
+
+
+
+def blank_frames(frames: np.ndarray, where: tuple, layout: str) -> None:
+    """Black frames at `where` of `frames` (..., frame bytes), each frame flattened on the last axis:
+    zeros in rgb; in nv12 the luma (the first 2/3 of the bytes) 0 and the chroma 128, since zero
+    chroma decodes to green (RGB 0/135/0). What a missing camera or frame reads as."""
+    if layout != "nv12":
+        frames[where] = 0
+        return
+    luma = frames.shape[-1] * 2 // 3
+    frames[(*where, Ellipsis, slice(0, luma))] = 0
+    frames[(*where, Ellipsis, slice(luma, None))] = 128
+
+
+def black_frame(shape: tuple[int, ...], layout: str) -> np.ndarray:
+    """One black frame of the stored `shape` (`blank_frames`' bytes)."""
+    out = np.empty(int(np.prod(shape)), np.uint8)
+    blank_frames(out, (), layout)
+    return out.reshape(shape)
