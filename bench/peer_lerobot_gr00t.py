@@ -36,19 +36,18 @@ samples_per_s, mfu, step_time_s, peak_mem_gib, losses, step_times_s, error, ...}
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.peer_report import run_settings  # noqa: E402
 
 PEAK = 989e12  # H100/H200 dense bf16
 SETTINGS = {  # name -> (GrootConfig.model_params_fp32, GrootConfig.use_bf16)
@@ -222,26 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/peer_lerobot_gr00t.py: need --batch >= 1 and --steps > --skip >= 0, got --batch {args.batch} "
               f"--steps {args.steps} --skip {args.skip}", file=sys.stderr)
         return 2
-    if importlib.util.find_spec("cv2") is None:
-        sys.modules["cv2"] = types.ModuleType("cv2")  # only lerobot's GR00T processor imports it
-    import lerobot
     import torch
 
     gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") and torch.cuda.is_available() else args.device
-    res: dict[str, Any] = {"peer": "lerobot", "version": getattr(lerobot, "__version__", None),
-                           "torch": torch.__version__, "gpu": gpu,
-                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           "command": " ".join(["python3", *sys.argv]), "settings": []}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for name in args.settings:
-        rec = run_setting(name, args.batch, args.steps, args.skip, args.device, args.tiny, args.embodiment)
-        res["settings"].append(rec)
-        print(json.dumps({k: v for k, v in rec.items() if k not in ("losses", "step_times_s")}), flush=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        tmp.replace(args.out)
-    return 0
-
+    return run_settings(args.out, args.settings, lambda name: run_setting(
+        name, args.batch, args.steps, args.skip, args.device, args.tiny, args.embodiment), gpu)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,17 +23,16 @@ losses, error}], ...}, rewritten after each setting.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.peer_report import run_settings  # noqa: E402
 
 PEAK = 989e12  # H100/H200 dense bf16
 SETTINGS = {  # name -> (PI05Config.dtype, gradient_checkpointing, bf16 autocast)
@@ -139,25 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.steps <= args.skip:
         raise SystemExit(f"bench/peer_lerobot_pi05.py: --steps {args.steps} must exceed --skip {args.skip}")
-    if importlib.util.find_spec("cv2") is None:
-        sys.modules["cv2"] = types.ModuleType("cv2")  # only lerobot's GR00T processor imports it
-    import lerobot
     import torch
 
-    res: dict[str, Any] = {"peer": "lerobot", "version": getattr(lerobot, "__version__", None),
-                           "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           "command": " ".join(["python3", *sys.argv]), "settings": []}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for name in args.settings:
-        rec = run_setting(name, args.batch, args.steps, args.skip)
-        res["settings"].append(rec)
-        print(json.dumps({k: v for k, v in rec.items() if k not in ("losses", "step_times_s")}), flush=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        tmp.replace(args.out)
-    return 0
-
+    return run_settings(args.out, args.settings, lambda name: run_setting(name, args.batch, args.steps, args.skip),
+                        torch.cuda.get_device_name())
 
 if __name__ == "__main__":
     sys.exit(main())
