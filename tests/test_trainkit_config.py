@@ -240,8 +240,10 @@ def test_the_loader_gets_each_source_with_its_name_slots_and_prompt(tmp_path):
      [], "data.sources: two sources are named 'droid' (/x/droid, /y/droid/)"),
     ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\nname = "n"\n[[data.sources]]\nshards = "/b"\n'
      'weight = 1\nname = "n"\n', [], "data.sources: two sources are named 'n'"),
-    ("", ['data.shards={"/a" = 1}', "data.val_episodes=[2]"], "data.val_episodes: a mixture (data.sources) has no"),
-    ("", ['data.shards={"/a" = 1}', "data.val_fraction=0.1"], "data.val_fraction: a mixture (data.sources) has no"),
+    ("", ['data.shards={"/a" = 1}', "data.val_episodes=[2]"], "data.val_episodes: a mixture names its validation "
+     "episodes per source"),
+    ('[data]\n[[data.sources]]\nshards = "/a"\nweight = 1\nval_episodes = [2]\n', ["data.val_fraction=0.1"],
+     "data.val_fraction: set data.val_fraction (of every source) or the sources' val_episodes, not both"),
     ("", ['data.shards={"/a" = 1}', "data.norm_from=checkpoint"], "data.norm_from: 'checkpoint' gives every source"),
     ("", ["data.shards=/d", "data.fps=-10"], "data.fps: must be a frame rate >= 0"),
 ])

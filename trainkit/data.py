@@ -142,7 +142,7 @@ def _checked_features(dcfg: DataConfig) -> FeatureIndex:
     if dcfg.slots and tiled is not None and list(dcfg.slots) != tiled:
         raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"tiles the slots {tiled} (fingerprint.slots); the "
                         f"run names {list(dcfg.slots)} (data.slots)")
-    if dcfg.val_episodes or dcfg.val_fraction:
+    if dcfg.holds_out:
         raise DataError(dcfg.shards, "a validation holdout (data.val_*) reads frames; a feature folder has none yet")
     return index
 
@@ -191,6 +191,15 @@ def flow_generator(seed: int, epoch: int, block: int) -> torch.Generator:
     return torch.Generator().manual_seed(key % (1 << 63))
 
 
+def _source_dataset(src: MixtureSource, cfg: LoaderConfig, part: Shards) -> ShardDataset:
+    """One mixture source's dataset on its opened folder; DataError naming that source (e.g. its
+    episodes hold no sample anchor)."""
+    try:
+        return ShardDataset(src.root, cfg, opened=(part.folder, part.cache, part.index))
+    except ValueError as e:
+        raise DataError(src.root, str(e)) from None
+
+
 @dataclass
 class StepBatch:
     """One micro-batch as the training loop takes it: the family's batch, and what the loop
@@ -215,7 +224,8 @@ class TrainData:
         """`global_batch`: the optimiser's (micro_batch x world_size x accumulation; 0: no
         accumulation). Epochs are whole global batches, so the sample order is the same for any
         split of it into ranks and micro-batches, and a checkpoint resumes on another world size.
-        `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout)."""
+        `episodes`: sample these episodes only (None: all; trainkit/validation.py's holdout); a
+        mixture's are each source's own (`MixtureSource.episodes`, `validation.with_episodes`)."""
         self.dcfg, self.seed, self.rank, self.world_size, self.device = dcfg, seed, rank, world_size, device
         mixed = isinstance(shards, MixtureShards)
         first = shards.parts[0] if mixed else shards
@@ -224,9 +234,8 @@ class TrainData:
                                    micro_batch=micro_batch, global_batch=global_batch, episodes=episodes,
                                    image_dtype=image_dtype, pin_memory=device.type == "cuda")
         if mixed:
-            if episodes is not None:
-                raise DataError(shards.sources[0].root, "a mixture has no validation holdout yet: set neither "
-                                "data.val_episodes nor data.val_fraction")
+            if episodes is not None:  # episode numbers are a source's own
+                raise ValueError("a mixture samples each source's own episodes (MixtureSource.episodes)")
             settings["fps"] = shards.fps
         if first.features:  # clips of cached latents and embeddings: no frames, no slots
             if fam.feature_batches is None:
@@ -237,7 +246,7 @@ class TrainData:
             self.cfg = fam.loader_config(model_cfg, index, **settings)
         try:
             if mixed:
-                parts = [ShardDataset(src.root, source_config(self.cfg, src), opened=(p.folder, p.cache, p.index))
+                parts = [_source_dataset(src, source_config(self.cfg, src), p)
                          for src, p in zip(shards.sources, shards.parts)]
                 dataset = MixtureDataset(shards.sources, self.cfg, parts=parts)
                 self.loader = ShardLoader(shards.sources, self.cfg, dataset=dataset)

@@ -37,6 +37,9 @@ class SourceConfig:
     # (datasets name their cameras differently); []: data.slots, as for one folder.
     slots: list[str] = field(default_factory=list)
     prompt: str = ""  # task text for every sample of this source instead of the dataset's; "": the dataset's
+    # This source's validation episodes (its episode_index), held out of training and validated on
+    # (trainkit/validation.py); a mixture's form of data.val_episodes. []: none (or data.val_fraction's).
+    val_episodes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # ValueError: the loader names the table (data.sources[i]: ...)
@@ -44,6 +47,9 @@ class SourceConfig:
             raise ValueError("shards is required (the source's shard folder or URL)")
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise ValueError(f"weight must be a number > 0 (weights are normalised to sum 1), got {self.weight}")
+        bad = [e for e in self.val_episodes if isinstance(e, bool) or not isinstance(e, int) or e < 0]
+        if bad:
+            raise ValueError(f"val_episodes are episode_index numbers >= 0, got {bad[0]!r}")
 
     @property
     def label(self) -> str:
@@ -77,6 +83,8 @@ class DataConfig:
     norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
     # Validation: whole episodes held out of training (trainkit/validation.py), named by their
     # episode_index, or a fraction of the episodes spread evenly over the index; at most one of the two.
+    # A mixture: val_fraction holds out that fraction of each source's episodes; episodes by name are
+    # per source (`val_episodes` in a [[data.sources]] table), never data.val_episodes.
     val_episodes: list[int] = field(default_factory=list)
     val_fraction: float = 0.0  # in [0, 1); 0 and no val_episodes: no holdout, no validation loss
     # Whose statistics: "dataset" (the shard index's) or "checkpoint" (model.init_from's
@@ -106,9 +114,12 @@ class DataConfig:
                 raise ConfigError("data.sources", f"two sources are named {s.label!r} ({names[s.label]}, {s.shards}); "
                                   f"give each a distinct name ([[data.sources]] name = ...)")
             names[s.label] = s.shards
-        if self.sources and (self.val_episodes or self.val_fraction):
-            raise ConfigError("data.val_episodes" if self.val_episodes else "data.val_fraction",
-                              "a mixture (data.sources) has no validation holdout yet; hold out episodes of one folder")
+        if self.sources and self.val_episodes:
+            raise ConfigError("data.val_episodes", "a mixture names its validation episodes per source (val_episodes "
+                              "= [...] in a [[data.sources]] table), or holds out data.val_fraction of each")
+        if self.val_fraction and any(s.val_episodes for s in self.sources):
+            raise ConfigError("data.val_fraction", "set data.val_fraction (of every source) or the sources' "
+                              "val_episodes, not both")
         if self.sources and self.norm_from == "checkpoint":
             raise ConfigError("data.norm_from", "'checkpoint' gives every source one robot's statistics; a mixture "
                               "normalises each source with its own (\"dataset\")")
@@ -120,6 +131,11 @@ class DataConfig:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
         if self.cache_bytes < 0:
             raise ConfigError("data.cache_bytes", "needs cache_bytes >= 0 (0: half the free disk space)")
+
+    @property
+    def holds_out(self) -> bool:
+        """Whether the run holds episodes out for validation (data.val_*, a source's val_episodes)."""
+        return bool(self.val_episodes or self.val_fraction or any(s.val_episodes for s in self.sources))
 
     @property
     def roots(self) -> list[str]:

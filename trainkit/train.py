@@ -13,7 +13,8 @@ which order and why), materialised on the device and initialised from the seed; 
 `micro_batch`-sized batches from the loader, accumulates to the global batch, clips, checks that
 loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps AdamW and the
 schedule, and hands each step to `Metrics`; a mixture of datasets (`data.sources`) opens and checks
-every source as one folder, and logs each source's loss at log steps (observe/source_loss.py). A
+every source as one folder, logs each source's loss at log steps (observe/source_loss.py) and
+validates each source on its own held-out episodes (validation.py). A
 fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
@@ -64,7 +65,7 @@ from trainkit.observe.sample_log import SampleLog
 from trainkit.observe.source_loss import SourceLoss
 from trainkit.observe.trackers import check_tracker, open_tracker
 from trainkit.observe.summary import format_summary, run_summary
-from trainkit.validation import Validation, holdout
+from trainkit.validation import plan_validation
 from trainkit.weights.load import check_weights, load_weights
 
 
@@ -154,7 +155,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
-    if cfg.train.eval_every and not (cfg.data.val_episodes or cfg.data.val_fraction):
+    if cfg.train.eval_every and not cfg.data.holds_out:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)
     if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
@@ -232,13 +233,12 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     opt = build_optimizer(model, cfg.optim, device)
     sched = build_scheduler(opt, cfg.optim, cfg.train.steps)
     ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None  # starts at the init
-    # whole episodes out of the training stream (validation.py; one folder only: data.val_* refuse a mixture)
-    split = holdout(cfg.data, shard_parts(shards, cfg.data)[0][0].index)
-    data = TrainData(cfg.data, shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
+    # whole episodes out of the training stream (validation.py; a mixture: each source's own)
+    train_shards, episodes, val = plan_validation(cfg, shards, fam, mcfg, rank=rank, world_size=world_size,
+                                                  device=device, image_dtype=compute_dtype(cfg.parallel))
+    data = TrainData(cfg.data, train_shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
-                     global_batch=global_batch, episodes=split.train)
-    val = Validation(cfg, shards, fam, mcfg, split.val, rank=rank, world_size=world_size, device=device,
-                     image_dtype=compute_dtype(cfg.parallel)) if split.val else None
+                     global_batch=global_batch, episodes=episodes)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,

@@ -16,10 +16,15 @@
   unbroken run's.
 - The loss is the family's training loss (the model's forward) under no_grad and `model.eval()`,
   averaged over the micro-batches and the ranks.
+- A mixture (`plan_validation`): each source's own split (its [[data.sources]] `val_episodes`, or
+  data.val_fraction of its episodes by the rule above), its training episodes given to the loader
+  per source (`MixtureSource.episodes`), and a `MixtureValidation`: one `Validation` per validated
+  source, `val_loss/<name>` each and `val_loss` their mixture-weight-weighted mean.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +33,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from datakit.shards.index import ShardIndex
-from trainkit.config import DataConfig, RunConfig
-from trainkit.data import Shards, TrainData
+from trainkit.config import DataConfig, RunConfig, SourceConfig
+from trainkit.data import MixtureShards, Shards, TrainData
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import DataError
 from trainkit.models import Family
@@ -45,31 +50,60 @@ class Split:
     val: tuple[int, ...]
 
 
-def holdout(dcfg: DataConfig, index: ShardIndex) -> Split:
-    """The episodes held out by `data.val_episodes` / `data.val_fraction`; DataError for an episode
-    the index lacks or a holdout that leaves no training episode."""
-    if not (dcfg.val_episodes or dcfg.val_fraction):  # no holdout (a feature folder has no episode list)
+def holdout(dcfg: DataConfig, index: ShardIndex, source: SourceConfig | None = None) -> Split:
+    """The episodes held out by `data.val_episodes` / `data.val_fraction` (`source`: of a mixture's
+    source, by its own `val_episodes` or data.val_fraction of its episodes: the same rule as one
+    folder's); DataError for an episode the index lacks or a holdout that leaves no training episode."""
+    named, where = (source.val_episodes, source.shards) if source is not None else (dcfg.val_episodes, dcfg.shards)
+    key = f"the source's val_episodes ({source.label})" if source is not None else "data.val_episodes"
+    if not (named or dcfg.val_fraction):  # no holdout (a feature folder has no episode list)
         return Split(train=None, val=())
     episodes = [e.episode_index for e in index.episodes]
-    if dcfg.val_episodes:
-        missing = sorted(set(dcfg.val_episodes) - set(episodes))
+    if named:
+        missing = sorted(set(named) - set(episodes))
         if missing:
-            raise DataError(dcfg.shards, f"data.val_episodes names episodes {missing[:8]}, which the index lacks "
+            raise DataError(where, f"{key} names episodes {missing[:8]}, which the index lacks "
                             f"(it has {len(episodes)}: {episodes[:8]}{' ...' if len(episodes) > 8 else ''})")
-        val = tuple(sorted(set(dcfg.val_episodes)))
-    elif dcfg.val_fraction:
+        val = tuple(sorted(set(named)))
+    else:
         n = max(1, round(dcfg.val_fraction * len(episodes)))
         val = tuple(sorted({episodes[int((i + 0.5) * len(episodes) / n)] for i in range(n)}))
     train = tuple(e for e in episodes if e not in set(val))
     if not train:
-        raise DataError(dcfg.shards, f"the holdout takes all {len(episodes)} episodes; leave some to train on")
+        raise DataError(where, f"the holdout takes all {len(episodes)} episodes; leave some to train on")
     return Split(train=train, val=val)
+
+
+def source_holdouts(dcfg: DataConfig, shards: MixtureShards) -> tuple[Split, ...]:
+    """Each mixture source's split (`holdout` with its table), in source order."""
+    return tuple(holdout(dcfg, part.index, src) for src, part in zip(dcfg.sources, shards.parts))
+
+
+def with_episodes(shards: MixtureShards, episodes: Sequence[tuple[int, ...] | None]) -> MixtureShards:
+    """The same opened sources, each sampling only its `episodes` (None: all of its own)."""
+    return dataclasses.replace(shards, sources=tuple(dataclasses.replace(s, episodes=e)
+                                                      for s, e in zip(shards.sources, episodes)))
+
+
+def plan_validation(cfg: RunConfig, shards: Shards | MixtureShards, fam: Family, model_cfg: Any, *, rank: int,
+                    world_size: int, device: torch.device, image_dtype: torch.dtype
+                    ) -> tuple[Shards | MixtureShards, tuple[int, ...] | None, Validation | MixtureValidation | None]:
+    """(the training stream's shards, its episodes, the validation or None without a holdout): one
+    folder's split by `holdout`, a mixture's per source (each source then samples its training episodes)."""
+    kw = dict(rank=rank, world_size=world_size, device=device, image_dtype=image_dtype)
+    if isinstance(shards, MixtureShards):
+        splits = source_holdouts(cfg.data, shards)
+        val = MixtureValidation(cfg, shards, splits, fam, model_cfg, **kw) if any(s.val for s in splits) else None
+        return with_episodes(shards, [s.train for s in splits]), None, val
+    split = holdout(cfg.data, shards.index)
+    return shards, split.train, Validation(cfg, shards, fam, model_cfg, split.val, **kw) if split.val else None
 
 
 class Validation:
     """The fixed validation batches of one rank, and the loss of a model over them."""
 
-    def __init__(self, cfg: RunConfig, shards: Shards, fam: Family, model_cfg: Any, episodes: tuple[int, ...], *,
+    def __init__(self, cfg: RunConfig, shards: Shards | MixtureShards, fam: Family, model_cfg: Any,
+                 episodes: tuple[int, ...] | None, *,
                  rank: int, world_size: int, device: torch.device, image_dtype: torch.dtype):
         self.batches = cfg.train.eval_batches
         self.world_size = world_size
@@ -111,4 +145,46 @@ class Validation:
         if ema is not None:
             with ema.swapped_in():
                 rec["val_loss_ema"] = self.loss(model, cast)
+        return {**rec, "samples": self.samples}
+
+
+class MixtureValidation:
+    """A mixture's validation: per source with held-out episodes, a `Validation` of its own (the
+    source alone, its held-out episodes, its slots, prompt and statistics, `train.eval_batches`
+    micro-batches per rank whatever its weight), so every source's loss is measured on as many samples.
+
+    The record's `val_loss/<name>` is a source's loss; `val_loss` is their mean weighted by the
+    sources' mixture weights (renormalised over the validated sources): the loss the training
+    mixture optimises, not the sample-weighted mean (which, each source counting the same samples,
+    would be the plain mean). `val_loss_ema` and `val_loss_ema/<name>` likewise with an EMA.
+    """
+
+    def __init__(self, cfg: RunConfig, shards: MixtureShards, splits: Sequence[Split], fam: Family, model_cfg: Any, *,
+                 rank: int, world_size: int, device: torch.device, image_dtype: torch.dtype):
+        held = [(src, part, split.val) for src, part, split in zip(shards.sources, shards.parts, splits) if split.val]
+        total = sum(src.weight for src, _, _ in held)
+        self.weights = {src.name: src.weight / total for src, _, _ in held}
+        self.parts = {src.name: Validation(cfg, MixtureShards(sources=(dataclasses.replace(src, episodes=val),),
+                                                              parts=(part,), fps=shards.fps),
+                                           fam, model_cfg, None, rank=rank, world_size=world_size, device=device,
+                                           image_dtype=image_dtype)
+                      for src, part, val in held}
+
+    @property
+    def samples(self) -> int:
+        """Samples one evaluation covers, over all ranks and sources."""
+        return sum(v.samples for v in self.parts.values())
+
+    def losses(self, model: nn.Module, cast: Any, key: str = "val_loss") -> dict[str, float]:
+        """{key: the weighted mean, key/<name>: each source's loss} (collective under torch.distributed)."""
+        each = {name: v.loss(model, cast) for name, v in self.parts.items()}
+        return {key: sum(self.weights[name] * loss for name, loss in each.items()),
+                **{f"{key}/{name}": loss for name, loss in each.items()}}
+
+    def record(self, step: int, model: nn.Module, cast: Any, ema: WeightEMA | None = None) -> dict[str, Any]:
+        """`Validation.record`'s, with each source's loss beside the weighted mean."""
+        rec: dict[str, Any] = {"step": step, **self.losses(model, cast)}
+        if ema is not None:
+            with ema.swapped_in():
+                rec.update(self.losses(model, cast, "val_loss_ema"))
         return {**rec, "samples": self.samples}

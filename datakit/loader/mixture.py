@@ -41,11 +41,18 @@ class MixtureSource:
     # source); None -> the loader config's `slots` (as for one folder).
     slots: tuple[str | None, ...] | None = None
     prompt: str | None = None  # task text for every sample of the source (None: the dataset's own)
+    # Sample only anchors of these episodes of this source (its episode_index; a trainer's per-source
+    # validation holdout); None -> the loader config's `episodes` (as for one folder).
+    episodes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", str(self.root))
         if not self.weight > 0 or self.weight == float("inf"):
             raise ValueError(f"mixture source {self.root}: weight must be a finite number > 0, got {self.weight}")
+        if self.episodes is not None:
+            object.__setattr__(self, "episodes", tuple(sorted({int(e) for e in self.episodes})))
+            if not self.episodes:
+                raise ValueError(f"mixture source {self.root}: episodes is empty; use None for every episode")
         if self.slots is not None:
             object.__setattr__(self, "slots", tuple(s or None for s in self.slots))
         if not self.name:

@@ -42,8 +42,9 @@ from datakit.shards.index import ShardIndex
 
 
 def source_config(cfg: LoaderConfig, source: MixtureSource) -> LoaderConfig:
-    """The loader config one source is read with: the mixture's, with the source's own slots."""
-    return cfg if source.slots is None else dataclasses.replace(cfg, slots=source.slots)
+    """The loader config one source is read with: the mixture's, with the source's own slots and episodes."""
+    own = {k: v for k, v in (("slots", source.slots), ("episodes", source.episodes)) if v is not None}
+    return dataclasses.replace(cfg, **own) if own else cfg
 
 
 def mixture_block(cfg: LoaderConfig) -> int:

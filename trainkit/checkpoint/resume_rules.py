@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.shards.index import CHECKSUMS_NAME
-from trainkit.config import RunConfig
+from trainkit.config import RunConfig, SourceConfig
 from trainkit.errors import CheckpointError, DataError
 
 REFUSED = ("model.", "train.seed", "data.slots", "data.norm", "data.shuffle", "data.val_", "data.fps", "data.sources")
@@ -85,14 +85,20 @@ def _defaults() -> dict[str, Any]:
                          for f in dataclasses.fields(sections[name])} for name in sections})
 
 
+def _source_defaults() -> dict[str, Any]:
+    """A [[data.sources]] table's default values (shards and weight have none that matter)."""
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(SourceConfig)}
+
+
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in tree.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
         elif k == "sources" and isinstance(v, list):  # data.sources[i].weight, ...: each key on its own
-            for i, source in enumerate(v):
-                out.update(_flat(source, f"{prefix}{k}[{i}]."))
+            for i, source in enumerate(v):  # a key the source's trainkit lacked (val_episodes): its default
+                out.update(_flat({**_source_defaults(), **source}, f"{prefix}{k}[{i}]."))
         else:
             out[prefix + k] = v
     return out

@@ -53,7 +53,7 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
         index = _index(first.shards if first else dcfg.shards)
         slots = tuple(s or None for s in (first.slots if first and first.slots else dcfg.slots)) or \
             (tuple(index.cameras) if index is not None else ())
-        episodes = holdout(dcfg, index).train if index is not None else None
+        episodes = holdout(dcfg, index, first).train if index is not None else None  # a mixture: its first source's
         loader = family(cfg.model.family).loader_config(
             build_config(cfg.model.family, cfg.model.preset, cfg.model.overrides), index,
             **loader_settings(dcfg, slots, seed=train.seed, rank=0, world_size=world_size, micro_batch=micro,
@@ -65,7 +65,7 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
     depends = [] if index is not None else (
         (["slots"] if not dcfg.slots else [])
         + (["resize"] if loader.resize is not None and not loader.crop_resize else [])  # a crop resized back keeps it
-        + (["episodes"] if dcfg.val_episodes or dcfg.val_fraction else []))
+        + (["episodes"] if dcfg.holds_out else []))
     needs = {"config": dataclasses.asdict(loader), "index": (first.shards if first else dcfg.shards)
              if index is not None else None, "depends_on_data": depends, "plan": plan}
     if dcfg.sources:

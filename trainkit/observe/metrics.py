@@ -30,7 +30,9 @@ short (`keep_rows_before`), then appends; a fresh run (k = 0) starts it empty.
   loss, image_slots; with a mixture (data.sources) `loss/<source name>`: the mean per-item loss of the
   source's samples in the interval, over all ranks, and `samples/<source name>`: their count (source_loss.py).
 - `"kind": "eval"`: step (the last trained), val_loss (trainkit/validation.py), val_loss_ema (with
-  train.ema_decay), samples (over all ranks); its wall time is left out of the interval's step time.
+  train.ema_decay), samples (over all ranks); a mixture also `val_loss/<source name>` (and
+  `val_loss_ema/<source name>`) per validated source, val_loss their weight-weighted mean
+  (validation.MixtureValidation); its wall time is left out of the interval's step time.
 """
 from __future__ import annotations
 

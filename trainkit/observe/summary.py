@@ -14,6 +14,8 @@ from typing import Any
 from trainkit.observe.metrics import format_mem, format_mfu
 from trainkit.observe.source_loss import SOURCE_PREFIX
 
+VAL_SOURCE_PREFIX = "val_loss/"  # an eval record's key of a mixture source's validation loss
+
 STEADY_KEYS = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "mfu", "data_wait_s", "data_wait_frac",
                "all_gathers_per_step")
 
@@ -75,6 +77,11 @@ def format_summary(s: dict[str, Any]) -> str:
     if last_eval is not None:
         ema = f", EMA weights {last_eval['val_loss_ema']:.4f}" if "val_loss_ema" in last_eval else ""
         rows.append((f"validation loss (after step {last_eval['step'] + 1})", f"{last_eval['val_loss']:.4f}{ema}"))
+        for key, loss in last_eval.items():  # a mixture: each source's (validation.MixtureValidation)
+            if key.startswith(VAL_SOURCE_PREFIX):
+                ema = last_eval.get(f"val_loss_ema/{key[len(VAL_SOURCE_PREFIX):]}")
+                rows.append((f"  {key[len(VAL_SOURCE_PREFIX):]}", f"{loss:.4f}" + (f", EMA weights {ema:.4f}"
+                                                                                    if ema is not None else "")))
     if st:
         # the k-th step, as the step lines count (summary.json's from_step is metrics.jsonl's 0-based index)
         rows += [(f"steady state (from step {st['from_step'] + 1}, median of {st['intervals']})", ""),

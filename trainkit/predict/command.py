@@ -114,7 +114,10 @@ def _episodes(args: PredictArgs, src: Source, shards) -> tuple[tuple[int, ...], 
     """(episodes to predict, how they were chosen, those of them the run trained on)."""
     index, where = shards.index, str(args.shards)
     ours = same_dataset(src, shards.folder)
-    split = holdout(dataclasses.replace(src.cfg.data, shards=where, sources=[]), index) if ours else None
+    # a mixture's source: its own holdout (its val_episodes, or data.val_fraction of its episodes)
+    source = mixture_source(src, shards.folder) if ours and src.cfg.data.sources else None
+    split = (holdout(src.cfg.data, index, source) if source is not None else
+             holdout(dataclasses.replace(src.cfg.data, shards=where, sources=[]), index) if ours else None)
     if args.episodes is not None:
         chosen, how = parse_episodes(args.episodes, index, where), "--episodes"
     elif split is not None and split.val:
