@@ -98,6 +98,10 @@ def test_each_sources_validation_loss_is_the_models_loss_on_its_held_out_samples
     cfg, shards, model = opened
     _, _, val = plan_validation(cfg, shards, family("pi05"), model.cfg, rank=0, world_size=1,
                                 device=torch.device("cpu"), image_dtype=torch.float32)
+    # each source's batches padded as the mixture's training batches are (shards_b: 4 state, 3 action
+    # channels, the mixture 6 and 6): Pi0.5's prompt has a token per state channel
+    assert {name: (p.data.loader.dataset.state_dim, p.data.loader.dataset.action_dim)
+            for name, p in val.parts.items()} == {"sim": (6, 6), "out": (6, 6)}
     got = val.losses(model, contextlib.nullcontext())
     model.eval()
     indexes = {src.name: p.index for src, p in zip(shards.sources, shards.parts)}

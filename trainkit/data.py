@@ -81,6 +81,9 @@ class MixtureShards:
     sources: tuple[MixtureSource, ...]  # slots resolved: each source's own, else data.slots, else its cameras
     parts: tuple[Shards, ...]  # per source, in order
     fps: float  # the rate the windows count in (LoaderConfig.fps; 0: the sources' own, which must agree)
+    # (state, action) channels to pad to at least (MixtureDataset's `widths`): a subset of the sources
+    # batched as the whole mixture is (one source's validation); None: the widest of these sources
+    widths: tuple[int, int] | None = None
 
     def close(self) -> None:
         for part in self.parts:
@@ -248,7 +251,7 @@ class TrainData:
             if mixed:
                 parts = [_source_dataset(src, source_config(self.cfg, src), p)
                          for src, p in zip(shards.sources, shards.parts)]
-                dataset = MixtureDataset(shards.sources, self.cfg, parts=parts)
+                dataset = MixtureDataset(shards.sources, self.cfg, parts=parts, widths=shards.widths)
                 self.loader = ShardLoader(shards.sources, self.cfg, dataset=dataset)
                 index = dataclasses.replace(index, tasks=dataset.tasks)  # task_index: the mixture's tasks
             elif first.features:

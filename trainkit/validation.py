@@ -150,8 +150,9 @@ class Validation:
 
 class MixtureValidation:
     """A mixture's validation: per source with held-out episodes, a `Validation` of its own (the
-    source alone, its held-out episodes, its slots, prompt and statistics, `train.eval_batches`
-    micro-batches per rank whatever its weight), so every source's loss is measured on as many samples.
+    source alone, its held-out episodes, its slots, prompt and statistics, its state and action padded
+    to the mixture's widths as in training, `train.eval_batches` micro-batches per rank whatever its
+    weight), so every source's loss is measured on as many samples.
 
     The record's `val_loss/<name>` is a source's loss; `val_loss` is their mean weighted by the
     sources' mixture weights (renormalised over the validated sources): the loss the training
@@ -164,8 +165,12 @@ class MixtureValidation:
         held = [(src, part, split.val) for src, part, split in zip(shards.sources, shards.parts, splits) if split.val]
         total = sum(src.weight for src, _, _ in held)
         self.weights = {src.name: src.weight / total for src, _, _ in held}
+        # padded to the whole mixture's state/action widths, as its items are in the training batches
+        # (Pi0.5's prompt holds a token per state channel, padding included)
+        widths = (max(len(p.index.state_names) for p in shards.parts),
+                  max(len(p.index.action_names) for p in shards.parts))
         self.parts = {src.name: Validation(cfg, MixtureShards(sources=(dataclasses.replace(src, episodes=val),),
-                                                              parts=(part,), fps=shards.fps),
+                                                              parts=(part,), fps=shards.fps, widths=widths),
                                            fam, model_cfg, None, rank=rank, world_size=world_size, device=device,
                                            image_dtype=image_dtype)
                       for src, part, val in held}

@@ -56,9 +56,11 @@ class MixtureDataset(torch.utils.data.Dataset):
     """Map-style over global positions (epoch x len + position); batches via `__getitems__`."""
 
     def __init__(self, sources: tuple[MixtureSource, ...], cfg: LoaderConfig,
-                 parts: list[ShardDataset] | None = None):
-        """`parts`: the sources' datasets as the caller already opened them (one per source, in order)."""
-        self.sources, self.cfg = sources, cfg
+                 parts: list[ShardDataset] | None = None, widths: tuple[int, int] | None = None):
+        """`parts`: the sources' datasets as the caller already opened them (one per source, in order).
+        `widths`: pad state and action to at least these channel counts (some sources of a mixture read
+        as the whole mixture pads them, e.g. one source's validation); None: the widest source's."""
+        self.sources, self.cfg, self.widths = sources, cfg, widths
         self.parts = parts if parts is not None else []
         try:
             for s in sources[len(self.parts):]:
@@ -109,8 +111,9 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.slot_bytes = tuple(int(np.prod(s)) for s in self.slot_shapes)
         self.num_frames = self.parts[0].num_frames
         self.files = SourceFiles(self.parts)
-        self.state_dim = max(p.state.shape[-1] for p in self.parts)
-        self.action_dim = max(p.action.shape[-1] for p in self.parts)
+        least = self.widths or (0, 0)
+        self.state_dim = max(least[0], *(p.state.shape[-1] for p in self.parts))
+        self.action_dim = max(least[1], *(p.action.shape[-1] for p in self.parts))
         self.tasks: list[str] = []
         self.task_base = []
         for src, p in zip(self.sources, self.parts):
@@ -136,10 +139,10 @@ class MixtureDataset(torch.utils.data.Dataset):
         return self.epoch_len
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"sources": self.sources, "cfg": self.cfg, "parts": self.parts}
+        return {"sources": self.sources, "cfg": self.cfg, "parts": self.parts, "widths": self.widths}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.sources, self.cfg, self.parts = state["sources"], state["cfg"], state["parts"]
+        self.sources, self.cfg, self.parts, self.widths = state["sources"], state["cfg"], state["parts"], state["widths"]
         self._setup()
 
     def close(self) -> None:
