@@ -11,7 +11,9 @@ tokens), the model's flow velocity integrated from the same noise in 10 Euler st
 to the parity test's tolerance, and its prompt tokens must be trainkit's. Positive controls: the
 same export with the state's q01/q99 swapped, or the tokenizer's max_length cut below the prompt,
 fails that comparison. LeRobot's own `make_pi05_pre_post_processors` + `save_pretrained` for the
-export's config writes the reference the processor files are compared with.
+export's config writes the reference the processor files are compared with. A run on a mixture
+(another robot first, this dataset second), exported for this dataset's source (`--source`), is
+served too: its normalised state is the mixture loader's for that source (`Normaliser.from_sources`).
 
 Without the venv: what the export writes beside the weights (README.txt, the tokenizer folder,
 openpi's norm_stats.json) and the notes and errors when serving cannot be faithful.
@@ -30,6 +32,7 @@ import pytest
 import torch
 
 from trainkit.models import family
+from test_loader_fixtures import shards_b  # noqa: F401 - fixture (another robot, for a mixture)
 from trainkit_fixtures import shards_rgb  # noqa: F401 - fixture
 from trainkit_harness import TINY
 
@@ -177,13 +180,32 @@ def _cut_tokenizer(folder: Path, max_length: int) -> None:
     path.write_text(json.dumps(pipe, indent=2))
 
 
+def mixture_state(served, shards_rgb, shards_b, obs: dict[str, np.ndarray]) -> tuple[Path, np.ndarray]:  # noqa: F811
+    """(the export for source "sim" of a run on shards_b ("other") + shards_rgb ("sim"), the mixture
+    loader's normalised `obs["state"]` for that source: its row of `Normaliser.from_sources`)."""
+    from datakit.loader import LoaderConfig, Normaliser
+    from datakit.shards.index import load_index
+
+    root, run, _ = served
+    sources = (f'data.sources=[{{shards = "{shards_b}", weight = 0.5, name = "other"}}, '
+               f'{{shards = "{shards_rgb}", weight = 0.5, name = "sim"}}]')
+    mixed = train_run(shards_rgb, root / "mixed_run", f"model.tokenizer={root / 'tokenizer.model'}", sources)
+    assert export(mixed, root / "mixed_sim", "--source", "sim") == 0
+    norm = Normaliser.from_sources([load_index(shards_b), load_index(shards_rgb)], LoaderConfig(norm="quantile"),
+                                   state_dim=6, action_dim=6)
+    state = norm.vector(torch.from_numpy(obs["state"])[None, None], norm.state_affine, torch.tensor([1]))
+    return root / "mixed_sim", state[:, -1].numpy()
+
+
 @pytest.fixture(scope="module")
-def lerobot(served, shards_rgb):  # noqa: F811
-    """(LeRobot's outputs for [the export, q01/q99 swapped, tokenizer cut], trainkit's, the
-    reference folder, the prompts and LeRobot's ids of them)."""
+def lerobot(served, shards_rgb, shards_b):  # noqa: F811
+    """(LeRobot's outputs for [the export, q01/q99 swapped, tokenizer cut, a mixture's export for
+    this dataset], trainkit's, the reference folder, the prompts and LeRobot's ids of them, the
+    mixture loader's normalised state)."""
     root, run, exp = served
     obs = observation(shards_rgb)
     ours = trainkit_serves(run, obs)
+    mixed, mixed_state = mixture_state(served, shards_rgb, shards_b, obs)
     swapped, cut = shutil.copytree(exp, root / "swapped_q"), shutil.copytree(exp, root / "cut")
     _swap_state_quantiles(swapped)
     _cut_tokenizer(cut, int(ours["token_mask"].sum()) - 4)
@@ -191,11 +213,11 @@ def lerobot(served, shards_rgb):  # noqa: F811
     prompts = [f"Task: {t}, State: 1 22 255;\nAction: " for t in TASKS] + ["naïve  tâche ✓ 日本", "  lead", "x" * 300]
     (root / "prompts.json").write_text(json.dumps(prompts))
     done = subprocess.run([str(LEROBOT_PY), str(ORACLE), str(root / "obs.npz"), str(root / "lerobot.npz"),
-                           str(exp), str(swapped), str(cut), "--reference", str(root / "reference"),
+                           str(exp), str(swapped), str(cut), str(mixed), "--reference", str(root / "reference"),
                            "--prompts", str(root / "prompts.json")], capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     ids = json.loads((root / "lerobot.npz.prompts.json").read_text())
-    return dict(np.load(root / "lerobot.npz")), ours, root / "reference", prompts, ids
+    return dict(np.load(root / "lerobot.npz")), ours, root / "reference", prompts, ids, mixed_state
 
 
 @needs_lerobot
@@ -214,6 +236,17 @@ def test_a_wrong_statistic_or_tokenizer_length_fails_the_comparison(lerobot, fau
     tokens = theirs[f"{fault}/tokens"][theirs[f"{fault}/token_mask"]].tolist()
     assert tokens != ours["tokens"][ours["token_mask"]].tolist()
     assert rel(theirs[f"{fault}/actions"], ours["actions"]) > 10 * TOLERANCE  # the comparison above fails
+
+
+@needs_lerobot
+def test_lerobot_normalises_a_mixture_sources_state_as_the_mixture_loader_did(lerobot):
+    """The mixture's export for its second source: LeRobot's normalised state is that source's row
+    of the loader's tables (the first source's, 4 channels wide, would not even fit)."""
+    theirs, ours, *_, mixed_state = lerobot
+    assert theirs["3/state"].shape == mixed_state.shape == (1, 6)
+    assert np.allclose(theirs["3/state"], mixed_state, rtol=0, atol=1e-6)
+    assert np.abs(theirs["1/state"] - mixed_state).max() > 1e-2  # the swapped statistics' state: the check can fail
+    assert theirs["3/actions"].shape == (1, 50, 6)
 
 
 @needs_lerobot

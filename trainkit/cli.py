@@ -9,7 +9,7 @@
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit ladder --list-rungs                                            # the rungs, one line each
     trainkit export RUN_DIR OUT --format lerobot|openpi|isaac [--dtype float32|bfloat16] [--weights model|ema] [--force]
-                    [--tokenizer-name NAME]
+                    [--tokenizer-name NAME] [--source NAME]   # --source: a mixture's run, for that one robot
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
 
@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--tokenizer-name", default=None, metavar="NAME",
                    help="the tokenizer LeRobot's pipeline loads (default: the run's model.tokenizer, copied to "
                    "OUT/tokenizer and named by that path; e.g. google/paligemma-3b-pt-224 for a Hub upload)")
+    e.add_argument("--source", default=None, metavar="NAME",
+                   help="a run on a mixture (data.sources): export for this one source (its name, as the run's "
+                        "loss/<name> metrics name it): its cameras, state/action sizes and statistics; required "
+                        "there, refused for a one-folder run")
     pr = sub.add_parser("predict", help="open-loop action error of a checkpoint on held-out episodes: table, "
                                         "predict.json, predict.png (trainkit/predict/)")
     pr.add_argument("source", metavar="RUN_DIR|CKPT", help="a run folder, or a checkpoint folder (model.safetensors "
@@ -157,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             from trainkit.weights.export import export_run
             path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force,
-                              tokenizer_name=args.tokenizer_name)
-            print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}) to {args.out}")
+                              tokenizer_name=args.tokenizer_name, source=args.source)
+            which = f" for source {args.source!r}" if args.source else ""
+            print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}){which} to {args.out}")
             return 0
         from trainkit.train import SigtermStop, run
         cfg = load_config(args.config, args.overrides, overlay=args.overlay)

@@ -6,11 +6,14 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
     trainkit export runs/pi05 out/pi05_lerobot --format lerobot      # keys prefixed `model.`
     trainkit export runs/pi05 out/pi05_base --format openpi --dtype bfloat16   # pi05_base's format
     trainkit export runs/pi05 out/pi05_ema --format lerobot --weights ema      # the weight EMA
+    trainkit export runs/mix out/mix_libero --format lerobot --source libero   # one robot of a mixture
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
-the run's dataset index when it is still there (else the model's slots and 32 channels, said so).
+the run's dataset index when it is still there (else the model's slots and 32 channels, said so);
+a run on a mixture (data.sources) exports one source's (`--source NAME`, export_source.py): its
+cameras as its slots mapped them, its sizes, the statistics the loader normalised it with.
 Beside them what serving needs (trainkit/weights/serving.py): for LeRobot its processor pipelines
 with the statistics the run trained with, so that `make_pre_post_processors(cfg, pretrained_path=OUT)`
 and `select_action` run on a raw observation; for openpi its norm_stats.json; the run's tokenizer;
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,8 +46,10 @@ from trainkit.checkpoint.dcp import Found, _cause, find_checkpoint
 from trainkit.checkpoint.manifest import MANIFEST_NAME
 from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import RunConfig, config_from_dict
+from trainkit.data_config import SourceConfig
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
+from trainkit.weights.export_source import chosen_source, source_notes
 from trainkit.weights.load import WEIGHTS_NAME, read_checkpoint, read_tensors, write_weights
 from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
 from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
@@ -53,18 +58,22 @@ from trainkit.weights.serving import serving_files
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_run_model(run_dir: str | Path, weights: str = "model",
-                   hold: ExitStack | None = None) -> tuple[nn.Module, RunConfig, Path]:
+def load_run_model(run_dir: str | Path, weights: str = "model", hold: ExitStack | None = None,
+                   check: Callable[[RunConfig], Any] | None = None
+                   ) -> tuple[nn.Module, RunConfig, Path]:
     """The model of the newest intact checkpoint of `run_dir` (on the CPU, float32), its run's
     config and the checkpoint folder; newer damaged ones are named on stderr. `weights = "ema"`:
     the trainable parameters from the checkpoint's weight EMA (`ema.<name>`, written when the run
-    had train.ema_decay > 0). `hold`: the checkpoint stays held against the run's rotation on it."""
+    had train.ema_decay > 0). `hold`: the checkpoint stays held against the run's rotation on it.
+    `check`: called with the run's config before any weight is read (a refusal costs no load)."""
     found = find_checkpoint(Path(run_dir), hold=hold)
     if found is None:
         raise CheckpointError(str(Path(run_dir) / "checkpoints"), "no checkpoint to export (set output.checkpoint_every)")
     for line in found.skip_lines("exporting"):
         print(f"trainkit: {line}", file=sys.stderr)
     cfg, model = _meta_model(found)
+    if check is not None:
+        check(cfg)
     files = set(found.manifest.files)
     try:
         md = read_metadata(found.path, files)
@@ -154,26 +163,27 @@ def _quiet() -> Iterator[None]:
         root.removeFilter(drop)
 
 
-def _dataset(cfg: RunConfig, max_slots: int) -> tuple[dict[str, Any], Any]:
+def _dataset(cfg: RunConfig, max_slots: int, source: SourceConfig | None = None) -> tuple[dict[str, Any], Any]:
     """The robot's cameras and state/action sizes, and the run's statistics, from the run's dataset
-    index (or model.init_from's, for data.norm_from = "checkpoint") when readable; else (generic
-    features, None), said so."""
+    index (or model.init_from's, for data.norm_from = "checkpoint"; a mixture's `source`: that
+    source's own index, cameras through its slots) when readable; else (generic features, None), said so."""
     from datakit.shards.index import load_index
 
     generic = ({"cameras": [f"observation.images.slot{i}" for i in range(max_slots)], "state_dim": 32,
                 "action_dim": 32}, None)
     said = f"config.json names {max_slots} generic cameras and 32 state/action channels, and no statistics are written"
-    if cfg.data.sources:  # each source has its own cameras and statistics: none of them is the policy's
-        print(f"trainkit: trained on a mixture (data.sources): {said}", file=sys.stderr)
-        return generic
+    root, slots = (cfg.data.shards, cfg.data.slots) if source is None else (source.shards,
+                                                                            source.slots or cfg.data.slots)
     try:
-        index = load_index(Path(cfg.data.shards))
+        index = load_index(Path(root))
     except Exception as e:  # noqa: BLE001 - moved, deleted or remote: the weights still export
-        print(f"trainkit: {cfg.data.shards}: dataset index unreadable ({type(e).__name__}); {said}", file=sys.stderr)
+        print(f"trainkit: {root}: dataset index unreadable ({type(e).__name__}); {said}", file=sys.stderr)
         return generic
-    if cfg.data.norm_from == "checkpoint":
+    if cfg.data.norm_from == "checkpoint":  # one folder only (a mixture's config refuses it)
         index, _ = with_checkpoint_stats(index, cfg.model.init_from, cfg.data.norm)
-    cams = [c for c in cfg.data.slots if c] or list(index.cameras)
+    # the loader's slots (trainkit/data.py): the source's, else data.slots, else the index's cameras;
+    # a slot left empty ("") is not a camera the robot gives (LeRobot masks what the observation lacks)
+    cams = [c for c in slots if c] or list(index.cameras)
     features = {"cameras": cams, "state_dim": len(index.state_names), "action_dim": len(index.action_names)}
     return features, {k: index.stats[k] for k in ("state", "action")}
 
@@ -194,15 +204,19 @@ def _start_tensors(cfg: RunConfig, fam: Any, model_cfg: Any) -> dict[str, torch.
 
 
 def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "float32", weights: str = "model",
-               force: bool = False, tokenizer_name: str | None = None) -> Path:
+               force: bool = False, tokenizer_name: str | None = None, source: str | None = None) -> Path:
     """Write the export of `run_dir`'s newest checkpoint to `out` (its trained weights, or with
     `weights = "ema"` its weight EMA), replacing an existing non-empty `out` only with `force`;
     returns the checkpoint exported. OUT appears complete or not at all (publish.py). Beside the
     weights, what serving needs (serving.py); `tokenizer_name`: the tokenizer LeRobot's pipeline
-    loads (default: the run's model.tokenizer, carried in OUT/tokenizer)."""
+    loads (default: the run's model.tokenizer, carried in OUT/tokenizer). `source`: a mixture's
+    run is exported for that one source (required there, refused on one folder: export_source.py)."""
     out = check_out(Path(out), Path(run_dir), force)
     with ExitStack() as held, staged(out, force) as tmp:
-        model, cfg, path = load_run_model(run_dir, weights, hold=held)
+        # --source checked against the checkpoint's config before its weights are read
+        model, cfg, path = load_run_model(run_dir, weights, hold=held,
+                                          check=lambda c: chosen_source(c, source, run_dir))
+        mine = chosen_source(cfg, source, run_dir)  # a mixture's source (None: one folder)
         for root in cfg.data.roots:  # data.shards, or each source of a mixture
             refuse_overlap(out, root, "data.shards", DATA_WHY)
         fam = family(cfg.model.family)
@@ -217,7 +231,7 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
             raise CheckpointError(str(path), str(e)) from None
         # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory
         tensors = {k: v.to(DTYPES[dtype], copy=True) for k, v in tensors.items()}
-        features, stats = _dataset(cfg, fam.max_slots(model.cfg))
+        features, stats = _dataset(cfg, fam.max_slots(model.cfg), mine)
         config = fam.weights.config_json(model.cfg, features)
         config["dtype"] = dtype
         mode = LEROBOT_MODE[cfg.data.norm]
@@ -225,11 +239,13 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         policy_files: dict[str, bytes] = {}
         if fmt == "lerobot" and fam.weights.lerobot_policy is not None:  # LeRobot's own policy config (gr00t)
             config, policy_files = fam.weights.lerobot_policy(model.cfg, config, features, out)
-        side, notes = serving_files(fam, model.cfg, config, stats, cfg.data.norm, fmt, out, tokenizer_name)
+        side, notes = serving_files(fam, model.cfg, config, stats, cfg.data.norm, fmt, out, tokenizer_name,
+                                    source_notes(mine) if mine else [])
         side = {**policy_files, **side}
         _write(out, tmp, tensors, config, side, fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
+        which = {"source": mine.label, "prompt": mine.prompt} if mine else {}
         seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
-                        "weights": weights, "export_format": fmt, "dtype": dtype})
+                        "weights": weights, "export_format": fmt, "dtype": dtype, **which})
     for note in notes:  # once the export is in place: a failed one says only why it failed
         print(f"trainkit: note: {note}", file=sys.stderr)
     return path

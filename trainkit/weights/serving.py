@@ -1,6 +1,6 @@
 """What an export carries beside its weights so that LeRobot or openpi can serve it.
 
-    files, notes = serving_files(fam, model_cfg, policy, stats, norm, fmt, out, tokenizer_name)
+    files, notes = serving_files(fam, model_cfg, policy, stats, norm, fmt, out, tokenizer_name, notes)
 
 - `--format lerobot`: LeRobot 0.6.1's processor pipelines for the policy (the family's steps,
   lerobot_processors.py), with the statistics the run trained with, so that
@@ -21,7 +21,7 @@ exporter prints them; README.txt repeats them).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +49,13 @@ def _run_tokenizer(model_cfg: Any) -> Path | None:
 
 
 def serving_files(fam: Family, model_cfg: Any, policy: Mapping[str, Any], stats: Stats | None, norm: str, fmt: str,
-                  out: Path, tokenizer_name: str | None) -> tuple[dict[str, bytes], list[str]]:
+                  out: Path, tokenizer_name: str | None, notes: Sequence[str] = ()
+                  ) -> tuple[dict[str, bytes], list[str]]:
     """(files by relative name, notes) for an export to `out` (its final, absolute path) of format `fmt`;
-    `policy`: its config.json; `norm`: the run's data.norm."""
+    `policy`: its config.json; `norm`: the run's data.norm; `notes`: the exporter's own, first
+    (a mixture's source: which one, its prompt)."""
     files: dict[str, bytes] = {}
-    notes: list[str] = []
+    notes = list(notes)
     own = fam.weights is not None and fam.weights.lerobot_policy is not None and fmt == "lerobot"
     tokenizer = None if own else _run_tokenizer(model_cfg)  # the family's lerobot_policy carries its own
     converted = own
