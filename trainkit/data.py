@@ -41,9 +41,9 @@ import torch
 
 from datakit.errors import DatakitError
 from datakit.loader import LoaderConfig, MixtureSource, ShardDataset, ShardLoader
-from datakit.loader.features import FeatureDataset, is_features
+from datakit.loader.features import FeatureDataset
 from datakit.loader.mixture_dataset import MixtureDataset, source_config
-from datakit.shards.features import FeatureIndex, load_features
+from datakit.shards.features import FeatureIndex, is_feature_folder, load_features
 from datakit.shards.index import ShardIndex, is_finished, load_index
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
@@ -52,8 +52,8 @@ from trainkit.errors import DataError
 from trainkit.models import Family
 
 HostBatch = dict[str, torch.Tensor]
-# loader settings that describe frames (slots, pixels, the cache of a URL root): not a feature folder's
-FRAME_SETTINGS = ("slots", "prune_slots", "image_dtype", "cache_dir", "cache_bytes")
+# loader settings that describe frames (slots, pixels): not a feature folder's
+FRAME_SETTINGS = ("slots", "prune_slots", "image_dtype")
 
 
 @dataclass
@@ -113,15 +113,15 @@ def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None
     as the loader reads) and fail early on a folder that is not finished datakit output or a slot
     naming a missing camera."""
     where = dcfg.shards if root is None else root
-    if is_features(where):
-        if root is not None:
-            raise DataError(where, "a feature folder (datakit encode) cannot be a mixture source yet")
-        return Shards(folder=Path(where), cache=None, index=_checked_features(dcfg), slots=())
     try:
         folder, cache = open_root(where, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
     except (DatakitError, ValueError, OSError) as e:  # offline, refused, not a finished root, bad URL
         raise DataError(where, f"cannot open the shard root ({e})") from None
     try:
+        if is_feature_folder(folder):  # `datakit encode`'s clips, local or (through the cache) remote
+            if root is not None:
+                raise DataError(where, "a feature folder (datakit encode) cannot be a mixture source yet")
+            return Shards(folder=folder, cache=cache, index=_checked_features(dcfg, folder), slots=())
         index, slots = _checked_index(dcfg, folder, max_slots, slots)
     except BaseException:
         if cache is not None:  # no Shards to close yet
@@ -130,11 +130,11 @@ def read_run_shards(dcfg: DataConfig, max_slots: int, *, root: str | None = None
     return Shards(folder=folder, cache=cache, index=index, slots=slots)
 
 
-def _checked_features(dcfg: DataConfig) -> FeatureIndex:
-    """A feature folder's index, checked at open; data.features_vae (if set) against its VAE, data.slots
-    (if set) against a tiled folder's slots."""
+def _checked_features(dcfg: DataConfig, folder: Path) -> FeatureIndex:
+    """A feature folder's index (`folder`: its index files, for a URL the cache's copy), checked at
+    open; data.features_vae (if set) against its VAE, data.slots (if set) against a tiled folder's slots."""
     try:
-        index = load_features(Path(dcfg.shards))
+        index = load_features(folder)
     except DatakitError as e:
         raise DataError(dcfg.shards, f"unreadable feature folder ({e})") from None
     vae = index.fingerprint.get("vae")
@@ -255,7 +255,7 @@ class TrainData:
                 self.loader = ShardLoader(shards.sources, self.cfg, dataset=dataset)
                 index = dataclasses.replace(index, tasks=dataset.tasks)  # task_index: the mixture's tasks
             elif first.features:
-                dataset = FeatureDataset(dcfg.shards, self.cfg)
+                dataset = FeatureDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))
                 self.loader = ShardLoader(dcfg.shards, self.cfg, dataset=dataset)
             else:
                 dataset = ShardDataset(dcfg.shards, self.cfg, opened=(shards.folder, shards.cache, index))

@@ -57,14 +57,8 @@ class ShardDataset(torch.utils.data.Dataset):
         """`opened`: (folder, cache, index) of `root` as the caller already opened it
         (`open_root`, `load_index`), so a trainer that checks the index first opens it once."""
         self.cfg = cfg
-        if opened is None:
-            self.folder, self.cache = open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir,
-                                                cache_bytes=cfg.cache_bytes, storage_options=cfg.storage_options)
-            index = None
-        else:
-            self.folder, self.cache, index = opened
-        # what errors name: the local folder, or the URL of a remote root
-        self.root: str | Path = self.cache.root_url if self.cache is not None else self.folder
+        self.folder, self.cache, index = opened if opened is not None else (*open_loader_root(root, cfg), None)
+        self.root = root_name(self.folder, self.cache)
         self._open(index)
 
     def _open(self, index: ShardIndex | None = None) -> None:
@@ -260,6 +254,18 @@ class ShardDataset(torch.utils.data.Dataset):
         ra, pad_a = window_rows(rows, self.action_offsets, start, length)
         return {"state": self.state[rs], "state_is_pad": pad_s, "action": self.action[ra], "action_is_pad": pad_a,
                 "row": rows, **{k_: np.ascontiguousarray(v[rows]) for k_, v in self.meta.items()}}
+
+
+def open_loader_root(root: str | Path, cfg: LoaderConfig) -> tuple[Path, ShardCache | None]:
+    """(local folder of the index files, download cache or None) of a loader's root, path or URL,
+    with `cfg`'s cache settings (`storage.roots.open_root`): frame and feature folders alike."""
+    return open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir, cache_bytes=cfg.cache_bytes,
+                     storage_options=cfg.storage_options)
+
+
+def root_name(folder: Path, cache: ShardCache | None) -> str | Path:
+    """What errors name: the local folder, or the URL of a remote root."""
+    return cache.root_url if cache is not None else folder
 
 
 def batch_images(b: int, t: int, shapes: list[tuple[int, ...]], stacked: bool,

@@ -4,7 +4,9 @@
 rank split, resume, workers, shared-memory ring and lent batches are the frame loader's, unchanged:
 a position is a clip (a row of the clip table) instead of an anchor frame. A batch's tensors are
 read with the frame loader's coalesced `preadv` (`reads.read_frames`) straight into one lent
-buffer, then viewed at their dtype and shape (`host_view`): no copy, no parse.
+buffer, then viewed at their dtype and shape (`host_view`): no copy, no parse. A remote root
+(`s3://...`, `gs://...`) is opened as a frame folder's is (`dataset.open_loader_root`): index files
+from the node-local cache folder, each shard from the download cache.
 
 Batch keys (B clips; C, T', H', W' the latent shape; L the longest prompt of the batch):
   latents (B, C, T', H', W')       the VAE posterior mode, in the stored dtype (bfloat16 by default)
@@ -29,6 +31,7 @@ import torch
 import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
+from datakit.loader.dataset import ShardDataset, open_loader_root, root_name
 from datakit.loader.normalise import affine_from_stats
 from datakit.loader.reads import ReadPlan, read_frames
 from datakit.loader.shm_pool import FEATURE_BYTES
@@ -37,7 +40,7 @@ from datakit.shards.features import (
 )
 from datakit.shards.index import FRAMES_NAME, OFFSET_PREFIX, column
 from datakit.shards.open_files import OpenShards
-from datakit.storage.roots import remote_url
+from datakit.storage.cache import ShardCache
 
 META = ("episode_index", "start", "task_index", "prompt")
 
@@ -45,16 +48,18 @@ META = ("episode_index", "start", "task_index", "prompt")
 class FeatureDataset(torch.utils.data.Dataset):
     """Map-style dataset over a feature folder: position i is the i-th clip (of `cfg.episodes`)."""
 
-    def __init__(self, root: str | Path, cfg: LoaderConfig):
-        if remote_url(root) is not None:
-            raise ValueError(f"{root}: feature folders are read from local disk (copy it first)")
-        self.root = self.folder = Path(root)
+    def __init__(self, root: str | Path, cfg: LoaderConfig, *,
+                 opened: tuple[Path, ShardCache | None, FeatureIndex | None] | None = None):
+        """`root`: a folder or a URL (`s3://...`), opened as `ShardDataset` opens one (`open_loader_root`);
+        `opened`: (folder, cache, index or None) of `root` as the caller already opened it."""
         self.cfg = cfg
-        self._open()
+        self.folder, self.cache, index = opened if opened is not None else (*open_loader_root(root, cfg), None)
+        self.root = root_name(self.folder, self.cache)
+        self._open(index)
 
-    def _open(self) -> None:
+    def _open(self, index: FeatureIndex | None = None) -> None:
         cfg = self.cfg
-        self.index: FeatureIndex = load_features(self.folder)
+        self.index: FeatureIndex = index if index is not None else load_features(self.folder)
         table = load_clips(self.folder, self.index)
         self.fields = list(self.index.fields)
         self.shard = column(table, "shard")
@@ -70,9 +75,10 @@ class FeatureDataset(torch.utils.data.Dataset):
                 raise ValueError(f"episodes {list(cfg.episodes)[:8]} hold no clip of {self.folder}")
         self.field_bytes = [self.index.fields[f].bytes for f in self.fields]
         self.num_frames, self.slot_bytes = 1, (sum(self.field_bytes),)  # what the shared-memory ring is sized by
-        self.cache = None
-        self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards)
+        self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards,
+                                cache=self.cache)
         self.texts = self._prompts() if self.index.prompts else []
+        self.files.close()  # a remote root's cache would count the prompts' shard as held open until then
         self.num_skipped = 0
 
     def _prompts(self) -> list[torch.Tensor]:
@@ -86,15 +92,18 @@ class FeatureDataset(torch.utils.data.Dataset):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"folder": self.folder, "cfg": self.cfg}
+        # workers re-map the files; a remote root's cache travels without its download thread
+        return {"root": self.root, "folder": self.folder, "cache": self.cache, "cfg": self.cfg}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.root = self.folder = state["folder"]
-        self.cfg = state["cfg"]
+        self.root, self.folder, self.cache, self.cfg = state["root"], state["folder"], state["cache"], state["cfg"]
         self._open()
 
     def close(self) -> None:
+        """Close this process's shard files and stop the cache's download thread."""
         self.files.close()
+        if self.cache is not None:
+            self.cache.close()
 
     def __len__(self) -> int:
         return int(self.anchors.shape[0])
@@ -198,9 +207,17 @@ def feature_batch_bytes(index: FeatureIndex, batch_size: int) -> int:
     return batch_size * sum(math.prod(f.shape) * DTYPES[f.dtype][0].itemsize for f in index.fields.values())
 
 
-def is_features(root: str | Path) -> bool:
-    """`root` is a local feature folder (what `ShardLoader` opens with FeatureDataset)."""
-    return remote_url(root) is None and is_feature_folder(Path(root))
+def open_dataset(root: str | Path, cfg: LoaderConfig) -> ShardDataset | FeatureDataset:
+    """The dataset of one folder, path or URL, its root opened once: a feature folder's (index.json of
+    `datakit encode`) `FeatureDataset`, else `ShardDataset`."""
+    folder, cache = open_loader_root(root, cfg)
+    try:
+        kind = FeatureDataset if is_feature_folder(folder) else ShardDataset
+        return kind(root, cfg, opened=(folder, cache, None))
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
 
 
-__all__ = ["FeatureDataset", "FeatureNormaliser", "feature_batch_bytes", "is_features"]
+__all__ = ["FeatureDataset", "FeatureNormaliser", "feature_batch_bytes", "open_dataset"]

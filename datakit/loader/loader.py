@@ -49,7 +49,7 @@ from datakit.loader.loans import HostRing, Loans
 from datakit.loader.mixture import MixtureSampler, MixtureSource, mixture_sources
 from datakit.loader.mixture_dataset import MixtureDataset
 from datakit.loader.normalise import Normaliser
-from datakit.loader.features import FeatureDataset, is_features
+from datakit.loader.features import FeatureDataset, open_dataset
 from datakit.loader.downloads import EpochDownloads
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.loader.shm_pool import (BufferPool, PooledDataset, WorkerFailure, buffer_bytes_for, check_shm_space,
@@ -91,7 +91,7 @@ class ShardLoader:
             if mixed:
                 dataset = MixtureDataset(mixed, cfg)
             else:  # a feature folder (`datakit encode`) is read like shards, clip by clip
-                dataset = FeatureDataset(root, cfg) if is_features(root) else ShardDataset(root, cfg)
+                dataset = open_dataset(root, cfg)
         self.dataset = ds = dataset
         # a mixture: one source of weight 1 for one folder, so `source` 0 always names something
         self.sources: tuple[MixtureSource, ...] = mixed or (MixtureSource(root=str(ds.root), weight=1.0),)

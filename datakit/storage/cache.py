@@ -11,8 +11,9 @@ gets there.
 
 On disk: `cache_dir/<root key>/<index sha256[:16]>/` mirrors the remote root (index.json,
 frames.arrow, checksums.json, shard-*.tar), so `load_index` / `load_frames` read it as they
-read any converted folder. A new conversion at the same URL gets a new folder; the old one is
-removed. Index files are pinned and not counted in `max_bytes`; shards are.
+read any converted folder (a feature folder of `datakit encode`, with the same index file names,
+is cached the same way and read by `load_features` / `load_clips`). A new conversion at the same
+URL gets a new folder; the old one is removed. Index files are pinned and not counted in `max_bytes`; shards are.
 
 Commit protocol, per shard: take the shard's lock (fcntl.flock on `.locks/<name>`), delete any
 temp file of that shard (its writer is dead: it no longer holds the lock), make room under the
@@ -62,6 +63,14 @@ ROOM_WAIT_S = 120.0  # how long a reader waits for room before saying cache_byte
 ROOM_POLL_S = 0.02
 
 
+def _manifest(folder: Path) -> Any:
+    """The checked manifest of a cached root: a frame folder's `ShardIndex`, or a feature folder's
+    (`datakit encode`) `FeatureIndex`; the cache reads only its shard list."""
+    from datakit.shards.features import is_feature_folder, load_features  # torch: imported by a loader anyway
+
+    return load_features(folder) if is_feature_folder(folder) else load_index(folder)
+
+
 def root_key(url: str) -> str:
     """A readable, collision-free folder name for a root URL."""
     tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rstrip("/").split("/")[-1])[:40]
@@ -82,7 +91,7 @@ class ShardCache:
         self.base.mkdir(parents=True, exist_ok=True)
         self.folder = self._fetch_index()
         (self.folder / LOCKS).mkdir(exist_ok=True)
-        self.index = load_index(self.folder)  # checked against checksums.json, as every reader does
+        self.index = _manifest(self.folder)  # checked against checksums.json, as every reader does
         self._id = {s.name: i for i, s in enumerate(self.index.shards)}
         self._sizes = {s.name: s.bytes for s in self.index.shards}
         largest = max((s.bytes for s in self.index.shards), default=0)
