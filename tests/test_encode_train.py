@@ -84,3 +84,27 @@ def test_other_data_slots_are_refused(feature_folder, tmp_path):
         run(_cfg(feature_folder, tmp_path / "run", slots))
     text = str(e.value)
     assert "data.slots" in text and "fingerprint.slots" in text and len(text.splitlines()) == 1
+
+
+def test_trains_from_a_remote_feature_folder_as_from_its_local_copy(feature_folder, bucket, tmp_path):
+    """`data.shards = "s3://.../features"` (moto server, the storage fixtures): the clips come through the
+    node-local cache (`data.cache_dir`) and give the local folder's losses, step for step."""
+    pytest.importorskip("s3fs")
+    from datakit.storage import transfer
+    from datakit.storage.retry import RetryPolicy
+    from trainkit.train import run
+
+    url = f"{bucket}/features"
+    transfer.upload_output(feature_folder, url, policy=RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05))
+    cache = tmp_path / "cache"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = run(_cfg(feature_folder, tmp_path / "local"))
+        remote = run(_cfg(url, tmp_path / "remote", f"data.cache_dir={cache}"))
+        other = run(_cfg(feature_folder, tmp_path / "other", "train.seed=1"))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(local.losses) == 3 and remote.losses == local.losses
+    assert sorted(p.name for p in cache.rglob("shard-*.tar"))  # read through the cache
+    assert other.losses != local.losses  # positive control: the comparison sees another run
