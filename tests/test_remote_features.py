@@ -120,3 +120,28 @@ def test_a_damaged_remote_feature_shard_is_named_or_its_clips_skipped(features, 
         assert sum(b["row"].numel() for b in loader) == epoch and loader.num_skipped == 0
     finally:
         loader.close()
+
+
+@pytest.mark.timeout(120)
+def test_verify_and_plan_read_a_remote_feature_folder_as_its_local_copy(features, bucket, capsys):
+    import json
+
+    from datakit.cli import main
+    from datakit.verify import verify
+
+    url, bad = f"{bucket}/features", 2
+    _upload(features, url)
+    local, remote = verify(features), verify(url)
+    assert local.ok and remote.ok, remote.problems
+    assert (remote.shards, remote.frames, remote.offsets_checked) == (local.shards, local.frames,
+                                                                      local.offsets_checked) and local.offsets_checked
+    plans = []
+    for root in (features, url):
+        assert main(["plan", str(root), "--samples-per-s", "10", "--json"]) == 0
+        plans.append(json.loads(capsys.readouterr().out)["features"])
+    assert plans[0] == plans[1] and plans[0]["num_clips"] == 7
+    _upload(features, url, damage=bad)  # the same bucket, one shard flipped: named by its URL, one line
+    name = load_features(features).shards[bad].name
+    rep = verify(url)
+    assert not rep.ok and [p.where for p in rep.problems] == [f"{url}/{name}"], rep.problems
+    assert "sha256" in rep.problems[0].what and "\n" not in rep.problems[0].what

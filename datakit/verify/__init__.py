@@ -33,7 +33,7 @@ def verify(out: str | Path, progress: bool = False, *, storage_options: dict[str
         return verify_remote(url, storage_options=storage_options, scratch=scratch)
     out = Path(out)
     if is_feature_folder(out):  # `datakit encode`'s output
-        return check_features(out)
+        return check_features(out, lambda entry: _local_shard(out / entry.name))
     return check_folder(out, lambda entry: _local_shard(out / entry.name))
 
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from datakit.durable import file_size
 from datakit.errors import IndexFileError, Problem
 from datakit.shards.features import (
     DTYPES, PROMPT_KEY, FeatureIndex, check_clip_reads, load_clips, load_features,
 )
 from datakit.shards.index import FRAME_KEY, FRAMES_NAME, OFFSET_PREFIX, column
 from datakit.shards.writer import npy_header
-from datakit.verify.folder import VerifyReport, _tar_members, checksum_problems, shard_intact
+from datakit.verify.folder import ShardFile, VerifyReport, _tar_members, checksum_problems, shard_intact
 
 
 def _expected(index: FeatureIndex, table) -> dict[int, dict[str, tuple[int, bytes]]]:
@@ -37,7 +36,24 @@ def _expected(index: FeatureIndex, table) -> dict[int, dict[str, tuple[int, byte
     return want
 
 
-def check_features(out: Path) -> VerifyReport:
+def _check_members(path: Path, want: dict[str, tuple[int, bytes]], rep: VerifyReport) -> None:
+    """Each indexed tensor of one shard starts where the index says, after its .npy header."""
+    found = _tar_members(path)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    for name, (off, hdr) in want.items():
+        if name not in found:
+            rep.problems.append(Problem(str(path), f"member {name} is missing"))
+        elif found[name] + len(hdr) != off:
+            rep.problems.append(Problem(str(path), f"member {name} is at {found[name]}, the index says "
+                                                   f"{off - len(hdr)}"))
+        elif data[found[name] : off].tobytes() != hdr:
+            rep.problems.append(Problem(str(path), f"member {name} is not the index's dtype and shape"))
+        rep.offsets_checked += 1
+
+
+def check_features(out: Path, shard_file: ShardFile) -> VerifyReport:
+    """Every check of the module docstring on the index files in `out`; each shard reached through
+    `shard_file(entry)` as `folder.check_folder` reaches one (a remote root: downloaded one at a time)."""
     rep = VerifyReport()
     sums = checksum_problems(out)
     index = load_features(out, against_checksums=False)
@@ -52,20 +68,8 @@ def check_features(out: Path) -> VerifyReport:
         want = {}
     for i, entry in enumerate(index.shards):
         rep.shards += 1
-        path = out / entry.name
-        size = file_size(path)
-        if not shard_intact(path, size, entry, rep):
-            continue
-        found = _tar_members(path)
-        data = np.memmap(path, dtype=np.uint8, mode="r")
-        for name, (off, hdr) in want.get(i, {}).items():
-            if name not in found:
-                rep.problems.append(Problem(str(path), f"member {name} is missing"))
-            elif found[name] + len(hdr) != off:
-                rep.problems.append(Problem(str(path), f"member {name} is at {found[name]}, the index says "
-                                                       f"{off - len(hdr)}"))
-            elif data[found[name] : off].tobytes() != hdr:
-                rep.problems.append(Problem(str(path), f"member {name} is not the index's dtype and shape"))
-            rep.offsets_checked += 1
+        with shard_file(entry) as (path, size):
+            if shard_intact(path, size, entry, rep):
+                _check_members(path, want.get(i, {}), rep)
     rep.problems += sums
     return rep

@@ -8,6 +8,8 @@ is downloaded (a truncated or missing shard costs one HEAD), then the shard is d
 checked (sha256, tar members against the index, state / action bit for bit) and deleted before
 the next one. Local disk used: the index files plus the largest shard.
 
+A feature folder (`datakit encode`) gets `verify/features.py`'s checks the same way.
+
 Problems name the remote objects (`s3://bucket/out/shard-000003.tar: sha256 differs ...`),
 never the scratch folder. Transient server errors are retried with backoff (`retry`); a server
 that keeps failing raises StorageError naming the URL (that is not a verdict on the data).
@@ -25,6 +27,8 @@ from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, Sha
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy
 from datakit.storage.transfer import download, remote_size
 from datakit.storage.urls import join
+from datakit.shards.features import is_feature_folder
+from datakit.verify.features import check_features
 from datakit.verify.folder import VerifyReport, check_folder
 
 
@@ -57,8 +61,8 @@ def verify_remote(url: str, *, storage_options: dict[str, Any] | None = None, sc
             finally:
                 path.unlink(missing_ok=True)  # one shard on disk at a time
 
-        try:
-            rep = check_folder(folder, shard_file)
+        try:  # a feature folder (`datakit encode`) gets its own checks, its shards reached the same way
+            rep = (check_features if is_feature_folder(folder) else check_folder)(folder, shard_file)
         except IndexFileError as e:
             raise IndexFileError(shown(e.path), shown(e.problem)) from None
         rep.problems = [Problem(shown(p.where), shown(p.what)) for p in rep.problems]

@@ -36,10 +36,10 @@ from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
 from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
 from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
-from datakit.commands.plan.mixture import MixturePlan, local_index, mixture_plan
+from datakit.commands.plan.mixture import MixturePlan, index_copy, local_index, mixture_plan, named_as
 from datakit.commands.plan.features import plan_features
 from datakit.commands.plan.model import ThroughputPlan, plan_throughput
-from datakit.loader.features import is_features
+from datakit.shards.features import is_feature_folder
 from datakit.loader.mixture import MixtureSource, mixture_sources
 from datakit.shards.index import load_index
 from datakit.storage.urls import is_remote
@@ -226,9 +226,10 @@ def measured_rows(plan: ThroughputPlan | MixturePlan, bw: Bandwidth | None, rate
     return rows
 
 
-def _run_features(args) -> int:
-    """A feature folder: bytes per sample and the bandwidth a target needs (no frame model, no --measure)."""
-    plan = plan_features(Path(args.out[0]), samples_per_s=args.samples_per_s, ranks=args.ranks,
+def _run_features(args, folder: Path) -> int:
+    """A feature folder (`folder`: its index files): bytes per sample and the bandwidth a target needs (no
+    frame model, no --measure)."""
+    plan = plan_features(folder, samples_per_s=args.samples_per_s, ranks=args.ranks,
                          ranks_per_node=args.ranks_per_node)
     if args.json:
         print(json.dumps({"features": plan.to_dict()}, indent=1))
@@ -248,8 +249,16 @@ def _run_features(args) -> int:
 
 
 def run(args) -> int:
-    if len(args.out) == 1 and is_features(args.out[0]):  # `datakit encode`'s output: clips of stored tensors
-        return _run_features(args)
+    with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:  # a URL's index files
+        folder = index_copy(args.out[0], Path(scratch)) if len(args.out) == 1 else None
+        if folder is not None and is_feature_folder(folder):  # `datakit encode`'s output: clips of stored tensors
+            with named_as(args.out[0], folder):
+                return _run_features(args, folder)
+        return _run_frames(args, Path(scratch), folder)
+
+
+def _run_frames(args, scratch: Path, folder: Path | None) -> int:
+    """Frame folders (`folder`: the one folder's index files, None for a mixture)."""
     cfg = loader_config(args)
     mixed = len(args.out) > 1
     if args.weights is not None and len(args.weights) != len(args.out):
@@ -259,14 +268,13 @@ def run(args) -> int:
     weights = args.weights or (1.0,) * len(args.out)
     sources = mixture_sources([MixtureSource(root=o, weight=w, name=o) for o, w in zip(args.out, weights)]) \
         if mixed else None
-    with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:
-        if sources:
-            plan = mixture_plan(sources, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
-                                ranks_per_node=args.ranks_per_node)
-        else:
-            folder, index, frames = local_index(args.out[0], Path(scratch))
-            plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
-                                   ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
+    if sources:
+        plan = mixture_plan(sources, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
+                            ranks_per_node=args.ranks_per_node)
+    else:
+        _, index, frames = local_index(args.out[0], scratch, folder)
+        plan = plan_throughput(index, frames, cfg, samples_per_s=args.samples_per_s, ranks=args.ranks,
+                               ranks_per_node=args.ranks_per_node, cache_bytes=args.cache_bytes)
     bw = rate = top = None
     if args.measure:
         remote = [o for o in args.out if is_remote(o)]

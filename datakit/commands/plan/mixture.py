@@ -15,9 +15,10 @@ A source with fewer samples than one global batch is refused by its own plan (th
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,27 +61,41 @@ class MixturePlan:
         return dataclasses.asdict(self)
 
 
-def local_index(out: str, scratch: Path) -> tuple[Path, ShardIndex, pa.Table]:
-    """(folder, index, frames table) of a shard root: a local folder, or a URL's index files downloaded
-    into `scratch`; both checked against checksums.json as every reader loads them."""
+def index_copy(out: str, scratch: Path) -> Path:
+    """The folder holding the index files of shard root `out`: `out` itself, or for a URL `scratch`,
+    where they are downloaded (frame and feature folders alike)."""
     from datakit.storage.urls import is_remote
 
-    folder = Path(out)
-    if is_remote(out):
-        from datakit.storage.transfer import download
-        from datakit.storage.urls import join, resolve
+    if not is_remote(out):
+        return Path(out)
+    from datakit.storage.transfer import download
+    from datakit.storage.urls import join, resolve
 
-        folder = scratch
-        for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):
-            download(join(resolve(out), name), scratch / name)
+    for name in (CHECKSUMS_NAME, MANIFEST_NAME, FRAMES_NAME):
+        download(join(resolve(out), name), scratch / name)
+    return scratch
+
+
+@contextlib.contextmanager
+def named_as(out: str, folder: Path) -> Iterator[None]:
+    """An IndexFileError on the scratch copy of a remote index names its URL instead."""
     try:
-        index = load_index(folder)
-        return folder, index, load_frames(folder, index)
-    except IndexFileError as e:  # a remote index is named by its URL, not by the scratch copy
+        yield
+    except IndexFileError as e:
         if folder == Path(out):
             raise
         url = out.rstrip("/")
         raise IndexFileError(e.where.replace(str(folder), url, 1), e.problem.replace(str(folder), url)) from None
+
+
+def local_index(out: str, scratch: Path, folder: Path | None = None) -> tuple[Path, ShardIndex, pa.Table]:
+    """(folder, index, frames table) of a shard root: a local folder, or a URL's index files downloaded
+    into `scratch` (`folder`: already there, from `index_copy`); both checked against checksums.json
+    as every reader loads them."""
+    folder = folder or index_copy(out, scratch)
+    with named_as(out, folder):
+        index = load_index(folder)
+        return folder, index, load_frames(folder, index)
 
 
 def mixture_plan(sources: Sequence[MixtureSource], cfg: LoaderConfig, *, samples_per_s: float, ranks: int = 1,
