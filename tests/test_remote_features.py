@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from encode_fixtures import encoders, source  # noqa: F401
-from storage_fixtures import CAMS  # noqa: F401  (the s3 fixtures come from conftest.py)
+from encode_fixtures import encoders, source  # noqa: F401  (the s3 fixtures come from conftest.py)
 
 pytest.importorskip("s3fs")
 
