@@ -11,8 +11,10 @@ device, no GPU). A new family's rows appear once its record lists its runs; --fi
 constants to put beside them. The estimate is the largest of three moments (the turn, a
 reduce-scatter, the optimiser step), each linear in the three constants, so the fit is
 Gauss-Newton: the slope of every run's estimate in each constant at the current values, numpy
-least squares on the relative error, repeated; a constant stays >= 0, `--fix NAME` keeps it. A
-run that ran out of memory counts only while estimated under the GPU's memory (then heavily).
+least squares on the relative error, repeated; a constant stays >= 0, `--fix NAME` keeps it. The
+family's switchable terms (`MemoryCalibration.terms`: what parallel.attention or FP8 changes, each
+listed there) are fitted beside them as `terms.NAME`. A run that ran out of memory counts only
+while estimated under the GPU's memory (then heavily).
 
     python bench/memory_table.py --fit gr00t --fix backward_block
 """
@@ -42,6 +44,12 @@ def estimate(m: MemoryMeasurement) -> dict:
     return inspect_model(cfg, world_size=m.world_size)["memory"]
 
 
+def _calib(values: dict[str, float], measured: tuple[MemoryMeasurement, ...] = ()) -> MemoryCalibration:
+    """The calibration of `values`: the CONSTANTS by name, a term's coefficient as "terms.NAME"."""
+    terms = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("terms.")}
+    return MemoryCalibration(**{c: values[c] for c in CONSTANTS}, terms=terms, measured=measured)
+
+
 def _with(fam: Family, calib: MemoryCalibration) -> None:
     register(dataclasses.replace(fam, memory=calib))
 
@@ -65,12 +73,16 @@ def fit(name: str, fixed: tuple[str, ...] = (), rounds: int = 8) -> MemoryCalibr
     rows = fam.memory.measured
     if not rows:
         raise SystemExit(f"family {name!r} lists no measured runs (Family.memory.measured)")
-    free = [c for c in CONSTANTS if c not in fixed]
-    k = {c: float(getattr(fam.memory, c)) for c in CONSTANTS}
+    k = {**{c: float(getattr(fam.memory, c)) for c in CONSTANTS},
+         **{f"terms.{t}": float(v) for t, v in fam.memory.terms.items()}}
+    unknown = sorted(set(fixed) - set(k))
+    if unknown:
+        raise SystemExit(f"--fix {unknown[0]}: not a constant of {name!r} (its constants: {', '.join(k)})")
+    free = [c for c in k if c not in fixed]
     measured = np.array([m.peak_gib * (1 + OOM_MARGIN if m.out_of_memory else 1) for m in rows])
 
     def peaks(values: dict[str, float]) -> np.ndarray:
-        _with(fam, MemoryCalibration(**values))
+        _with(fam, _calib(values))
         return np.array([estimate(m)["peak_gib"] for m in rows])
 
     def loss(est: np.ndarray) -> float:
@@ -98,7 +110,7 @@ def fit(name: str, fixed: tuple[str, ...] = (), rounds: int = 8) -> MemoryCalibr
                 break
     finally:
         register(fam)
-    return MemoryCalibration(**{c: round(v, 4) for c, v in best[1].items()}, measured=rows)
+    return _calib({c: round(v, 4) for c, v in best[1].items()}, rows)
 
 
 def table() -> tuple[str, float]:
@@ -150,19 +162,28 @@ The estimate is the largest of three moments of a step (column "at"):
   nothing, so a graphed run peaks at its capture (step 0, before AdamW has states) or here
   (21.94 GiB for 22.19, at horizon 16 and 50 alike).
 
-The two later moments are counted byte for byte; only the turn takes the family's three ratios.
+The two later moments are counted byte for byte; only the saved activations take the family's
+ratios (and its switchable terms, below).
 
-pi05 (all at the turn):
+pi05 (at the turn, but for the one-GPU baseline: its root unit's reduce-scatter):
 - **fp32 weights + AdamW m, v: 12 bytes/param, sharded; gradients not at the peak.** The old
   estimate counted 16 bytes (gradients too). The one-GPU run settles it: pi05_optimised at
   micro-batch 32 peaked at 102.3 GiB on one H200 and 84.36 GiB per GPU on two, +17.9 GiB;
   12 B x 3.24B params / 2 = 18.1 GiB, 16 B would be 24.2 GiB. Under gradient accumulation the
   fp32 gradients live across micro-batches and are counted.
-- **Activations, compiled: 0.83 x the eager count.** Micro-batch 32 -> 40 -> 48 -> 56 adds 16.1 GiB
-  per 8 samples (2.01 GiB/sample) against 2.27 GiB/sample counted for eager: Inductor recomputes
-  pointwise ops in backward instead of saving them. Eager (`parallel.compile=false`) measured
-  +15.2 GiB at micro-batch 40: 0.999 x the count.
-- **The block in backward: 1.30 x its eager set** in gradient temporaries, plus its own forward again
+- **Activations, compiled: 0.82 x the eager count.** Micro-batch 32 -> 40 -> 48 -> 56 adds 16.1 GiB
+  per 8 samples (2.01 GiB/sample) against 2.27 GiB/sample counted for eager (masked attention):
+  Inductor recomputes pointwise ops in backward instead of saving them. Eager
+  (`parallel.compile=false`) measured +15.2 GiB at micro-batch 40: 0.98 x the count.
+- **Switchable terms** (`memory_terms` in trainkit/models/pi05/flops.py, on as parallelize()
+  applies the switches, x the block's ratio): `parallel.attention = "masked"` keeps one
+  query-sized tensor per attention call more than "varlen" (x 1.18: masked vs varlen at
+  micro-batch 32 on one H200, 102.27 vs 100.62 GiB, 1.65 estimated); FP8 on the linears
+  `parallel.float8_modules` matches frees their bf16 inputs (x 1.05: + FP8 GeGLU 88.73 GiB, 11.89
+  less, 12.33 estimated). Varlen + FP8 cost 1.59 GiB/sample (micro-batch 32 -> 40 -> 48: 88.73,
+  101.46, 114.19) where masked bf16 cost 2.01. Without the terms the shipped config (micro-batch 48,
+  one GPU) was estimated 134.9 GiB for 114.19 measured (+18%); with them 114.19.
+- **The block in backward: 1.19 x its eager set** in gradient temporaries, plus its own forward again
   when it is recomputed (while the blocks before it hold their inputs): what makes
   recompute-everything peak at 30.8 GiB, not the 22.8 GiB of weights, states, gathered units and
   block inputs.
@@ -175,12 +196,12 @@ pi05 (all at the turn):
   83% of the card) ran at full speed, micro-batch 56 (132.7 GiB, 95%) thrashed the allocator
   (2.2 s steps, half the throughput), so keep a cap at or below ~85% of the card.
 
-Remaining pi05 misses, all under 4%: one root FSDP unit measured 4.2 GiB more than the model says
-(109.27 vs 105.1), the baseline (root unit, recompute everything, eager, 3 slots) 0.6 GiB more
-(38.73 vs 38.13), recompute-everything 0.9 GiB less (30.81 vs 31.69). The later moments stay
-under the turn at every measured pi05 run; they hold pi05's peak only at small micro-batches
-(the root's reduce-scatter of full, 50.3 GiB on one GPU up to micro-batch 6 compiled, 26.2 on
-two at micro-batch 1-3), not measured.
+Remaining pi05 misses, all under 4%: one root FSDP unit measured 3.9 GiB more than the model says
+(109.27 vs 105.35), the 2-GPU baseline (root unit, recompute everything, eager, 3 slots) 0.9 GiB
+more (38.73 vs 37.84), recompute-everything 0.6 GiB less (30.81 vs 31.42). The later moments hold
+pi05's peak only with one root unit and every block recomputed on one GPU (the baseline: 60.41
+estimated at the root's reduce-scatter for 60.59 measured) or at small micro-batches (the root's
+reduce-scatter of full, ~50 GiB on one GPU up to micro-batch 6 compiled), not otherwise measured.
 
 gr00t (8 runs of the earlier N1.6-shaped model, one H200, within 1.8%; no longer listed, the
 constants stay as N1.7's prior): compiled blocks keep 0.77 x the eager count (the two
@@ -223,12 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
     p.add_argument("--fit", metavar="FAMILY", help="print least-squares constants for FAMILY's measurements")
-    p.add_argument("--fix", action="append", default=[], choices=CONSTANTS,
-                   help="with --fit: keep this constant at the family's value (repeatable)")
+    p.add_argument("--fix", action="append", default=[], metavar="NAME",
+                   help=f"with --fit: keep this constant ({', '.join(CONSTANTS)}, terms.NAME) at the family's "
+                        f"value (repeatable)")
     args = p.parse_args(argv)
     if args.fit:
         calib = fit(args.fit, tuple(args.fix))
-        print(", ".join(f"{c}={getattr(calib, c)}" for c in CONSTANTS))
+        print(", ".join(f"{c}={getattr(calib, c)}" for c in CONSTANTS)
+              + "".join(f", terms.{t}={v}" for t, v in calib.terms.items()))
         _with(FAMILIES[args.fit], calib)
     text, worst = table()
     body = f"{HEADER}\n{text}\n\nLargest error: {100 * worst:.1f}% (bound: {100 * TOLERANCE:.0f}%).\n"

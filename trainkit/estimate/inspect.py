@@ -30,10 +30,10 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   `parallel.frozen = "replicate"` cost param_dtype bytes each, whole, and are never gathered),
   fp32 gradients only under
   gradient accumulation, gathered parameters in param_dtype, saved activations of one micro-batch
-  (the family's eager count x its measured ratio, compiled or eager; a recomputed block keeps only
-  its input) and the block in backward (its recomputed forward, its gradient temporaries). The
+  (the family's eager count with the terms its switches turn on, `activation_table`, x its measured
+  ratio, compiled or eager; a recomputed block keeps only its input) and the block in backward (its recomputed forward, its gradient temporaries). The
   ratios are the family record's (`Family.memory`), fitted to the GPU runs listed there; against
-  those runs the estimate is within 3.8% (bench/results/memory.md). That is the peak at the turn
+  those runs the estimate is within 4.4% (bench/results/memory.md; pi05's 26 runs within 3.6%). That is the peak at the turn
   from forward to backward; where a later moment holds more (a unit's reduce-scatter buffers
   beside the gradients already reduced, or every gradient at the optimiser step: GR00T, any run
   recomputing everything or at a small micro-batch), the peak is that moment's (`moment`).
@@ -60,9 +60,11 @@ from typing import Any
 
 import torch
 
-from trainkit.estimate.memory import block_params, estimate, fsdp_units, gathered_params, recompute_map, unit_sizes
-from trainkit.models import Family, build_config, build_model, family
+from trainkit.estimate.memory import (block_params, estimate, fsdp_units, gathered_params, recompute_map, unit_sizes,
+                                      with_terms)
+from trainkit.models import Activations, Family, build_config, build_model, family
 from trainkit.errors import ModelConfigError
+from trainkit.parallel.float8 import float8_targets
 from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30
@@ -106,6 +108,21 @@ def image_slots(cfg: Any, fam: Family, model_cfg: Any) -> int:
     if not 1 <= n <= most:
         raise ModelConfigError(f"data.slots: {n} image slots, the model takes 1..{most}")
     return n
+
+
+def activation_table(cfg: Any, fam: Family, model_cfg: Any, model: torch.nn.Module, slots: int) -> Activations:
+    """The family's saved elements for `slots` image slots, with the terms its config switches turn
+    on (`Family.memory_terms`) as parallelize() applies them: the joint attention
+    `parallel.attention`, FP8 on the nn.Linear modules `parallel.float8_modules` matches (on a GPU
+    run; the estimate is of one, so a CPU process estimates them too)."""
+    table = fam.activations(model_cfg, slots)
+    if fam.memory_terms is None:
+        return table
+    par = cfg.parallel
+    patterns = list(getattr(par, "float8_modules", []) or [])
+    float8 = {n: model.get_submodule(n).in_features for n in float8_targets(model, patterns)} if patterns else {}
+    terms = fam.memory_terms(model_cfg, slots, {"attention": getattr(par, "attention", "masked"), "float8": float8})
+    return with_terms(table, terms, fam.memory.terms)
 
 
 def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
@@ -169,7 +186,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     unknown = sorted(set(stride) - set(model.BLOCK_LISTS))
     if unknown:
         raise ModelConfigError(f"parallel.ac_stride: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    table = fam.activations(model_cfg, slots_max)
+    table = activation_table(cfg, fam, model_cfg, model, slots_max)
     recompute = recompute_map(block_params(model), stride)
     act_bytes = DTYPE_BYTES[par.param_dtype]
     gathered = gathered_params(total - replicated, units, root, mode, reshard, act_bytes)

@@ -115,6 +115,18 @@ def gathered_params(total: int, units: list[int], root: int, mode: str, reshard:
     return total if act_bytes < 4 else 0
 
 
+def with_terms(table: Activations, terms: Mapping[str, Mapping[str, Sequence[float]]],
+               coefficients: Mapping[str, float]) -> Activations:
+    """The table with each switchable term (`Family.memory_terms`: elements per block of one sample,
+    eager) x its fitted coefficient (absent: 1.0) added to the blocks' full sets; a recomputed
+    block still keeps only its input. Terms are how a config switch that swaps a kernel (masked vs
+    varlen attention, bf16 vs FP8 linears) changes what a block saves."""
+    blocks = {name: [(full + sum(coefficients.get(t, 1.0) * rows[name][i] for t, rows in terms.items() if name in rows),
+                      kept_input) for i, (full, kept_input) in enumerate(sizes)]
+              for name, sizes in table.blocks.items()}
+    return Activations(blocks=blocks, root=table.root)
+
+
 def recompute_map(blocks: Mapping[str, list[int]], stride: Mapping[str, int]) -> dict[str, list[int]]:
     """Recomputed block indices per block list of `block_params` (parallel/checkpointing's rule)."""
     return {name: recompute_indices(len(sizes), stride.get(name, 0)) for name, sizes in blocks.items()}

@@ -51,6 +51,9 @@ class MemoryCalibration:
     saved_compiled: float = 1.0  # saved activations measured / the eager count, blocks under torch.compile
     saved_eager: float = 1.0  # the same, eager blocks
     backward_block: float = 1.0  # gradient temporaries of the block in backward / its full eager set
+    # per switchable term of `Family.memory_terms` (e.g. "masked_attention", "float8"): measured
+    # elements / its count; a term not listed counts as 1.0
+    terms: Mapping[str, float] = field(default_factory=dict)
     measured: tuple[MemoryMeasurement, ...] = ()  # the runs behind the constants
 
 
@@ -146,6 +149,10 @@ class Family:
     # (config, image slots) -> token counts of one sample; "sequence" is what tokens/s counts
     tokens_per_sample: Callable[[Any, int], dict[str, int]]
     activations: Callable[[Any, int], Activations]  # (config, image slots) -> inspect's saved elements
+    # (config, image slots, {"attention": parallel.attention, "float8": {FP8 linear's name: in_features}})
+    # -> {term: {block list: elements per block of one sample}}: what a config switch adds to (or, negative,
+    # takes from) each block's eager count, weighted by `MemoryCalibration.terms`; None: no such switch
+    memory_terms: Callable[[Any, int, Mapping[str, Any]], dict[str, dict[str, list[int]]]] | None = None
     max_slots: Callable[[Any], int]  # config -> the model's image slots
     # the loader preset: (config, index, **trainer's loader settings) -> datakit LoaderConfig with
     # what the model needs from a sample (frames per sample, action horizon, image size, tiling);

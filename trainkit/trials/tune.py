@@ -62,7 +62,7 @@ import torch
 
 from trainkit.config import RunConfig
 from trainkit.errors import LaunchError
-from trainkit.estimate.inspect import DTYPE_BYTES, gpu_memory, image_slots
+from trainkit.estimate.inspect import DTYPE_BYTES, activation_table, gpu_memory, image_slots
 from trainkit.estimate.memory import (block_params, dynamic_gib, estimate, fsdp_units, gathered_params, recompute_map,
                                      unit_sizes)
 from trainkit.models import build_config, build_model, family
@@ -249,7 +249,7 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     blocks = block_params(model)
-    table = fam.activations(model_cfg, image_slots(cfg, fam, model_cfg))
+    table = activation_table(cfg, fam, model_cfg, model, image_slots(cfg, fam, model_cfg))
     act_bytes = DTYPE_BYTES[par.param_dtype]
     # what FSDP holds, as inspect and parallelize: no FSDP on one rank without fsdp_one_rank, and
     # frozen parameters replicated out of it (their block lists get no unit)

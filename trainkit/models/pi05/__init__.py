@@ -8,12 +8,13 @@ from trainkit.models.family import Family, Sampler, Weights
 from trainkit.models.pi05 import weights
 from trainkit.models.pi05.batches import Pi05Batches, loader_config
 from trainkit.models.pi05.config import PRESETS, Pi05Config
-from trainkit.models.pi05.flops import activations, flops_per_sample, tokens_per_sample
+from trainkit.models.pi05.flops import activations, flops_per_sample, memory_terms, tokens_per_sample
 from trainkit.models.pi05.memory import MEMORY
 from trainkit.models.pi05.model import SAMPLE_STEPS, Pi05, Pi05Batch, sample_actions, sample_flow
 
 FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flops_per_sample=flops_per_sample,
-                tokens_per_sample=tokens_per_sample, activations=activations, max_slots=lambda cfg: cfg.max_slots,
+                tokens_per_sample=tokens_per_sample, activations=activations, memory_terms=memory_terms,
+                max_slots=lambda cfg: cfg.max_slots,
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
                 weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
                                 export_tensors=weights.export_tensors, config_json=weights.policy_config,

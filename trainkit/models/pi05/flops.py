@@ -4,6 +4,9 @@ estimate). `tests/test_trainkit_model.py` checks the FLOPs against torch.utils.f
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from trainkit.errors import ModelConfigError
 from trainkit.models.family import Activations
 from trainkit.models.pi05.config import Pi05Config
@@ -62,3 +65,33 @@ def activations(cfg: Pi05Config, n_slots: int) -> Activations:
     lm.append((p * (2 * cfg.lm_width + 2 * kv) + expert, lm_input))
     return Activations(blocks={"vision_blocks": [vision] * cfg.vision_depth, "lm_layers": lm},
                        root=n_slots * 3 * cfg.image_size ** 2)
+
+
+def memory_terms(cfg: Pi05Config, n_slots: int, switches: Mapping[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """What the config switches change in the saved elements of ONE sample, per block (eager units;
+    weighted by the fitted `MemoryCalibration.terms`, bench/results/memory.md):
+
+    - "masked_attention" (`parallel.attention = "masked"`): the key-padding-masked SDPA keeps one
+      query-sized tensor per call beyond the mask-free varlen kernel (models/varlen_attention.py),
+      the prefix call's P x Hq x hd and the suffix call's A x Hq x hd; the last layer makes no prefix call.
+    - "float8" (`parallel.float8_modules`): minus the inputs of the FP8 linears (tokens through each x
+      its in_features), the bf16 copy a linear's backward keeps and a Float8Linear's compiled
+      backward does not (in Pi0.5's GeGLU: the down projection's input, rebuilt from gate/up).
+    """
+    p, a, t = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon, n_slots * cfg.tokens_per_image
+    qd = cfg.heads_q * cfg.head_dim
+    out: dict[str, dict[str, list[int]]] = {}
+    if switches.get("attention", "masked") == "masked":
+        out["masked_attention"] = {"lm_layers": [p * qd + a * qd] * (cfg.lm_depth - 1) + [a * qd]}
+    float8: Mapping[str, int] = switches.get("float8", {})
+    if float8:
+        rows = {"vision_blocks": [0] * cfg.vision_depth, "lm_layers": [0] * cfg.lm_depth}
+        for name, fan_in in float8.items():
+            parts = name.split(".")
+            if parts[0] == "vision_blocks":
+                rows["vision_blocks"][int(parts[1])] -= t * fan_in
+            elif parts[0] == "lm_layers":
+                rows["lm_layers"][int(parts[1])] -= (p if parts[2] == "lm" else a) * fan_in
+            # a linear outside the blocks (projector, action heads) is left out: no run has one
+        out["float8"] = rows
+    return out

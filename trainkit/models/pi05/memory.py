@@ -1,13 +1,19 @@
 """The `pi05` family's memory constants and the GPU runs they were fitted to.
 
 Every measured peak below is torch.cuda.max_memory_allocated per GPU over a `trainkit run` of the
-`full` preset on H200s (the trainer's "peak memory (allocated)"), the steady-state figure of
-bench/results/trainkit_gpu_call*.json (2 GPUs, 2026-11-30; commands in bench/results/trainkit.md)
-and the one-GPU run quoted in issue 19. `python bench/memory_table.py --fit pi05` refits the
-constants from this list; bench/results/memory.md shows each run's estimate beside its peak
-(largest error 3.8%). What they say: torch.compile saves 17% fewer bytes than the eager count
-(Inductor recomputes pointwise ops in backward instead of saving them); eager saves what the count
-says (-0.1%); the block in backward holds 1.30x its own eager set in gradient temporaries.
+`full` preset on H200s (the trainer's "peak memory (allocated)"): the steady-state figure of
+bench/results/trainkit_gpu_call*.json (2 GPUs, 2026-11-30; commands in bench/results/trainkit.md),
+the one-GPU run quoted in issue 19, and the one-GPU runs of bench/results/gpu_pi05_main_2026-12-02.json
+and gpu_pi05_perf_call1_2026-12-02.json (the variants named; each JSON has its command).
+`python bench/memory_table.py --fit pi05` refits the constants from this list;
+bench/results/memory.md shows each run's estimate beside its peak (largest pi05 error 3.6%: one
+root FSDP unit). What they say: torch.compile saves 18% fewer bytes than the eager count (Inductor
+recomputes pointwise ops in backward instead of saving them); eager saves 0.98x the count; the
+block in backward holds 1.19x its own eager set in gradient temporaries. The two switchable terms
+(pi05/flops.py `memory_terms`, x the compiled ratio like the rest of a block): the
+key-padding-masked attention keeps 1.18x a query-sized tensor per call beyond varlen (1.65 GiB at
+micro-batch 32, measured and estimated), FP8 GeGLU frees 1.05x its linears' bf16 inputs (11.89 GiB
+measured at micro-batch 32, 12.33 estimated).
 Calls 2-7 ran the model of commit 8ab8de9, call 1 that of 528edde (same shapes; its attention
 kept 1.6 GiB more at micro-batch 32).
 """
@@ -23,10 +29,23 @@ OPT, BASE = "pi05_optimised.toml", "pi05_baseline.toml"
 THEN = ("parallel.attention=masked", "parallel.float8_modules=[]")
 
 
-def _m(config: str, sets: tuple[str, ...], world: int, peak: float, source: str) -> MemoryMeasurement:
-    if config == OPT:
-        sets = (*THEN, *(() if any(s.startswith("train.micro_batch=") for s in sets) else ("train.micro_batch=40",)),
-                *sets)
+_MAIN, _PERF = "bench/results/gpu_pi05_main_2026-12-02.json", "bench/results/gpu_pi05_perf_call1_2026-12-02.json"
+GEGLU = '["lm_layers.*.lm.mlp.*"]'
+# pi05_optimised when gpu_pi05_perf_call1 ran: varlen + FP8 GeGLU (as now) at micro-batch 40, deferred check
+NOW40 = ("train.micro_batch=40", "train.nonfinite_check=deferred")
+
+
+def _merge(base: tuple[str, ...], sets: tuple[str, ...]) -> tuple[str, ...]:
+    """`base`'s settings whose key `sets` does not set, then `sets`."""
+    keys = {x.split("=", 1)[0] for x in sets}
+    return (*(x for x in base if x.split("=", 1)[0] not in keys), *sets)
+
+
+def _m(config: str, sets: tuple[str, ...], world: int, peak: float, source: str, now: bool = False) -> MemoryMeasurement:
+    """One run; a run of pi05_optimised before issue 28 (`now` False) starts from THEN's settings at
+    micro-batch 40, a run after it (`now`) from the config as it is; its own `sets` win."""
+    if config == OPT and not now:
+        sets = _merge((*THEN, "train.micro_batch=40"), sets)
     return MemoryMeasurement(config=config, sets=sets, world_size=world, peak_gib=peak, source=source)
 
 
@@ -49,7 +68,21 @@ MEASURED = (
     _m(OPT, ("train.micro_batch=48",), 2, 116.58, f"{_CALLS}5_candidates.json: mbs48"),
     _m(OPT, ("train.micro_batch=56",), 2, 132.69, f"{_CALLS}5_candidates.json: mbs56 (allocator thrashing: 2.2 s steps)"),
     _m(OPT, ("train.micro_batch=32",), 1, 102.3, "issue 19: one H200, 2026-12-01"),
+    # one H200, 2026-12-02: pi05_optimised then was masked, bf16, micro-batch 40 (THEN)
+    _m(BASE, (), 1, 60.59, f"{_MAIN}: baseline"),
+    _m(OPT, ("train.micro_batch=32",), 1, 102.27, f"{_MAIN}: optimised_mbs32"),
+    _m(OPT, ("train.micro_batch=32", "parallel.attention=varlen"), 1, 100.62, f"{_MAIN}: varlen_mbs32"),
+    _m(OPT, ("train.micro_batch=32", "parallel.attention=varlen", f"parallel.float8_modules={GEGLU}"), 1, 88.73,
+       f"{_MAIN}: varlen_fp8_mbs32"),
+    # one H200, 2026-12-02: pi05_optimised with varlen + FP8 GeGLU at micro-batch 40, deferred check (NOW40)
+    _m(OPT, NOW40, 1, 101.46, f"{_PERF}: optimised", now=True),
+    _m(OPT, _merge(NOW40, ("train.nonfinite_check=sync",)), 1, 101.46, f"{_PERF}: sync_check", now=True),
+    _m(OPT, (*NOW40, "parallel.cuda_graphs=true"), 1, 101.39, f"{_PERF}: cuda_graphs", now=True),
+    _m(OPT, ("train.micro_batch=48",), 1, 114.19, f"{_PERF}: optimised_mbs48 (the config as shipped)", now=True),
 )
 
-# fitted by `python bench/memory_table.py --fit pi05` to MEASURED, 2026-12-01
-MEMORY = MemoryCalibration(saved_compiled=0.8323, saved_eager=0.9991, backward_block=1.302, measured=MEASURED)
+# fitted by `python bench/memory_table.py --fit pi05 --fix terms.masked_attention` to MEASURED, 2026-12-02;
+# masked_attention fixed where the one pair that measures it alone (masked vs varlen, one H200, micro-batch
+# 32: 1.65 GiB) puts it: fitted free it takes 1.50 (2.09 GiB) to pull the 2-GPU masked rows down 0.1%
+MEMORY = MemoryCalibration(saved_compiled=0.8174, saved_eager=0.9813, backward_block=1.1878,
+                           terms={"masked_attention": 1.18, "float8": 1.0451}, measured=MEASURED)
