@@ -96,7 +96,7 @@ def test_an_injected_failure_is_recorded_and_the_search_goes_on(tmp_path):
     oom = next(c for c in candidates(cfg, SPACE, 1) if c.setting == result.runs[1].setting)
     assert oom.static_gib + TRUE_SCALE * oom.dynamic_gib < cap  # it would have fitted
     assert oom.peak(result.scale) >= cap * (1 - 1e-6) and result.scale > TRUE_SCALE
-    assert all(r.estimate_gib <= cap * (1 + 1e-6) for r in result.runs[2:])  # estimate_gib is rounded to 1e-6 GiB
+    assert all(r.estimate_gib <= cap + 5e-7 for r in result.runs[2:])  # estimate_gib is rounded to 1e-6 GiB
     assert result.best is not None and result.best.status == "ok"
     write_outputs(result, tmp_path, command="test", config=TINY, cap_gib=cap, budget_s=60, world_size=1,
                   base=base_setting(cfg, ["vision_blocks", "lm_layers"]))
