@@ -52,6 +52,7 @@ from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
 from trainkit.weights.shape import describe, with_checkpoint_shape
+from trainkit.weights.tokenizer_source import describe_tokenizer, tokenizer_source
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
@@ -239,6 +240,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     data = TrainData(cfg.data, train_shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=episodes)
+    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said once the prompts are built
+    if tokenizer is not None:
+        say(describe_tokenizer(tokenizer))
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
@@ -349,6 +353,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
     summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
     summary["init_from"] = init  # format, tensors, load seconds of model.init_from (None: random init or resumed)
+    summary["tokenizer"] = tokenizer  # {"name", "from"}; None: the family has no prompt tokenizer
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): steps "

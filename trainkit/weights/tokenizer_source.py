@@ -1,0 +1,45 @@
+"""Which prompt tokenizer a run trains with and where that choice came from: never a silent one.
+
+    source = tokenizer_source(cfg, model.cfg, fixed)   # {"name": ..., "from": ...} or None
+    say(describe_tokenizer(source))                    # the run's first line; summary.json "tokenizer"
+
+Prompts tokenized another way than a checkpoint was trained with give a model that is wrong and
+looks fine, so the run says which tokenizer it took, in its first lines and in summary.json. The
+choice itself is the family's (its config's `tokenizer` field; `model.init_from`'s folder is read by
+its `Weights.config_from`, which names where it found one: pi05 `checkpoint_tokenizer`, gr00t's
+tokenizer.json); this module only reports it, for any family with a `tokenizer` field.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from trainkit.config import RunConfig
+from trainkit.models import Fixed
+
+BUILTIN = "builtin"
+
+
+def tokenizer_source(cfg: RunConfig, model_cfg: Any, fixed: Fixed) -> dict[str, str] | None:
+    """{"name": the tokenizer (a path, a word such as "tiny", or "builtin"), "from": where the run
+    got it}; None for a family without a prompt tokenizer."""
+    if not hasattr(model_cfg, "tokenizer"):
+        return None
+    name = str(model_cfg.tokenizer) or BUILTIN
+    if "tokenizer" in fixed:
+        where = fixed["tokenizer"][1]
+    elif "tokenizer" in cfg.model.overrides:
+        where = "model.tokenizer as set"
+    elif model_cfg.tokenizer:
+        where = f"the {cfg.model.preset} preset's"
+    elif cfg.model.init_from:
+        where = "model.init_from's folder carries none, and none is set"
+    else:
+        where = "none set"
+    return {"name": name, "from": where}
+
+
+def describe_tokenizer(source: dict[str, str]) -> str:
+    """The run's line about its tokenizer."""
+    own = (": trainkit's own stand-in, not the tokenizer of any real checkpoint, which LeRobot does not "
+           "serve; set model.tokenizer to train with another") if source["name"] == BUILTIN else ""
+    return f"prompt tokenizer {source['name']} ({source['from']}){own}"
