@@ -16,6 +16,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -92,15 +93,18 @@ def test_export_init_from_export_keeps_the_tokenizer_byte_for_byte(shards_rgb, t
         "name": str(mine), "from": "model.tokenizer as set"}
     assert cli("export", str(first), str(tmp_path / "export1"), "--format", "lerobot") == 0
     assert (tmp_path / "export1" / "tokenizer" / "tokenizer.model").read_bytes() == mine.read_bytes()
+    first_tokenizer = Path(shutil.copytree(tmp_path / "export1" / "tokenizer", tmp_path / "export1_tokenizer"))
     capsys.readouterr()
     second = train(shards_rgb, tmp_path / "run2", f"model.init_from={tmp_path / 'export1'}")
     err = capsys.readouterr().err.splitlines()
-    carried = (tmp_path / "export1" / "tokenizer" / "tokenizer.model").resolve()
-    assert f"trainkit: prompt tokenizer {carried} (model.init_from's tokenizer/tokenizer.model)" in err[:4], err
+    kept = (second / "tokenizer" / "tokenizer.model").resolve()  # the run's own copy: init_from may move
+    assert kept.read_bytes() == mine.read_bytes()
+    assert f"trainkit: prompt tokenizer {kept} (model.init_from's tokenizer/tokenizer.model)" in err[:6], err
     assert json.loads((second / "summary.json").read_text())["tokenizer"] == {
-        "name": str(carried), "from": "model.init_from's tokenizer/tokenizer.model"}
+        "name": str(kept), "from": "model.init_from's tokenizer/tokenizer.model"}
+    shutil.rmtree(tmp_path / "export1" / "tokenizer")  # moved away: the run's export does not need it
     assert cli("export", str(second), str(tmp_path / "export2"), "--format", "lerobot") == 0
-    one, two = files(tmp_path / "export1" / "tokenizer"), files(tmp_path / "export2" / "tokenizer")
+    one, two = files(first_tokenizer), files(tmp_path / "export2" / "tokenizer")
     assert one == two and two["tokenizer.model"] == mine.read_bytes()
     readme = (tmp_path / "export2" / "README.txt").read_text()
     assert "built-in" not in readme and "tokenizer/" in readme

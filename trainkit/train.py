@@ -52,7 +52,7 @@ from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
 from trainkit.weights.shape import describe, with_checkpoint_shape
-from trainkit.weights.tokenizer_source import describe_tokenizer, tokenizer_source
+from trainkit.weights.tokenizer_source import describe_tokenizer, keep_tokenizer, tokenizer_source
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
@@ -164,6 +164,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
                           "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
     fam = family(cfg.model.family)
     cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
+    cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
@@ -240,9 +241,6 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     data = TrainData(cfg.data, train_shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=episodes)
-    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said once the prompts are built
-    if tokenizer is not None:
-        say(describe_tokenizer(tokenizer))
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
@@ -261,6 +259,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
             say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
+    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said once nothing can refuse the run
+    if tokenizer is not None:
+        say(describe_tokenizer(tokenizer))
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
