@@ -175,3 +175,117 @@ def test_lerobot_serves_every_exported_tensor_offline(tiny_export, tmp_path):
     assert got[planted]["differ"] == ["model.action_out_proj.bias"]  # positive control: one value planted
     # 4 heads: LeRobot printed its warning and kept its random init for them, loading the rest
     assert sorted(got[str(narrow)]["differ"]) == sorted(narrowed) and len(narrowed) == 3
+
+
+# --- GR00T's export: the same check against GrootPolicy's build ----------------------------------------
+GR00T_TINY = ROOT / "trainkit" / "configs" / "gr00t_tiny.toml"
+GR00T_HEAD = "_groot_model.action_head.action_decoder.layer2.W"
+
+
+@pytest.fixture(scope="module")
+def gr00t_run(tmp_path_factory, shards_rgb) -> Path:  # noqa: F811
+    root = tmp_path_factory.mktemp("gr00t_servable")
+    sets = (f"data.shards={shards_rgb}", f"output.dir={root / 'run'}", "train.steps=2", "output.checkpoint_every=2",
+            "parallel.fsdp=none", "parallel.ac_stride={}", "output.progress=false", "data.num_workers=0")
+    assert cli("run", str(GR00T_TINY), *[a for s in sets for a in ("--set", s)]) == 0
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def gr00t_export(gr00t_run) -> Path:
+    out = gr00t_run.parent / "export"
+    assert cli("export", str(gr00t_run), str(out), "--format", "lerobot") == 0
+    return out
+
+
+def test_a_gr00t_export_lerobot_would_not_load_is_refused(gr00t_run, tmp_path, capsys, monkeypatch):
+    """Positive control of the check's wiring for GR00T: an n17/config.json whose embodiment count is
+    not the tensors' (GrootPolicy would build 5 slots, the file holds 4) is refused, nothing written."""
+    import dataclasses
+
+    import trainkit.weights.export
+    from trainkit.models import family
+
+    fam = family("gr00t")
+    real = fam.weights.lerobot_policy
+
+    def five_slots(cfg, n17, features, out):
+        return real(cfg, {**n17, "max_num_embodiments": n17["max_num_embodiments"] + 1}, features, out)
+
+    planted = dataclasses.replace(fam, weights=dataclasses.replace(fam.weights, lerobot_policy=five_slots))
+    monkeypatch.setattr(trainkit.weights.export, "family", lambda name: planted if name == "gr00t" else family(name))
+    capsys.readouterr()
+    assert cli("export", str(gr00t_run), str(tmp_path / "out"), "--format", "lerobot") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the random-init note, one line
+    assert err.startswith(f"trainkit: OUT {tmp_path / 'out'}: _groot_model.action_head.state_encoder.layer1.W is "
+                          "[4, 16, 24], LeRobot 0.6.1 builds [5, 16, 24]"), err
+    assert "model.embodiments (config.json max_num_embodiments)" in err and not (tmp_path / "out").exists(), err
+
+
+def test_the_gr00t_export_matches_its_build_and_says_lerobot_needs_the_patch(gr00t_export):
+    from safetensors import safe_open
+
+    from trainkit.models.gr00t.lerobot_shapes import lerobot_build
+    from trainkit.weights.export import load_run_model
+    from trainkit.weights.servable import servable_problem
+
+    model, _, _ = load_run_model(gr00t_export.parent / "run")
+    build = lerobot_build(model.cfg, json.loads((gr00t_export / "config.json").read_text()),
+                          {"n17/config.json": (gr00t_export / "n17" / "config.json").read_bytes()})
+    with safe_open(str(gr00t_export / "model.safetensors"), framework="pt") as f:
+        tensors = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
+    assert servable_problem(tensors, build) is None and len(tensors) == len(build.shapes)
+    wrong = {**tensors, GR00T_HEAD: torch.empty(3, 24, 16, device="meta")}
+    assert servable_problem(wrong, build).startswith(f"{GR00T_HEAD} is [3, 24, 16], LeRobot 0.6.1 builds [4, 24, 16]")
+    assert "_cosmos_reason2_qwen3_vl_config" in (gr00t_export / "README.txt").read_text()
+
+
+@needs_lerobot
+def test_the_computed_gr00t_build_is_lerobots_full_size_state_dict(tmp_path):
+    """GR00TN17 at N1.7's full size, built by LeRobot on the meta device from trainkit's n17 config.json:
+    the computed build is its state dict, less the LM head tied to the embedding (not saved)."""
+    from trainkit.models import build_model
+    from trainkit.models.gr00t.lerobot_shapes import lerobot_build
+    from trainkit.models.gr00t.weights import config_json
+
+    with torch.device("meta"):
+        model = build_model("gr00t", "n17")
+    (tmp_path / "n17.json").write_text(json.dumps(config_json(model.cfg, {})))
+    code = ("import json, sys, torch\n"
+            "from lerobot.policies.groot.groot_n1_7 import GR00TN17, GR00TN17Config\n"
+            f"cfg = GR00TN17Config(**json.load(open({str(tmp_path / 'n17.json')!r})))\n"
+            "with torch.device('meta'):\n    model = GR00TN17(cfg, load_backbone_weights=False)\n"
+            f"json.dump({{'_groot_model.' + k: list(v.shape) for k, v in model.state_dict().items()}}, "
+            f"open({str(tmp_path / 'shapes.json')!r}, 'w'))\n")
+    done = _lerobot("-c", code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lerobot = {k: tuple(v) for k, v in json.loads((tmp_path / "shapes.json").read_text()).items()}
+    build = lerobot_build(model.cfg, {}, {"n17/config.json": (tmp_path / "n17.json").read_bytes()})
+    tied = "_groot_model.backbone.model.lm_head.weight"
+    assert dict(build.shapes) == {k: v for k, v in lerobot.items() if k != tied} and tied in lerobot
+    assert build.patch_note == ""
+    other = json.loads((tmp_path / "n17.json").read_text())
+    other["max_num_embodiments"] = 31  # positive control: another config, another build
+    assert dict(lerobot_build(model.cfg, {}, {"n17/config.json": json.dumps(other).encode()}).shapes) != dict(build.shapes)
+
+
+@needs_lerobot
+def test_lerobot_serves_every_exported_gr00t_tensor_offline(gr00t_export, tmp_path):
+    from test_gr00t_model_oracle import qwen_config
+    from trainkit.weights.export import load_run_model
+
+    model, _, _ = load_run_model(gr00t_export.parent / "run")
+    (tmp_path / "qwen.json").write_text(json.dumps(qwen_config(model.cfg)))
+    changed = _rewrite(Path(shutil.copytree(gr00t_export, tmp_path / "changed")), lambda t: t[GR00T_HEAD].add_(1.0))
+    planted = f"{changed},{gr00t_export}"
+    out = tmp_path / "served.json"
+    env_qwen = {"QWEN_CONFIG": str(tmp_path / "qwen.json")}
+    done = subprocess.run([str(LEROBOT_PY), str(ORACLE_DIR / "served_state_oracle.py"), "groot", str(out),
+                           str(gr00t_export), planted], capture_output=True, text=True, timeout=500,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": "", **env_qwen})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(out.read_text())
+    n = len(json.loads(_header(gr00t_export))) - ("__metadata__" in json.loads(_header(gr00t_export)))
+    assert got[str(gr00t_export)] == {"equal": n, "differ": [], "missing_in_policy": [], "not_from_file": [],
+                                      "processors": False}, got[str(gr00t_export)]
+    assert got[planted]["differ"] == [GR00T_HEAD]  # positive control: one tensor's values planted

@@ -8,9 +8,10 @@ LeRobot's `from_pretrained` prints "Could not load state dict ... size mismatch"
 missing keys and returns the randomly initialised policy, so its "loaded" message is not trusted
 here: for each EXPORT the policy is built as a user builds it (`PreTrainedConfig.from_pretrained`,
 `PI05Policy` / `GrootPolicy.from_pretrained`; the tiny shapes patched in as pi05_oracle.py and
-groot_model_oracle.py do, which README.txt of a tiny export asks for), then every tensor of the
+groot_serve_oracle.py do, which README.txt of a tiny export asks for; gr00t's backbone config is the
+JSON file $QWEN_CONFIG names), then every tensor of the
 file must be in the policy's state dict (under the key LeRobot gives it) with equal values, and
-every tensor of the state dict must come from the file. For pi05 the processors are built from the
+every tensor of the state dict must come from the file (or be tied to one that does). For pi05 the processors are built from the
 folder too (`make_pre_post_processors`: the tokenizer from the export's own tokenizer/, offline).
 `,REFERENCE`: compare with that folder's model.safetensors instead (a positive control: serve a
 folder with one tensor changed, compare with the original). OUT.json gets per argument {"equal": n, "differ": [keys], "missing_in_policy": [keys],
@@ -59,7 +60,9 @@ def compare(family: str, export: str, reference: str) -> dict:
             result["differ"].append(key)
         else:
             result["equal"] += 1
-    result["not_from_file"] = sorted(set(served) - set(file))
+    # a key the file lacks is served from it only when tied to one it holds (GR00T's LM head: its embedding)
+    loaded = {served[k].data_ptr() for k in file if k in served}
+    result["not_from_file"] = sorted(k for k in set(served) - set(file) if served[k].data_ptr() not in loaded)
     if family == "pi05":
         from lerobot.policies.factory import make_pre_post_processors
 
@@ -74,10 +77,15 @@ def main() -> None:
         from pi05_oracle import patch_tiny
 
         patch_tiny()
-    else:
-        from groot_serve_oracle import patch_tiny_groot
+    else:  # the backbone LeRobot hard-codes (Cosmos-Reason2-2B) replaced by QWEN_CONFIG's, as groot_serve_oracle.py does
+        from transformers import Qwen3VLConfig
 
-        patch_tiny_groot()
+        import lerobot.policies.groot.groot_n1_7 as n17
+
+        with open(os.environ["QWEN_CONFIG"]) as f:
+            qwen = json.load(f)
+        n17._cosmos_reason2_qwen3_vl_config = lambda: Qwen3VLConfig(**qwen)
+        n17._register_with_transformers()
     with open(out, "w") as f:
         json.dump({arg: compare(family, *(arg.split(",") + [arg])[:2]) for arg in exports}, f)
 

@@ -128,9 +128,10 @@ class Weights:
     # config_json's document is LeRobot's, the run's SentencePiece tokenizer is carried (serving.py)
     lerobot_policy: Callable[[Any, Mapping[str, Any], Mapping[str, Any], Path],
                              tuple[dict[str, Any], dict[str, bytes]]] | None = None
-    # (config, the export's LeRobot config.json) -> the state dict LeRobot 0.6.1 builds from it; None: not
-    # checked. `trainkit export --format lerobot` refuses tensors that differ (LeRobot would only warn)
-    lerobot_shapes: Callable[[Any, Mapping[str, Any]], LeRobotBuild] | None = None
+    # (config, the export's LeRobot config.json, lerobot_policy's files beside it) -> the state dict LeRobot
+    # 0.6.1 builds from them; None: not checked. `trainkit export --format lerobot` refuses tensors that
+    # differ (LeRobot itself would only warn and serve random weights: trainkit/weights/servable.py)
+    lerobot_shapes: Callable[[Any, Mapping[str, Any], Mapping[str, bytes]], LeRobotBuild] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -245,7 +245,7 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         policy_files: dict[str, bytes] = {}
         if fmt == "lerobot" and fam.weights.lerobot_policy is not None:  # LeRobot's own policy config (gr00t)
             config, policy_files = fam.weights.lerobot_policy(model.cfg, config, features, out)
-        build = fam.weights.lerobot_shapes(model.cfg, config) \
+        build = fam.weights.lerobot_shapes(model.cfg, config, policy_files) \
             if fmt == "lerobot" and fam.weights.lerobot_shapes is not None else None
         problem = servable_problem(tensors, build) if build is not None else None
         if problem:  # LeRobot would only warn and serve random weights (servable.py)

@@ -55,9 +55,10 @@ def _widths(cfg: Pi05Config, policy: Mapping[str, Any]) -> tuple[dict[str, int],
     return {k: model[k] for k in stock}, patched
 
 
-def lerobot_build(cfg: Pi05Config, policy: Mapping[str, Any]) -> LeRobotBuild:
+def lerobot_build(cfg: Pi05Config, policy: Mapping[str, Any], files: Mapping[str, bytes] = {}) -> LeRobotBuild:
     """LeRobot 0.6.1's PI05Policy state dict for the export's config.json `policy` (key -> shape, in
-    its module order), the model setting that decides each shape, and the patch LeRobot needs."""
+    its module order), the model setting that decides each shape, and the patch LeRobot needs
+    (`files`, the export's other files, decide nothing here)."""
     w, patched = _widths(cfg, policy)
     side = int(policy.get("image_resolution", [cfg.image_size])[0])
     actions = int(policy.get("max_action_dim", cfg.action_dim))
