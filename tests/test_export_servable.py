@@ -188,6 +188,8 @@ def gr00t_run(tmp_path_factory, shards_rgb) -> Path:  # noqa: F811
     sets = (f"data.shards={shards_rgb}", f"output.dir={root / 'run'}", "train.steps=2", "output.checkpoint_every=2",
             "parallel.fsdp=none", "parallel.ac_stride={}", "output.progress=false", "data.num_workers=0")
     assert cli("run", str(GR00T_TINY), *[a for s in sets for a in ("--set", s)]) == 0
+    # GR00T says its tokenizer too (issue 35 item 1): none set, the builtin stand-in
+    assert json.loads((root / "run" / "summary.json").read_text())["tokenizer"] == {"name": "builtin", "from": "none set"}
     return root / "run"
 
 

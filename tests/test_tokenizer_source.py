@@ -96,10 +96,10 @@ def test_export_init_from_export_keeps_the_tokenizer_byte_for_byte(shards_rgb, t
     first_tokenizer = Path(shutil.copytree(tmp_path / "export1" / "tokenizer", tmp_path / "export1_tokenizer"))
     capsys.readouterr()
     second = train(shards_rgb, tmp_path / "run2", f"model.init_from={tmp_path / 'export1'}")
-    err = capsys.readouterr().err.splitlines()
+    out = capsys.readouterr().out.splitlines()
     kept = (second / "tokenizer" / "tokenizer.model").resolve()  # the run's own copy: init_from may move
     assert kept.read_bytes() == mine.read_bytes()
-    assert f"trainkit: prompt tokenizer {kept} (model.init_from's tokenizer/tokenizer.model)" in err[:6], err
+    assert out[0] == f"trainkit: prompt tokenizer {kept} (model.init_from's tokenizer/tokenizer.model)", out
     assert json.loads((second / "summary.json").read_text())["tokenizer"] == {
         "name": str(kept), "from": "model.init_from's tokenizer/tokenizer.model"}
     shutil.rmtree(tmp_path / "export1" / "tokenizer")  # moved away: the run's export does not need it
@@ -115,7 +115,7 @@ def test_a_tiny_run_says_its_presets_tokenizer_and_builtin_is_said_too(shards_rg
     assert json.loads((run / "summary.json").read_text())["tokenizer"] == {"name": "tiny", "from": "the tiny preset's"}
     capsys.readouterr()
     run = train(shards_rgb, tmp_path / "builtin", "model.tokenizer=builtin")
-    first = capsys.readouterr().err.splitlines()[0]  # the run's first line
+    first = capsys.readouterr().out.splitlines()[0]  # the run's first line (stderr: notes and refusals)
     assert first.startswith("trainkit: prompt tokenizer builtin (model.tokenizer as set): trainkit's own"), first
     assert cli("export", str(run), str(tmp_path / "out"), "--format", "lerobot") == 0
     assert not (tmp_path / "out" / "tokenizer").exists()

@@ -259,9 +259,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
             say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
-    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said once nothing can refuse the run
-    if tokenizer is not None:
-        say(describe_tokenizer(tokenizer))
+    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said before the first step
+    if tokenizer is not None and rank == 0:  # on stdout with the run's log: stderr is for notes and refusals
+        print(f"trainkit: {describe_tokenizer(tokenizer)}", flush=True)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,

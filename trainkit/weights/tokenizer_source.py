@@ -2,7 +2,7 @@
 
     cfg = keep_tokenizer(cfg, fixed, out)              # init_from's tokenizer file, copied into output.dir
     source = tokenizer_source(cfg, model.cfg, fixed)   # {"name": ..., "from": ...} or None
-    say(describe_tokenizer(source))                    # the run's first lines; summary.json "tokenizer"
+    print(f"trainkit: {describe_tokenizer(source)}")   # the first line of the run's log; summary.json "tokenizer"
 
 Prompts tokenized another way than a checkpoint was trained with give a model that is wrong and
 looks fine, so the run says which tokenizer it took, in its first lines and in summary.json. The
@@ -61,6 +61,6 @@ def tokenizer_source(cfg: RunConfig, model_cfg: Any, fixed: Fixed) -> dict[str, 
 
 def describe_tokenizer(source: dict[str, str]) -> str:
     """The run's line about its tokenizer."""
-    own = (": trainkit's own stand-in, not the tokenizer of any real checkpoint, which LeRobot does not "
-           "serve; set model.tokenizer to train with another") if source["name"] == BUILTIN else ""
+    own = (": trainkit's own stand-in, not the tokenizer of any real checkpoint; set model.tokenizer to "
+           "train with another") if source["name"] == BUILTIN else ""
     return f"prompt tokenizer {source['name']} ({source['from']}){own}"

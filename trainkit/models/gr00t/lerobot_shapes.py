@@ -36,6 +36,7 @@ HEAD = P + "action_head."
 COSMOS = {"vision_width": 1024, "vision_depth": 24, "vision_mlp": 4096, "vision_heads": 16, "patch": 16,
           "temporal_patch": 2, "merge": 2, "position_table": 2304, "deepstack": (5, 11, 17), "lm_width": 2048,
           "lm_mlp": 6144, "heads_q": 16, "heads_kv": 8, "head_dim": 128, "vocab": 151_936}
+COSMOS_LAYERS = 28  # its LLM's num_hidden_layers, before GR00T cuts them to select_layer
 # diffusers-style defaults of the DiT and SelfAttentionTransformer where the config is silent
 DIT_DEFAULTS = {"num_attention_heads": 8, "attention_head_dim": 64, "output_dim": 26, "num_layers": 12,
                 "norm_type": "ada_norm", "interleave_self_attention": False}
@@ -143,7 +144,7 @@ def lerobot_build(cfg: Gr00tConfig, policy: Mapping[str, Any], files: Mapping[st
 
     model = {k: tuple(v) if isinstance(v := getattr(cfg, k), (list, tuple)) else v for k in COSMOS}
     patched = [k for k in COSMOS if model[k] != COSMOS[k]]
-    layers = min(int(n17.get("select_layer", cfg.lm_depth)), cfg.lm_depth if patched else 28)
+    layers = min(int(n17.get("select_layer", cfg.lm_depth)), cfg.lm_depth if patched else COSMOS_LAYERS)
     _backbone(model if patched else COSMOS, layers, put)
     _head(n17, put)
     note = ""
