@@ -14,7 +14,8 @@ digits split; Gemma's special ids (pad 0, eos 1, bos 2, unk 3).
 The text it is trained on is built here, deterministically: Pi0.5 prompts as openpi writes them
 (`Task: {task}, State: {bins};\\nAction: `) over a few household-robot tasks and every state bin
 0..255, plus the printable ASCII characters. One thread and a fixed input order make the output
-byte for byte the same on every run (tests/test_tokenizer_source.py retrains it and compares).
+byte for byte the same on every run with the same sentencepiece (`MADE_WITH`; tests/test_tokenizer_source.py
+retrains it and compares).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import io
 import sys
 from pathlib import Path
 
+MADE_WITH = "0.2.3"  # the sentencepiece version the shipped file was made with (another may train other bytes)
 VOCAB = 512  # 4 specials + 256 byte pieces + merges; fits the tiny preset's 1,024-row embedding
 TASKS = ("pick up the red cube", "open the top drawer", "close the drawer", "put the bowl on the plate",
          "push the block to the left", "stack the green block on the blue block", "wipe the table",
