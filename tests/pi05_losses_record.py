@@ -10,7 +10,9 @@ the torch version. The stored file was recorded from main at 79370db, before the
 one loss by 2e-7; record again only when a change of the math is meant. The fixture's 32x64
 frames are stretched to the tiny model's 16x16 (`model.image_resize=stretch`, the only resize when
 the record was made); Pi0.5's default became LeRobot's resize-with-pad later (issue 26), so the runs
-name the stretch and keep their losses. MKL takes other kernels on
+name the stretch and keep their losses. The same for the tiny preset's 8 query heads and shipped
+SentencePiece tokenizer (issue 35; 4 heads and the built-in tokenizer before): the runs name
+`model.heads_q=4` and `model.tokenizer=builtin`, added to the stored overrides, not re-recorded. MKL takes other kernels on
 another instruction set (an AVX2 machine sums some float32 reductions in another order than the
 recording's), so `--this-cpu` adds the runs under `runs_by_cpu_capability[<capability>]` beside
 the main recording, and the test compares bit for bit with its own CPU's record when there is one.
@@ -33,7 +35,8 @@ from trainkit_harness import tiny_config  # noqa: E402
 
 COMMON = ("train.steps=6", "train.seed=7", "parallel.fsdp=none", "parallel.ac_stride={}", "output.log_every=1",
           "optim.schedule=constant", "output.resume=false")
-STRETCH = ("model.image_resize=stretch",)  # appended: the resize of the record (module docstring)
+# appended: the resize, query heads and tokenizer of the record (module docstring)
+STRETCH = ("model.image_resize=stretch", "model.heads_q=4", "model.tokenizer=builtin")
 RUNS = {
     "uint8_pruned": (*COMMON, "data.h2d_dtype=uint8", "data.prune_slots=true", *STRETCH),
     "float32_padded": (*COMMON, "data.h2d_dtype=float32", "data.prune_slots=false", "train.micro_batch=2",

@@ -208,9 +208,10 @@ def test_full_size_every_tensor_has_lerobots_shape(oracle):
 def test_lerobots_own_tiny_checkpoint_needs_no_shape_setting(oracle, shards_rgb, tmp_path, capsys,  # noqa: F811
                                                              monkeypatch):
     """The issue's finding 4: pi05_tiny.toml + LeRobot's save_pretrained of a tiny PI05 (8 query
-    heads where the preset has 4) with no --set model.*: the checkpoint's model is built and its
+    heads where the preset had 4) with no --set model.*: the checkpoint's model is built and its
     weights loaded (the velocity is LeRobot's). Positive control: building the preset's shape, as
-    before, gives the error the issue reported."""
+    before, gives the error the issue reported (the preset's 4 heads of then named: it has 8 since
+    issue 35, LeRobot's)."""
     import trainkit.train
     from trainkit.weights.export import load_run_model
     from trainkit_fixtures import cli_run
@@ -224,7 +225,7 @@ def test_lerobots_own_tiny_checkpoint_needs_no_shape_setting(oracle, shards_rgb,
     model, cfg, _ = load_run_model(tmp_path / "run")
     assert cfg.model.overrides["heads_q"] == 8 and rel(model.velocity(batch(d)), d["velocity"]) < 2e-5
     monkeypatch.setattr(trainkit.train, "with_checkpoint_shape", lambda cfg, run_dir=None: (cfg, {}))
-    code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'old'}")
+    code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'old'}", "model.heads_q=4")
     assert code == 2 and "shape mismatch" in err and "the model has [96, 64], the checkpoint gives [160, 64]" in err, err
 
 

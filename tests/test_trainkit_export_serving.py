@@ -330,7 +330,7 @@ def test_openpi_gets_its_norm_stats_and_what_else_it_needs(served, shards_rgb, t
 
 
 def test_a_run_with_the_builtin_tokenizer_is_exported_with_a_note(shards_rgb, tmp_path, capsys):  # noqa: F811
-    run = train_run(shards_rgb, tmp_path / "run")
+    run = train_run(shards_rgb, tmp_path / "run", "model.tokenizer=builtin")
     capsys.readouterr()
     assert export(run, tmp_path / "out") == 0
     notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("trainkit: note:")]

@@ -1,6 +1,7 @@
 """`model.init_from` is enough (issue 26, item 2): the model's shape comes from the checkpoint.
 
-The checkpoints are `trainkit export`s (both formats) of a tiny run at widths, depths, heads, vocab,
+The checkpoints are `trainkit export`s (openpi's format, and its tensors in LeRobot's layout: a
+LeRobot export of 6 query heads is refused since issue 35) of a tiny run at widths, depths, heads, vocab,
 chunk length and image size that are none of pi05_tiny.toml's; `trainkit run pi05_tiny.toml --set
 model.init_from=CKPT` with no model setting must build that model and load it: the oracle of the
 load is the source run's own checkpoint (every tensor equal after one step at lr 1e-12). A
@@ -53,9 +54,29 @@ def exported(tmp_path_factory, shards_rgb) -> Path:  # noqa: F811
     root = tmp_path_factory.mktemp("shape")
     sets = [f"model.{k}={v}" for k, v in SHAPE.items()]
     assert main(run_args(shards_rgb, root / "src", *sets, "train.steps=1", "output.checkpoint_every=1")) == 0
-    for fmt in pi05_weights.FORMATS:
-        assert main(["export", str(root / "src"), str(root / fmt), "--format", fmt]) == 0
-    return root
+    assert main(["export", str(root / "src"), str(root / "openpi"), "--format", "openpi"]) == 0
+    # 6 query heads: `trainkit export --format lerobot` refuses it (LeRobot's attention takes 8), so the
+    # LeRobot layout is the openpi export's tensors under LeRobot's names, as a custom checkpoint has them
+    assert main(["export", str(root / "src"), str(root / "refused"), "--format", "lerobot"]) == 2
+    return _lerobot_layout(root / "openpi", root / "lerobot").parent
+
+
+def _lerobot_layout(openpi: Path, dst: Path) -> Path:
+    """The openpi export `openpi` in LeRobot's layout (keys prefixed `model.`, the embedding also as
+    embed_tokens), its metadata, config.json and tokenizer kept."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(openpi / "model.safetensors"), framework="pt") as f:
+        tensors = {f"model.{k}": f.get_tensor(k) for k in f.keys()}
+        metadata = f.metadata()
+    embed = "model." + pi05_weights.EMBED
+    tensors[embed] = tensors["model." + pi05_weights.LM_HEAD].clone()
+    dst.mkdir()
+    save_file(tensors, str(dst / "model.safetensors"), metadata=metadata)
+    shutil.copy(openpi / "config.json", dst / "config.json")
+    shutil.copytree(openpi / "tokenizer", dst / "tokenizer")
+    return dst
 
 
 def _config(folder: Path, *sets: str, toml: Path = TINY):

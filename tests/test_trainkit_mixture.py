@@ -18,7 +18,9 @@ import torch
 from test_loader_fixtures import shards_b, shards_rgb  # noqa: F401
 from trainkit_harness import tiny_config
 
-STEPS = 12
+# 16: the loss falls well below 80% of its start at every seed tried (0.70-0.75); at 12 steps the 8-head
+# tiny preset (issue 35) ends at 0.81 with this seed, the 4-head one at 0.80: the bound was a seed's edge
+STEPS = 16
 # interval figures that are wall-clock measurements, not functions of the samples
 TIMING = ("step_time_s", "samples_per_s_gpu", "tokens_per_s_gpu", "model_flops_per_s_gpu", "data_wait_s",
           "data_wait_frac")

@@ -52,6 +52,7 @@ from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
 from trainkit.weights.shape import describe, with_checkpoint_shape
+from trainkit.weights.tokenizer_source import describe_tokenizer, keep_tokenizer, tokenizer_source
 from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
@@ -163,6 +164,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
                           "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
     fam = family(cfg.model.family)
     cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
+    cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
@@ -257,6 +259,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
             say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
         if changes:
             say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
+    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said before the first step
+    if tokenizer is not None and rank == 0:  # on stdout with the run's log: stderr is for notes and refusals
+        print(f"trainkit: {describe_tokenizer(tokenizer)}", flush=True)
     # --- loop ---------------------------------------------------------------------------------------
     counter = CollectiveCounter().install()
     metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
@@ -349,6 +354,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
     summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
     summary["init_from"] = init  # format, tensors, load seconds of model.init_from (None: random init or resumed)
+    summary["tokenizer"] = tokenizer  # {"name", "from"}; None: the family has no prompt tokenizer
     if guard.skipped:
         n = len(guard.skipped)
         say(f"skipped {n} non-finite step{'s' if n > 1 else ''} (train.on_nonfinite=\"skip\"): steps "

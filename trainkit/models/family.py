@@ -83,6 +83,17 @@ Fixed = dict[str, tuple[Any, str]]
 
 
 @dataclass(frozen=True, kw_only=True)
+class LeRobotBuild:
+    """The model LeRobot builds from an export's config.json, computed without LeRobot
+    (`Weights.lerobot_shapes`; trainkit/weights/servable.py checks an export against it)."""
+
+    shapes: Mapping[str, tuple[int, ...]]  # its state dict: key -> shape, in its module order
+    # key -> the model setting that decides its shape, named when an export's differs ("": the widths)
+    settings: Mapping[str, str]
+    patch_note: str = ""  # what LeRobot must be patched with to build these shapes (README.txt); "": stock LeRobot
+
+
+@dataclass(frozen=True, kw_only=True)
 class Weights:
     """A family's mapping to the checkpoints users have (`model.init_from`, `trainkit export`).
     A rule has `.target` (a parameter name), `.sources` (checkpoint keys) and `.gather(tensors)`."""
@@ -117,6 +128,10 @@ class Weights:
     # config_json's document is LeRobot's, the run's SentencePiece tokenizer is carried (serving.py)
     lerobot_policy: Callable[[Any, Mapping[str, Any], Mapping[str, Any], Path],
                              tuple[dict[str, Any], dict[str, bytes]]] | None = None
+    # (config, the export's LeRobot config.json, lerobot_policy's files beside it) -> the state dict LeRobot
+    # 0.6.1 builds from them; None: not checked. `trainkit export --format lerobot` refuses tensors that
+    # differ (LeRobot itself would only warn and serve random weights: trainkit/weights/servable.py)
+    lerobot_shapes: Callable[[Any, Mapping[str, Any], Mapping[str, bytes]], LeRobotBuild] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

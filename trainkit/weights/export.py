@@ -19,6 +19,11 @@ with the statistics the run trained with, so that `make_pre_post_processors(cfg,
 and `select_action` run on a raw observation; for openpi its norm_stats.json; the run's tokenizer;
 a README.txt on what else LeRobot or openpi need.
 
+Servable or refused (issue 35): for --format lerobot every tensor is compared with the state dict
+LeRobot 0.6.1 builds from the exported config.json (servable.py), before anything is written: LeRobot
+itself only warns on a size mismatch and serves random weights; README.txt says where LeRobot builds
+the model only patched (tiny widths).
+
 Failing safe (issue 25): OUT inside the run directory (its rotation would delete it) or the dataset
 is refused; OUT is written under a working name and renamed when complete, an existing non-empty
 OUT only replaced whole with --force (trainkit/weights/publish.py: the marker readers require).
@@ -53,7 +58,8 @@ from trainkit.weights.export_source import chosen_source, source_notes
 from trainkit.weights.load import WEIGHTS_NAME, read_checkpoint, read_tensors, write_weights
 from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
 from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
-from trainkit.weights.serving import serving_files
+from trainkit.weights.servable import servable_problem
+from trainkit.weights.serving import README, serving_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -239,9 +245,16 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         policy_files: dict[str, bytes] = {}
         if fmt == "lerobot" and fam.weights.lerobot_policy is not None:  # LeRobot's own policy config (gr00t)
             config, policy_files = fam.weights.lerobot_policy(model.cfg, config, features, out)
+        build = fam.weights.lerobot_shapes(model.cfg, config, policy_files) \
+            if fmt == "lerobot" and fam.weights.lerobot_shapes is not None else None
+        problem = servable_problem(tensors, build) if build is not None else None
+        if problem:  # LeRobot would only warn and serve random weights (servable.py)
+            raise ExportError(out, problem)
         side, notes = serving_files(fam, model.cfg, config, stats, cfg.data.norm, fmt, out, tokenizer_name,
                                     source_notes(mine) if mine else [])
         side = {**policy_files, **side}
+        if build is not None and build.patch_note and README in side:  # README.txt says what LeRobot needs
+            side[README] += f"\n{build.patch_note}.\n".encode()
         _write(out, tmp, tensors, config, side, fam.weights.metadata(model.cfg) if fam.weights.metadata else {})
         which = {"source": mine.label, "prompt": mine.prompt} if mine else {}
         seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),

@@ -38,10 +38,15 @@ README = "README.txt"
 def _run_tokenizer(model_cfg: Any) -> Path | None:
     """The SentencePiece file the run's prompts were built with (`model.tokenizer`: a file or a
     folder holding tokenizer.model), None when the family or the run has none."""
-    name = getattr(model_cfg, "tokenizer", "")
-    if not name:
-        return None
-    path = Path(name) / "tokenizer.model" if Path(name).is_dir() else Path(name)
+    if hasattr(model_cfg, "tokenizer_file"):  # the family resolves its words ("tiny", "builtin")
+        path = model_cfg.tokenizer_file()
+        if path is None:
+            return None
+    else:
+        name = getattr(model_cfg, "tokenizer", "")
+        if not name:
+            return None
+        path = Path(name) / "tokenizer.model" if Path(name).is_dir() else Path(name)
     if not path.is_file():
         raise ConfigError("model.tokenizer", f"{path}: not found (the run's tokenizer, which the export carries; "
                           "export from the run's working directory or put the file back)")
@@ -79,7 +84,7 @@ def serving_files(fam: Family, model_cfg: Any, policy: Mapping[str, Any], stats:
             notes += family_notes
         readme = _groot_readme if policy.get("type") == "groot" else _lerobot_readme
         files[README] = readme(policy, _tokenizer_name(pipelines), tokenizer is not None, notes,
-                               stats is not None).encode()
+                               stats is not None, converted and tokenizer is not None).encode()
     elif fmt == "openpi":
         files[README] = _openpi_readme(policy, norm, tokenizer is not None, stats is not None, notes).encode()
     return files, notes
@@ -98,7 +103,10 @@ def _notes(notes: list[str]) -> str:
 
 
 def _lerobot_readme(policy: Mapping[str, Any], tokenizer_name: str | None, carried: bool, notes: list[str],
-                    pipelines: bool) -> str:
+                    pipelines: bool, hf_folder: bool) -> str:
+    """README.txt of a Pi0.5 export; `carried`: tokenizer/ holds the run's tokenizer.model, `hf_folder`:
+    and a Hugging Face tokenizer folder (what LeRobot's tokenizer step can load). It names only the
+    files the export has."""
     cams = [k for k, v in policy["input_features"].items() if v["type"] == "VISUAL"]
     state = policy["input_features"].get("observation.state", {}).get("shape", ["?"])[0]
     served = ("policy_preprocessor.json, policy_postprocessor.json (+ their .safetensors): LeRobot 0.6.1's pi05 "
@@ -106,10 +114,14 @@ def _lerobot_readme(policy: Mapping[str, Any], tokenizer_name: str | None, carri
               f"max_length {policy.get('tokenizer_max_length')}, device; unnormalise).\n") if pipelines else ""
     tok = ("tokenizer/: the run's tokenizer (model.tokenizer): its tokenizer.model, and a Hugging Face tokenizer "
            "folder where it converts.\n") if carried else ""
-    tok += (f"The tokenizer step loads {tokenizer_name!r}. Moved or uploaded this folder? Load with\n"
-            "  make_pre_post_processors(cfg, pretrained_path=THIS, preprocessor_overrides={\"tokenizer_processor\": "
-            "{\"tokenizer_name\": \"THIS/tokenizer\"}})\n(or \"google/paligemma-3b-pt-224\" when the run trained "
-            "with PaliGemma's own tokenizer.model).\n") if pipelines else ""
+    if pipelines and hf_folder:
+        tok += (f"The tokenizer step loads {tokenizer_name!r}. Moved or uploaded this folder? Load with\n"
+                "  make_pre_post_processors(cfg, pretrained_path=THIS, preprocessor_overrides={\"tokenizer_processor\": "
+                "{\"tokenizer_name\": \"THIS/tokenizer\"}})\n(or \"google/paligemma-3b-pt-224\" when the run trained "
+                "with PaliGemma's own tokenizer.model).\n")
+    elif pipelines:
+        tok += (f"The tokenizer step loads {tokenizer_name!r}, which this folder does not hold: from the Hugging Face "
+                "Hub it needs the network (or the Hub cache).\n")
     return f"""A trainkit export (trainkit export --format lerobot) of a Pi0.5 policy for LeRobot 0.6.1.
 
 model.safetensors + config.json: PI05Policy.from_pretrained(THIS).
@@ -129,7 +141,7 @@ preprocessor_overrides={{"device_processor": {{"device": "cuda"}}}} to make_pre_
 
 
 def _groot_readme(policy: Mapping[str, Any], tokenizer_name: str | None, carried: bool, notes: list[str],
-                  pipelines: bool) -> str:
+                  pipelines: bool, hf_folder: bool) -> str:
     cams = [k for k, v in policy["input_features"].items() if v["type"] == "VISUAL"]
     state = policy["input_features"].get("observation.state", {}).get("shape", ["?"])[0]
     served = ("policy_preprocessor.json, policy_postprocessor.json (+ their .safetensors): LeRobot 0.6.1's GR00T N1.7 "

@@ -7,6 +7,7 @@ analytic cost (flops.py), loader preset and batch adapter (batches.py), prompt t
 `FAMILY` is the record the trainer reaches it through (trainkit/models/family.py)."""
 from trainkit.models.family import Family, Sampler, Weights
 from trainkit.models.gr00t import lerobot_policy, weights
+from trainkit.models.gr00t.lerobot_shapes import lerobot_build
 from trainkit.models.gr00t.batches import Gr00tBatches, loader_config
 from trainkit.models.gr00t.config import PRESETS, Gr00tConfig
 from trainkit.models.gr00t.flops import activations, flops_per_sample, tokens_per_sample
@@ -21,7 +22,8 @@ FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, 
                                 export_tensors=weights.export_tensors, config_json=weights.config_json,
                                 config_from=weights.config_from_checkpoint, start_keys=weights.start_keys,
                                 lerobot_policy=lerobot_policy.lerobot_policy,
-                                lerobot_processors=lerobot_policy.lerobot_processors),
+                                lerobot_processors=lerobot_policy.lerobot_processors,
+                                lerobot_shapes=lerobot_build),
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 

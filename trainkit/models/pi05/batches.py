@@ -23,7 +23,7 @@ from trainkit.errors import TokenizerError
 from trainkit.models.family import HostBatch
 from trainkit.models.pi05.config import Pi05Config
 from trainkit.models.pi05.model import Pi05Batch, sample_flow
-from trainkit.models.pi05.tokenizer import PaligemmaPromptTokenizer, PromptTokenizer
+from trainkit.models.pi05.tokenizer import PaligemmaPromptTokenizer, PromptTokenizer, sentencepiece_file
 
 
 def pi05_config(**kw: Any) -> LoaderConfig:
@@ -53,7 +53,7 @@ class Pi05Batches:
         # host copy: the state for the prompt (a mixture's: (sources, D) tables, each item its source's row)
         self.state_affine = normaliser.state_affine
         self.tokenizer = PaligemmaPromptTokenizer(cfg.tokenizer, cfg.vocab, cfg.text_len, cfg.state_bins) \
-            if cfg.tokenizer else PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
+            if sentencepiece_file(cfg.tokenizer) else PromptTokenizer(cfg.vocab, cfg.text_len, cfg.state_bins)
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""

@@ -9,9 +9,11 @@ block counts (27 / 18) at tiny widths, for counting FSDP units and all-gathers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
+from trainkit.models.pi05.tokenizer import sentencepiece_file
 
 
 @dataclass(kw_only=True)
@@ -49,8 +51,11 @@ class Pi05Config:
     # The flow loss's mean: over all `action_dim` channels ("all": openpi's and trainkit's default), or
     # over the robot's real ones only, the zero padding left out ("real": LeRobot's PI05Policy.forward).
     loss_over: Literal["all", "real"] = "all"
-    # PaliGemma's SentencePiece `tokenizer.model` (or a folder with one): openpi's Pi0.5 prompt, as the
-    # real checkpoints were trained with; "": trainkit's built-in byte + state-bin tokenizer (pi05/tokenizer.py)
+    # The prompt's tokenizer (pi05/tokenizer.py): a SentencePiece `tokenizer.model` (or a folder with
+    # one; PaliGemma's is what the real checkpoints were trained with) with openpi's Pi0.5 prompt;
+    # "tiny": trainkit's shipped tiny SentencePiece model (the tiny presets'); "builtin": trainkit's
+    # byte + state-bin tokenizer, which LeRobot cannot serve; "": none named (model.init_from's own
+    # tokenizer when its folder carries one, else the built-in; a real-width checkpoint without one is refused)
     tokenizer: str = ""
 
     def __post_init__(self) -> None:
@@ -77,6 +82,10 @@ class Pi05Config:
         if self.expert_width % 2:
             raise ModelConfigError(f"Pi05Config.expert_width {self.expert_width} must be even (sin/cos time features)")
 
+    def tokenizer_file(self) -> Path | None:
+        """The SentencePiece file of `tokenizer` (None: the built-in tokenizer)."""
+        return sentencepiece_file(self.tokenizer)
+
     @property
     def tokens_per_image(self) -> int:
         """Vision tokens per image slot ((224 / 14)^2 = 256 at full size)."""
@@ -90,10 +99,13 @@ def full() -> Pi05Config:
 
 
 def tiny() -> Pi05Config:
-    """Same structure at small widths (two blocks each, 16 tokens per image): CPU tests in seconds."""
+    """Same structure at small widths (two blocks each, 16 tokens per image): CPU tests in seconds.
+    LeRobot-shaped where it costs nothing: 8 query heads (LeRobot's attention takes 8 whatever its
+    config says) and 1 KV head as Gemma's, and the shipped tiny SentencePiece tokenizer, so that its
+    export is served offline (trainkit/weights/servable.py checks the shapes)."""
     return Pi05Config(vision_width=32, vision_depth=2, vision_mlp=64, vision_heads=2, patch=4, image_size=16,
-                      lm_width=64, lm_depth=2, lm_mlp=128, heads_q=4, heads_kv=1, head_dim=16, vocab=1024,
-                      expert_width=32, expert_mlp=64, text_len=48)
+                      lm_width=64, lm_depth=2, lm_mlp=128, heads_q=8, heads_kv=1, head_dim=16, vocab=1024,
+                      expert_width=32, expert_mlp=64, text_len=48, tokenizer="tiny")
 
 
 def tiny_deep() -> Pi05Config:

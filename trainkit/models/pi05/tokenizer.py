@@ -1,8 +1,14 @@
-"""Pi0.5's prompt tokenizers. `model.tokenizer = "PATH"` (a `tokenizer.model`, or a folder with one):
-PaliGemma's SentencePiece tokenizer with openpi's Pi0.5 prompt (`PaligemmaPromptTokenizer`), what
-checkpoints of `lerobot/pi05_base` were trained with. Without a path (the default) a small
-deterministic tokenizer of our own (`PromptTokenizer`), NOT Gemma's, for runs from random weights:
-the task string is encoded as UTF-8 bytes and the robot state as bin ids.
+"""Pi0.5's prompt tokenizers, by what `model.tokenizer` names (`sentencepiece_file`):
+- a path (a `tokenizer.model`, or a folder with one): that SentencePiece model with openpi's Pi0.5
+  prompt (`PaligemmaPromptTokenizer`); PaliGemma's is what checkpoints of `lerobot/pi05_base` were
+  trained with;
+- "tiny": the same prompt with trainkit's shipped tiny SentencePiece model (`tiny_tokenizer.model`,
+  512 pieces normalised as Gemma's; made by tools/make_tiny_tokenizer.py), which `pi05_tiny` uses so
+  that a tiny run's export is served by LeRobot offline with nothing else;
+- "builtin", or "" when nothing chose one (a run from random weights; with `model.init_from` the
+  checkpoint's own tokenizer is taken first: trainkit/weights/tokenizer_source.py): a small
+  deterministic tokenizer of our own (`PromptTokenizer`), NOT Gemma's, which LeRobot cannot serve:
+  the task string is encoded as UTF-8 bytes and the robot state as bin ids.
 
 Layout of one sample (text_len tokens): [BOS] task bytes... [STATE] state bins... [ACTION] [PAD]...
 Ids: 0 PAD, 1 BOS, 2 STATE, 3 ACTION, 4..259 bytes 0..255, 260.. the state bins.
@@ -13,9 +19,24 @@ sample has at least one valid prefix token (the joint attention needs one).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from trainkit.errors import TokenizerError
+
+BUILTIN, TINY = "builtin", "tiny"  # the two words model.tokenizer takes besides a path
+TINY_MODEL = Path(__file__).with_name("tiny_tokenizer.model")
+
+
+def sentencepiece_file(name: str) -> Path | None:
+    """The SentencePiece file `model.tokenizer` names; None for the built-in tokenizer."""
+    if name in ("", BUILTIN):
+        return None
+    if name == TINY:
+        return TINY_MODEL
+    return Path(name) / "tokenizer.model" if Path(name).is_dir() else Path(name)
+
 
 PAD, BOS, STATE, ACTION = 0, 1, 2, 3
 BYTE_OFFSET = 4
@@ -71,13 +92,11 @@ class PaligemmaPromptTokenizer:
     (mask False) or cut at `text_len`. Same `encode(tasks, state)` as `PromptTokenizer`."""
 
     def __init__(self, path: str, vocab: int, text_len: int, state_bins: int = 256):
-        from pathlib import Path
-
         try:
             import sentencepiece
         except ImportError:
             raise TokenizerError(f"model.tokenizer {path}: needs the `sentencepiece` package") from None
-        model = Path(path) / "tokenizer.model" if Path(path).is_dir() else Path(path)
+        model = sentencepiece_file(path) or Path(path)
         try:
             self.sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
         except (OSError, RuntimeError) as e:

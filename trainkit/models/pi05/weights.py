@@ -17,7 +17,9 @@ What the mapping does (each checked against LeRobot 0.6.1 by tests/test_pi05_ler
   `lm_head`s. An export writes them as the neutral values (zeros: a Gemma norm of scale 1) so
   that LeRobot's strict `from_pretrained` loads the file; they never change an action.
 The model's shape is read from a checkpoint too (`config_from_checkpoint`, for `model.init_from`:
-trainkit/weights/shape.py): widths, depths and heads from the tensors' shapes, the rest from config.json.
+trainkit/weights/shape.py): widths, depths and heads from the tensors' shapes, the rest from config.json;
+and its tokenizer from the folder (`checkpoint_tokenizer`: an export's tokenizer/, openpi's assets),
+a real-width checkpoint without one refused unless the run names one.
 """
 from __future__ import annotations
 
@@ -25,13 +27,15 @@ import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from trainkit.errors import WeightsError
+from trainkit.errors import ConfigError, WeightsError
 from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.pi05.config import Pi05Config
+from trainkit.models.pi05.tokenizer import sentencepiece_file
 
 FORMATS = ("lerobot", "openpi")
 PREFIX = {"lerobot": "model.", "openpi": ""}
@@ -276,7 +280,35 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Pi05Config, given: Map
     out.update(_heads(ckpt, prefix, shape, at, preset, given, lm_width, expert_width=out["expert_width"][0]))
     out.update(_vision_heads(ckpt, preset, given, width))
     out.update(_from_config_json(ckpt.config, out))
+    out.update(checkpoint_tokenizer(ckpt, given, vocab))
     return out
+
+
+# where a checkpoint folder carries its SentencePiece model, in the order looked: a trainkit export's
+# tokenizer/, a bare file beside the weights, openpi's assets/<asset id>/
+TOKENIZER_PLACES = ("tokenizer/tokenizer.model", "tokenizer.model", "assets/*/tokenizer.model")
+PALIGEMMA_VOCAB = 257_152  # PaliGemma's vocabulary: an embedding of these rows was trained on its tokenizer
+
+
+def checkpoint_tokenizer(ckpt: CheckpointFiles, given: Mapping[str, Any], vocab: int) -> Fixed:
+    """model.tokenizer from the checkpoint folder when the run names none: the first of
+    TOKENIZER_PLACES it holds. None there and a PaliGemma-sized embedding (real weights, trained on
+    PaliGemma's prompts): refused, naming the file to pass; `model.tokenizer = "builtin"` opts in
+    to trainkit's own. A tiny checkpoint without one keeps the preset's."""
+    if "tokenizer" in given or not ckpt.folder:
+        return {}
+    folder = Path(ckpt.folder)
+    for place in TOKENIZER_PLACES:
+        found = sorted(p for p in folder.glob(place) if p.is_file())
+        if found:
+            return {"tokenizer": (str(found[0].resolve()), f"model.init_from's {found[0].relative_to(folder)}")}
+    if vocab == PALIGEMMA_VOCAB:
+        raise ConfigError("model.tokenizer", f"model.init_from {folder} carries no tokenizer (none of "
+                          f"{', '.join(TOKENIZER_PLACES)}) and its {vocab}-row embedding is PaliGemma's: pass the "
+                          "tokenizer.model it was trained with, --set model.tokenizer=PATH/tokenizer.model (PaliGemma's: "
+                          "google/paligemma-3b-pt-224 on the Hub, openpi's gs://big_vision/paligemma_tokenizer.model), "
+                          "or --set model.tokenizer=builtin to train with trainkit's own prompt tokenizer on purpose")
+    return {}
 
 
 def _depth(shapes: Collection[str], start: str) -> int:
@@ -421,7 +453,7 @@ def lerobot_processors(cfg: Pi05Config, policy: Mapping[str, Any],
             {"registry_name": "absolute_actions_processor", "config": {"enabled": False}},
             {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}]
     notes = []
-    if not cfg.tokenizer:
+    if sentencepiece_file(cfg.tokenizer) is None:
         notes.append("the run trained with trainkit's built-in prompt tokenizer (no model.tokenizer), which LeRobot "
                      f"does not have: its tokenizer step ({tokenizer_name}) builds other prompts than the ones "
                      "this policy learned; train with model.tokenizer=PaliGemma's tokenizer.model to serve it")
