@@ -215,7 +215,11 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
                 combined = [t.to(param.device).float() for t in sources]
                 for key, t in zip(rule.sources, combined):
                     _check_finite(f.where[key], key, t)
-                _copy_into(param, rule.gather(combined))
+                full = rule.gather(combined)
+                if len(combined) > 1:  # combined (a LoRA merge): finite sources may still overflow
+                    _check_finite(f.where[rule.sources[0]], f"{rule.target} (merged from {', '.join(rule.sources)})",
+                                  full.float())
+                _copy_into(param, full)
     used = {k for r in rules for k in r.sources}
     kept = sum(not r.sources for r in rules)
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
@@ -266,6 +270,8 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
             shape = tuple(rule.gather(metas).shape)
         except RuntimeError:  # sources that cannot even be concatenated
             shape = tuple(tuple(m.shape) for m in metas)
+        except WeightsError as e:  # sources the family cannot combine (a LoRA of rank 0)
+            raise CheckpointError(path, str(e)) from None
         want = tuple(params[rule.target].shape)
         if shape != want:
             given = ", ".join(f"{k} {list(m.shape)}" for k, m in zip(rule.sources, metas))
