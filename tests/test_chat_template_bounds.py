@@ -180,3 +180,24 @@ def test_a_blind_template_is_refused_at_launch(shards_rgb, tmp_path, capsys):  #
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"{folder}/tokenizer_config.json: the chat template lays out 0" in err
     assert not (out / "metrics.jsonl").exists() or "step" not in (out / "metrics.jsonl").read_text()
+
+
+def test_a_blind_template_in_an_init_from_folder_s_tokenizer_is_refused(tmp_path):
+    """model.init_from's `tokenizer/` becomes model.tokenizer: the same check, naming that file."""
+    from test_init_from_bad_shape import _checkpoint
+
+    from trainkit.config import load_config
+    from trainkit.models import build_config
+    from trainkit.weights.shape import with_checkpoint_shape
+
+    folder = _checkpoint(tmp_path, "gr00t")
+    tok = _folder(folder, BLIND["text only"])
+    tok.rename(folder / "tokenizer")
+    cfg = load_config(ROOT / "trainkit/configs/gr00t_tiny.toml",
+                      [f"model.init_from={folder}", "data.shards=/d", "output.dir=/o"])
+    cfg, _ = with_checkpoint_shape(cfg)
+    model_cfg = build_config("gr00t", cfg.model.preset, cfg.model.overrides)
+    assert model_cfg.tokenizer == str(folder / "tokenizer")
+    with pytest.raises(TokenizerError, match=rf"^{folder}/tokenizer/tokenizer_config.json: the chat template lays "
+                                             "out 0 "):
+        chat_tokenizer(model_cfg).prepare([1, 2, 3])
