@@ -137,8 +137,11 @@ def test_tokenizer_folder_problems_are_named(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<|endoftext|>"}))
     with pytest.raises(TokenizerError, match="no chat template"):
         QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4)
-    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": "{{ messages[0].role }}!"}))
-    assert QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4).prompt("x", 1) == "user!"
+    run = "<|vision_start|><|image_pad|><|vision_end|>"
+    (tmp_path / "chat_template.json").write_text(json.dumps(
+        {"chat_template": f"{{{{ messages[0].role }}}}!{run}{{{{ messages[0].content[-1].text }}}}"}))
+    assert QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4).prompt("x", 1) == \
+        f"user!<|vision_start|>{'<|image_pad|>' * 4}<|vision_end|>x"
     (tmp_path / "chat_template.jinja").write_text("{{ messages[0].role }}")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<|im_end|>"}}))
     assert QwenChatTokenizer.from_folder(tmp_path, tokens_per_image=4).pad_id == 256  # Qwen2Tokenizer's default

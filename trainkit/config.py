@@ -267,6 +267,8 @@ def _apply_overlay(raw: dict[str, Any], overlay: dict[str, Any], name: str) -> N
         if not isinstance(table, dict):
             raise ConfigError(f"{name}: {section}", f"must be a table, got {table!r}")
         known = _hints(sections[section])
+        if sections[section] is DataConfig and all(form in table for form in DATA_FORMS):  # one would drop the other
+            raise ConfigError(f"{name}: data.sources", "set data.shards or [[data.sources]], not both")
         for key, value in table.items():
             if sections[section] is not ModelConfig and key not in known:
                 raise ConfigError(f"{name}: {section}.{key}", _unknown(sections[section], key))

@@ -155,7 +155,7 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
-    check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
+    check_tracker(cfg.output.tracker, out)  # its package installed, its folder not a file (an optional extra), before any work
     if cfg.train.eval_every and not cfg.data.holds_out:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     accum = grad_accumulation(cfg, world_size)

@@ -26,6 +26,15 @@ RESIZE = "bilinear"  # the one camera's resize: torch bilinear, align_corners=Fa
 TILED_RESIZE = "stretch"  # a tiled canvas's views: the loader's resize (`loader/resize.py`: bilinear, antialias)
 
 
+# the largest --size side: 8x Wan's 720p height and 6x its 1280 width; beyond it one 33-frame clip's
+# float32 VAE input alone passes 26 GiB (at 8192x8192), before any encoder runs
+MAX_SIDE = 8192
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.0f} GiB"
+
+
 @dataclass(kw_only=True)
 class EncodeConfig:
     vae: Path  # a diffusers AutoencoderKLWan folder (config.json + *.safetensors)
@@ -59,6 +68,10 @@ class EncodeConfig:
             raise ConfigError("--clip", f"stride {self.stride} must be >= 1")
         if self.size is not None and (len(self.size) != 2 or min(self.size) < 1):
             raise ConfigError("--size", f"{self.size} is not HxW")
+        if self.size is not None and max(self.size) > MAX_SIDE:
+            raise ConfigError("--size", f"{self.size[0]}x{self.size[1]}: a side beyond {MAX_SIDE} pixels (one clip "
+                                        f"would be {_gib(3 * 4 * self.frames * self.size[0] * self.size[1])} of "
+                                        "float32 before the VAE)")
         self.slots = tuple(self.slots)
         if self.tile is not None:
             if self.tile not in TILE_MODES:

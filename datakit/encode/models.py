@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,52 @@ def _check_folder(path: Path, flag: str) -> None:
         raise ConfigError(flag, f"{path}: no .safetensors weights (other formats are not loaded)")
 
 
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def _weights_numel(path: Path, flag: str) -> int:
+    """Values held by the folder's .safetensors files, from their headers (no tensor read)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(f), "pt") as h:
+                for key in h.keys():
+                    total += math.prod(h.get_slice(key).get_shape())
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own and bare errors for a bad file
+            raise ConfigError(flag, f"{f}: not a readable safetensors file ({type(e).__name__}: {_short(e)})") from None
+    return total
+
+
+def _load(flag: str, path: Path, what: str, build: Callable[[], torch.nn.Module],
+          load: Callable[[], tuple[torch.nn.Module, dict]]) -> torch.nn.Module:
+    """Load the encoder, refused in one line naming the folder: a config.json that does not build
+    `what` (built on the meta device: no memory, whatever its sizes), a model larger than its
+    weights (an absurd config, or decoy weights), a load that fails, or weights missing tensors
+    (they would be left at random init)."""
+    try:
+        with torch.device("meta"):
+            wanted = sum(p.numel() for p in build().parameters())
+    except (Exception, MemoryError) as e:  # noqa: BLE001 - a bad config fails in the library's own ways
+        raise ConfigError(flag, f"{path}: config.json does not describe a {what} ({type(e).__name__}: "
+                                f"{_short(e)})") from None
+    held = _weights_numel(path, flag)
+    if wanted > held:
+        raise ConfigError(flag, f"{path}: config.json describes a {what} of {wanted:,} parameters, its weights hold "
+                                f"{held:,} values: not this config's weights")
+    try:
+        model, info = load()
+    except (Exception, MemoryError) as e:  # noqa: BLE001
+        raise ConfigError(flag, f"{path}: does not load as a {what} ({type(e).__name__}: {_short(e)})") from None
+    missing = list(info.get("missing_keys") or ()) + list(info.get("mismatched_keys") or ())
+    if missing:
+        raise ConfigError(flag, f"{path}: its weights lack {len(missing)} of the {what}'s tensors (e.g. "
+                                f"{str(missing[0])[:120]}): not this model's weights")
+    return model
+
+
 def to_vae_input(frames: torch.Tensor, size: tuple[int, int] | None) -> torch.Tensor:
     """(N, T, H, W, 3) uint8 -> (N, 3, T, h, w) float32 in [-1, 1], resized to `size` bilinearly."""
     n, t, h, w, _ = frames.shape
@@ -83,25 +131,42 @@ class Encoders:
         if vae is not None:
             _check_folder(vae, "--vae")
             diffusers = _import("diffusers", "--vae")
-            self.vae = diffusers.AutoencoderKLWan.from_pretrained(vae, torch_dtype=self.dtype, use_safetensors=True)
+            cls = diffusers.AutoencoderKLWan
+            self.vae = _load("--vae", vae, cls.__name__, lambda: cls.from_config(cls.load_config(vae)),
+                             lambda: cls.from_pretrained(vae, torch_dtype=self.dtype, use_safetensors=True,
+                                                         output_loading_info=True))
             self.vae.to(self.device).eval().requires_grad_(False)
         if text is not None:
             _check_folder(text, "--text-encoder")
             tf = _import("transformers", "--text-encoder")
             tok_dir = next((p for p in model_folders(text, "tokenizer") if any(p.glob("tokenizer*"))
                             or any(p.glob("spiece.model"))), text)
-            self.tokenizer = tf.AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=False)
-            self.text = tf.UMT5EncoderModel.from_pretrained(text, torch_dtype=self.dtype, use_safetensors=True,
-                                                            trust_remote_code=False)
+            try:
+                self.tokenizer = tf.AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=False)
+            except (Exception, MemoryError) as e:  # noqa: BLE001
+                raise ConfigError("--text-encoder", f"{tok_dir}: no loadable tokenizer ({type(e).__name__}: "
+                                                    f"{_short(e)})") from None
+            cls = tf.UMT5EncoderModel
+            self.text = _load("--text-encoder", text, cls.__name__,
+                              lambda: cls(cls.config_class.from_pretrained(text)),
+                              lambda: cls.from_pretrained(text, torch_dtype=self.dtype, use_safetensors=True,
+                                                          trust_remote_code=False, output_loading_info=True))
             self.text.to(self.device).eval().requires_grad_(False)
         if image is not None:
             _check_folder(image, "--image-encoder")
             tf = _import("transformers", "--image-encoder")
             proc_dir = next((p for p in model_folders(image, "image_processor")
                              if (p / "preprocessor_config.json").is_file()), image)
-            self.processor = tf.CLIPImageProcessor.from_pretrained(proc_dir)
-            self.image = tf.CLIPVisionModel.from_pretrained(image, torch_dtype=self.dtype, use_safetensors=True,
-                                                            trust_remote_code=False)
+            try:
+                self.processor = tf.CLIPImageProcessor.from_pretrained(proc_dir)
+            except (Exception, MemoryError) as e:  # noqa: BLE001
+                raise ConfigError("--image-encoder", f"{proc_dir}: no loadable image processor ({type(e).__name__}: "
+                                                     f"{_short(e)})") from None
+            cls = tf.CLIPVisionModel
+            self.image = _load("--image-encoder", image, cls.__name__,
+                               lambda: cls(cls.config_class.from_pretrained(image)),
+                               lambda: cls.from_pretrained(image, torch_dtype=self.dtype, use_safetensors=True,
+                                                           trust_remote_code=False, output_loading_info=True))
             self.image.to(self.device).eval().requires_grad_(False)
 
     def vae_facts(self) -> dict[str, Any]:

@@ -83,7 +83,10 @@ def mixture_sources(root: str | Path | Mapping[str, float] | Sequence[MixtureSou
 
 
 def normalised_weights(sources: Sequence[MixtureSource]) -> np.ndarray:
+    """The weights as shares summing to 1; scaled by the largest first, so that weights whose sum
+    overflows float64 (1e308 and 1e308) give their ratios, not inf / inf."""
     w = np.array([s.weight for s in sources], np.float64)
+    w = w / w.max()
     return w / w.sum()
 
 

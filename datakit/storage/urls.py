@@ -49,6 +49,12 @@ def resolve(path: str | Path) -> str:
     return text
 
 
+def local_path(path: str | Path) -> str | Path:
+    """`file://x` as the plain path x (what every command reads it as: the folder x); anything
+    else as given."""
+    return str(path)[len("file://"):] if scheme(path) == "file" else path
+
+
 def is_remote(path: str | Path) -> bool:
     """True when `path` must be reached through fsspec (any scheme but file://, or a repo id)."""
     return scheme(resolve(path)) is not None

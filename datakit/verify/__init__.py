@@ -17,6 +17,7 @@ from typing import Any
 
 from datakit.durable import file_size
 from datakit.storage.roots import remote_url
+from datakit.storage.urls import local_path
 from datakit.shards.features import is_feature_folder
 from datakit.verify.features import check_features
 from datakit.verify.folder import VerifyReport, check_folder
@@ -31,7 +32,7 @@ def verify(out: str | Path, progress: bool = False, *, storage_options: dict[str
         from datakit.verify.remote import verify_remote  # fsspec and the transfer code: only for URLs
 
         return verify_remote(url, storage_options=storage_options, scratch=scratch)
-    out = Path(out)
+    out = Path(local_path(out))  # file://x is the folder x
     if is_feature_folder(out):  # `datakit encode`'s output
         return check_features(out, lambda entry: _local_shard(out / entry.name))
     return check_folder(out, lambda entry: _local_shard(out / entry.name))

@@ -16,7 +16,8 @@ looks complete; then all but the newest `output.keep_checkpoints` are deleted (o
 export` is reading is held, checkpoint/hold.py, and deleted by a later save). A save that cannot
 write (a full disk, a quota, a read-only mount) is one CheckpointError on every rank naming the
 folder and the errno (ENOSPC: torch.save reports a full disk as "unexpected pos 704 vs 598", the
-OSError only as its context, so the chain is walked); the temporary folder is removed and the
+OSError only as its context, so the chain is walked, and with a process group DCP's pickling
+drops the context, so each rank's files are watched too: checkpoint/errno_writer.py); the temporary folder is removed and the
 older checkpoints are left as they were, so a rerun resumes from the newest of them.
 
 Resume takes the newest intact checkpoint: a folder without a manifest, or whose files do not
@@ -53,6 +54,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from datakit.durable import fsync_dir
+from trainkit.checkpoint.errno_writer import ErrnoWriter
 from trainkit.checkpoint.manifest import (DamagedCheckpoint, Manifest, check_files, read_manifest, rng_state, seal,
                                           set_rng_state)
 from trainkit.checkpoint.hold import hold_checkpoint, remove_unless_held
@@ -124,9 +126,11 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
             why = _write_problem(e)
     why = broadcast(why)  # also the barrier: no rank writes before the folder is there
     if why is None:
+        writer = None
         try:
             with _one_process_quietly():
-                dcp.save(state, checkpoint_id=str(tmp))  # DCP raises on every rank when one rank fails
+                writer = ErrnoWriter(str(tmp))  # the OSErrors of this rank's files (DCP's pickling loses them)
+                dcp.save(state, storage_writer=writer)  # DCP raises on every rank when one rank fails
             manifest = Manifest(step=step, world_size=world, global_batch=record.global_batch,
                                 dataset=record.dataset, config=record.config, sched=sched.state_dict(), ranks=[])
             seal(tmp, manifest, {"rng": rng_state(), "data": data_state})
@@ -135,8 +139,9 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
                 tmp.rename(final)
                 fsync_dir(root)
         except (OSError, CheckpointException) as e:
-            why = _write_problem(e)
-        why = next((w for w in all_gather(why) if w is not None), None)  # rank 0's manifest and rename too
+            why = _write_problem(e, writer.errors if writer is not None else [])
+        whys = [w for w in all_gather(why) if w is not None]  # rank 0's manifest and rename too
+        why = next((w for w in whys if _ERRNO_TEXT.match(w)), whys[0] if whys else None)  # the rank that saw the errno
     if why is not None:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # frees what it took; the older checkpoints stay
@@ -157,10 +162,14 @@ def _one_process_quietly() -> Iterator[None]:
         yield
 
 
-def _write_problem(e: BaseException) -> str:
+_ERRNO_TEXT = re.compile(r"^E[A-Z0-9]+: ")  # what _write_problem says when it found an errno
+
+
+def _write_problem(e: BaseException, seen: list[OSError] = ()) -> str:
     """What stopped a save, in a few words: the errno of the first OSError in the chain ("ENOSPC:
-    No space left on device"), else the underlying error's first line."""
-    for x in _chain(e):
+    No space left on device") or among those this rank's files raised (`seen`: ErrnoWriter's),
+    else the underlying error's first line."""
+    for x in [*_chain(e), *seen]:
         if isinstance(x, OSError) and x.errno:
             return f"{errno.errorcode.get(x.errno, x.errno)}: {x.strerror}"
     return _cause(e)

@@ -27,11 +27,12 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainkit.errors import ConfigError
+from trainkit.errors import ConfigError, OutputDirError
 
 SECTIONS = {"step": "train", "interval": "perf", "eval": "val"}  # metrics.jsonl "kind" -> tracker section
 NOT_SENT = ("kind", "step", "steps")  # the row's identity and its interval length, not a figure
 EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # tracker -> the module (and pyproject extra) it needs
+WANDB_INIT_SECONDS = 30  # wandb.init's wait for its service / server (wandb's default: 90)
 
 
 class Tracker(Protocol):
@@ -40,10 +41,13 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
-def check_tracker(name: str) -> None:
-    """Refuse a tracker whose package is not installed, naming the extra (before any training)."""
+def check_tracker(name: str, out: Path | None = None) -> None:
+    """Refuse a tracker whose package is not installed, naming the extra, or whose folder in
+    output.dir (`out`) is a file (before any training)."""
     if name == "none":
         return
+    if out is not None and (out / name).exists() and not (out / name).is_dir():
+        raise OutputDirError(out / name, f"is a file; output.tracker = {name!r} writes its files in this folder")
     try:
         importlib.import_module(EXTRAS[name])
     except ImportError:
@@ -83,8 +87,15 @@ class WandbTracker:
     def __init__(self, out: Path, config: dict[str, Any]):
         import wandb
 
-        self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", "trainkit"), name=out.resolve().name,
-                               dir=str(out), config=config, mode=os.environ.get("WANDB_MODE") or "offline")
+        mode = os.environ.get("WANDB_MODE") or "offline"
+        try:  # online without a network: wandb gives up after init_timeout, here one line
+            self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", "trainkit"), name=out.resolve().name,
+                                   dir=str(out), config=config, mode=mode,
+                                   settings=wandb.Settings(init_timeout=WANDB_INIT_SECONDS))
+        except Exception as e:  # noqa: BLE001 - wandb's errors (CommError, UsageError, timeouts) share no base
+            raise ConfigError("output.tracker", f"wandb could not start a run (WANDB_MODE={mode}: "
+                                                f"{type(e).__name__}: {' '.join(str(e).split())[:200]}); unset "
+                                                "WANDB_MODE to log offline without a network") from None
 
     def log(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:

@@ -54,24 +54,50 @@ class Episode:
 def parse_episodes(text: str, index: ShardIndex, where: str, flag: str = "--episodes") -> tuple[int, ...]:
     """Episode indices from "3,5,8-11" (ranges inclusive), each in the index of shard folder
     `where`; LaunchError for bad text, DataError naming the episodes the index lacks."""
-    chosen: set[int] = set()
+    spans: list[tuple[int, int]] = []  # (first, last) inclusive: never expanded, a range may be huge
     try:
         for part in (p.strip() for p in text.split(",") if p.strip()):
             lo, sep, hi = part.partition("-")
             first, last = int(lo), int(hi) if sep else int(lo)
             if first < 0 or last < first:
                 raise ValueError
-            chosen.update(range(first, last + 1))
+            spans.append((first, last))
     except ValueError:
         raise LaunchError(f"{flag}: a comma list of episode indices or ranges (3,5,8-11), got {text!r}") from None
-    if not chosen:
+    if not spans:
         raise LaunchError(f"{flag}: names no episode")
     have = {e.episode_index for e in index.episodes}
-    missing = sorted(chosen - have)
-    if missing:
-        raise DataError(where, f"{flag} names episodes {missing[:8]}, which the shards lack (they have "
+    chosen = {e for e in have if any(first <= e <= last for first, last in spans)}
+    named = sum(last - first + 1 for first, last in _merged(spans))
+    if named > len(chosen):
+        missing = _first_missing(_merged(spans), have, 8)
+        more = f" and {named - len(chosen) - len(missing)} more" if named - len(chosen) > len(missing) else ""
+        raise DataError(where, f"{flag} names episodes {missing}{more}, which the shards lack (they have "
                         f"{len(have)}: {min(have)}..{max(have)})")
     return tuple(sorted(chosen))
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive spans sorted and merged where they overlap or touch."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
+def _first_missing(spans: list[tuple[int, int]], have: set[int], n: int) -> list[int]:
+    """The first `n` episodes of `spans` not in `have` (at most len(have) + n steps, whatever the spans)."""
+    out: list[int] = []
+    for first, last in spans:
+        e = first
+        while e <= last and len(out) < n:
+            if e not in have:
+                out.append(e)
+            e += 1
+    return out
 
 
 def sample_noise(shapes: tuple[tuple[int, ...], ...], seed: int, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -43,6 +43,7 @@ from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import CheckpointFiles, Family
 from trainkit.parallel.names import clean_name
+from trainkit.weights.norm_stats import inside_checkpoint
 from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
@@ -51,38 +52,40 @@ WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 WEIGHT_STEMS = (WEIGHTS_NAME, "diffusion_pytorch_model.safetensors")
 
 
-def weight_files(folder: Path) -> list[Path] | None:
-    """The folder's safetensors files (one, or the shards its index names); None: none found."""
+def weight_files(folder: Path) -> tuple[list[Path], Path | None, dict[str, str]] | None:
+    """The folder's safetensors files (one, or the shards its index names), the index and its weight
+    map (key -> shard name; None and empty for one file); None: none found. Each file must resolve inside the
+    folder (a symlink out is refused; a Hugging Face snapshot's links into its blobs/ are not)."""
     for name in WEIGHT_STEMS:
         if (folder / name).is_file():
-            return [folder / name]
+            return [inside_checkpoint(folder, name, folder, "weight file")], None, {}
         index = folder / f"{name}.index.json"
         if index.is_file():
             try:
                 weight_map = json.loads(index.read_text())["weight_map"]
                 names = sorted(set(weight_map.values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
                 raise CheckpointError(str(index), f"not a safetensors index ({type(e).__name__}: {str(e)[:200]})") from None
             for n in names:
                 if not isinstance(n, str) or "/" in n or not (folder / n).is_file():
-                    raise CheckpointError(str(index), f"names shard {n!r}, which the folder lacks")
-            return [folder / n for n in names]
+                    raise CheckpointError(str(index), f"names shard {str(n)[:200]!r}, which the folder lacks")
+            return [inside_checkpoint(folder, n, index, "shard") for n in names], index, weight_map
     return None
-
 
 
 def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[str, Path]]:
     """(the checked header of the folder's weights, what the folder says about the model's shape,
     the file holding each key)."""
-    files = weight_files(folder)
-    for name, missing in ((WEIGHTS_NAME, files is None), (CONFIG_NAME, not (folder / CONFIG_NAME).is_file())):
+    found = weight_files(folder)
+    files, index, weight_map = found or ([], None, {})
+    for name, missing in ((WEIGHTS_NAME, found is None), (CONFIG_NAME, not (folder / CONFIG_NAME).is_file())):
         if missing:
             raise CheckpointError(str(folder / name), "model.init_from needs a folder with model.safetensors (or "
                                   "its shards and index, or diffusers' diffusion_pytorch_model.safetensors) and "
                                   "config.json (LeRobot's save_pretrained or openpi's converter); this file is missing")
     try:
         config = json.loads((folder / CONFIG_NAME).read_text())
-    except (OSError, ValueError) as e:  # bad JSON, not UTF-8, unreadable
+    except (OSError, ValueError, RecursionError) as e:  # bad JSON, not UTF-8, unreadable, nested too deep
         raise CheckpointError(str(folder / CONFIG_NAME), f"unreadable ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(config, dict):
         raise CheckpointError(str(folder / CONFIG_NAME), f"a JSON {type(config).__name__}, not a JSON object")
@@ -96,6 +99,9 @@ def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[
             if key in header:
                 raise CheckpointError(str(path), f"tensor {key!r} is also in {where[key].name}")
             header[key], where[key] = entry, path
+            if index is not None and weight_map.get(key) != path.name:
+                raise CheckpointError(str(index), f"maps tensor {key!r} to {weight_map.get(key)!r}; it is in "
+                                      f"{path.name}")
     return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
                                    metadata=metadata, folder=str(folder)), where
 
@@ -209,7 +215,11 @@ def load_weights(model: nn.Module, fam: Family, folder: str | Path, say: Callabl
                 combined = [t.to(param.device).float() for t in sources]
                 for key, t in zip(rule.sources, combined):
                     _check_finite(f.where[key], key, t)
-                _copy_into(param, rule.gather(combined))
+                full = rule.gather(combined)
+                if len(combined) > 1:  # combined (a LoRA merge): finite sources may still overflow
+                    _check_finite(f.where[rule.sources[0]], f"{rule.target} (merged from {', '.join(rule.sources)})",
+                                  full.float())
+                _copy_into(param, full)
     used = {k for r in rules for k in r.sources}
     kept = sum(not r.sources for r in rules)
     info = {"folder": str(folder), "layout": fmt,  # the key summary.json has always had (its value is the format)
@@ -260,6 +270,8 @@ def _check_plan(path: str, rules: list[Any], params: Mapping[str, torch.Tensor],
             shape = tuple(rule.gather(metas).shape)
         except RuntimeError:  # sources that cannot even be concatenated
             shape = tuple(tuple(m.shape) for m in metas)
+        except WeightsError as e:  # sources the family cannot combine (a LoRA of rank 0)
+            raise CheckpointError(path, str(e)) from None
         want = tuple(params[rule.target].shape)
         if shape != want:
             given = ", ".join(f"{k} {list(m.shape)}" for k, m in zip(rule.sources, metas))

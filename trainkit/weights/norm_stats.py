@@ -82,8 +82,9 @@ def _find(folder: Path) -> _Found:
                           "assets/*/norm_stats.json (openpi) in model.init_from")
 
 
-def _inside(folder: Path, name: str, named_in: Path, what: str) -> Path:
-    """`folder / name`, refused (naming `named_in`, the file that names it) unless it stays in `folder`."""
+def inside_checkpoint(folder: Path, name: str, named_in: Path, what: str) -> Path:
+    """`folder / name`, refused (naming `named_in`, the file that names it) unless it stays in `folder`
+    (resolved: a symlink out is refused, but a Hugging Face cache snapshot's links into its `blobs/`)."""
     rel = PurePosixPath(name)
     if rel.is_absolute():
         why = "an absolute path"
@@ -109,7 +110,7 @@ def _lists(d: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def _read_openpi(folder: Path, path: Path) -> _Found:
-    path = _inside(folder, path.relative_to(folder).as_posix(), folder, "statistics file")
+    path = inside_checkpoint(folder, path.relative_to(folder).as_posix(), folder, "statistics file")
     try:
         raw = json.loads(path.read_text())["norm_stats"]
         stats = {"state": _lists(raw["state"]), "action": _lists(raw["actions"])}
@@ -128,7 +129,7 @@ def _read_lerobot(folder: Path, path: Path) -> _Found:
         raise CheckpointError(str(path), f"unreadable LeRobot processor ({type(e).__name__}: {e})") from None
     if not isinstance(step["state_file"], str):
         raise CheckpointError(str(path), f"state_file {step['state_file']!r} is not a file name")
-    values = _inside(folder, step["state_file"], path, "state_file")
+    values = inside_checkpoint(folder, step["state_file"], path, "state_file")
     out: Stats = {"state": {}, "action": {}}
     for key, tensor in load_checked(values).items():
         feature, _, stat = key.rpartition(".")

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainkit.checkpoint.manifest import DamagedCheckpoint, read_manifest
 from trainkit.config import RunConfig
-from trainkit.errors import CheckpointError, ConfigError, WeightsError
+from trainkit.errors import CheckpointError, ConfigError, ModelConfigError, WeightsError
 from trainkit.models import Fixed, build_config, family
 from trainkit.weights.load import read_checkpoint
 
@@ -55,7 +55,15 @@ def with_checkpoint_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[
         if name in given and given[name] != value:
             raise ConfigError(f"model.{name}", f"{given[name]!r} contradicts model.init_from's checkpoint, whose {name} "
                               f"is {value!r} ({folder}/{where}); drop model.{name}: the shape comes from the checkpoint")
-    return _with_overrides(cfg, {**given, **{k: v for k, (v, _) in fixed.items()}}), fixed
+    overrides = {**given, **{k: v for k, (v, _) in fixed.items()}}
+    try:  # the shape the checkpoint gives must make a model: else the line names the checkpoint
+        build_config(fam.name, cfg.model.preset, overrides)
+    except ModelConfigError as e:
+        from_json = any(where.startswith("config.json") for _, where in fixed.values())
+        raise CheckpointError(str(folder / "config.json" if from_json else folder),
+                              f"model.init_from's checkpoint gives a shape no {fam.name} model has: {e} "
+                              f"(read: {describe(fixed)})") from None
+    return _with_overrides(cfg, overrides), fixed
 
 
 def describe(fixed: Fixed) -> str:

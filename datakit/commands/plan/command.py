@@ -42,7 +42,7 @@ from datakit.commands.plan.model import ThroughputPlan, plan_throughput
 from datakit.shards.features import is_feature_folder
 from datakit.loader.mixture import MixtureSource, mixture_sources
 from datakit.shards.index import load_index
-from datakit.storage.urls import is_remote
+from datakit.storage.urls import is_remote, local_path
 
 
 def _offsets(text: str) -> tuple[int, ...]:
@@ -249,6 +249,7 @@ def _run_features(args, folder: Path) -> int:
 
 
 def run(args) -> int:
+    args.out = [str(local_path(o)) for o in args.out]  # file://x is the folder x, as for every command
     with tempfile.TemporaryDirectory(prefix="datakit-plan-") as scratch:  # a URL's index files
         folder = index_copy(args.out[0], Path(scratch)) if len(args.out) == 1 else None
         if folder is not None and is_feature_folder(folder):  # `datakit encode`'s output: clips of stored tensors

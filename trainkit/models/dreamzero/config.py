@@ -13,6 +13,8 @@ widths for CPU tests. A checkpoint's shapes replace the preset's (`model.init_fr
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -77,6 +79,8 @@ class DreamZeroConfig:
             raise ModelConfigError(f"DreamZeroConfig.patch {self.patch}: only a temporal patch of 1 is supported")
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise ModelConfigError(f"DreamZeroConfig.lora_rank must be an int >= 0, got {self.lora_rank!r}")
+        if not isinstance(self.lora_alpha, (int, float)) or not math.isfinite(self.lora_alpha):
+            raise ModelConfigError(f"DreamZeroConfig.lora_alpha must be a finite number, got {self.lora_alpha!r}")
         unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
         if unknown or not self.lora_targets:
             raise ModelConfigError(f"DreamZeroConfig.lora_targets {list(self.lora_targets)}: each one of "

@@ -73,6 +73,9 @@ class Rule:
     def gather(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         if self.op == "lora":
             base, a, b = tensors
+            if a.shape[0] == 0:  # alpha / r with r = 0
+                raise WeightsError(f"LoRA tensor {self.sources[1]!r} has rank 0 (shape {list(a.shape)}): "
+                                   "no adapter to merge")
             return merged_weight(base, a, b, self.alpha / a.shape[0])
         return tensors[0]
 

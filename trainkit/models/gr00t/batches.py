@@ -90,9 +90,10 @@ def chat_tokenizer(cfg: Gr00tConfig) -> QwenChatTokenizer:
     special-token ids when the model's <|image_pad|> is Qwen's). ModelConfigError (one line) when its
     special tokens are not the model's embedding rows."""
     if cfg.tokenizer:
-        tok = QwenChatTokenizer.from_folder(cfg.tokenizer, tokens_per_image=cfg.tokens_per_image)
+        tok = QwenChatTokenizer.from_folder(cfg.tokenizer, tokens_per_image=cfg.tokens_per_image,
+                                            text_len=cfg.text_len)
     else:
-        tok = QwenChatTokenizer.builtin(tokens_per_image=cfg.tokens_per_image,
+        tok = QwenChatTokenizer.builtin(tokens_per_image=cfg.tokens_per_image, text_len=cfg.text_len,
                                         qwen_ids=cfg.image_token_id == QWEN_IDS[SPECIAL.index("<|image_pad|>")])
     where = cfg.tokenizer or "the builtin tokenizer"
     for token, field in (("<|image_pad|>", "image_token_id"), ("<|vision_start|>", "vision_start_id"),
@@ -113,6 +114,7 @@ class Gr00tBatches:
         self.cfg = cfg
         self.tasks = list(index.tasks)
         self.tokenizer = chat_tokenizer(cfg)
+        self.tokenizer.prepare(list(range(1, cfg.max_slots + 1)))  # at launch: every number of views a batch may have
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Prompt tokens and flow noise/time (small tensors, copied with the batch)."""

@@ -23,7 +23,13 @@ tokenizer (one token per UTF-8 byte, ids 0..255) with Qwen's special tokens at i
 Qwen's own ids, `qwen_ids`, for a model of Qwen's vocabulary) and a chat template of Qwen3-VL's
 layout; NOT Qwen's vocabulary.
 The template renders with jinja2 (a torch dependency) in a sandbox set up as transformers sets
-it up (trim_blocks, lstrip_blocks, loop controls, `tojson`, `raise_exception`).
+it up (trim_blocks, lstrip_blocks, loop controls, `tojson`, `raise_exception`), once per number
+of views, a folder's in a child process bounded in time, memory and output (chat_render.py); the
+task goes where the template put the text part. Refused in one line naming the template's file:
+a template that fails or runs away, that does not lay out exactly one
+`<|vision_start|><|image_pad|><|vision_end|>` run per view (the model would train blind), that
+does not place the task text once as given, or whose own text (the prompt less its views' runs
+and the task) is longer than the model's text budget (`text_len`).
 """
 from __future__ import annotations
 
@@ -34,11 +40,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainkit.errors import TokenizerError
+from trainkit.models.gr00t.chat_render import TASK_SENTINEL, RenderError, render_shapes
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 IMAGE_PAD = "<|image_pad|>"
+IMAGE_RUN = "<|vision_start|><|image_pad|><|vision_end|>"  # one view's place in the chat turn
 DEFAULT_TASK = "Perform the task."
 # Qwen's special tokens the layout uses, in the builtin tokenizer's id order (256..)
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", IMAGE_PAD)
@@ -62,30 +70,15 @@ def formalize(task: str) -> str:
     return "".join(ch for ch in task.lower() if ch.isalnum() or ch.isspace() or ch == "_")
 
 
-def compile_template(source: str):
-    """The chat template compiled in transformers' sandbox settings."""
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise TokenizerError(f"chat template: {message}")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
-    env.globals["raise_exception"] = raise_exception
-    try:
-        return env.from_string(source)
-    except jinja2.TemplateError as e:
-        raise TokenizerError(f"chat template does not compile: {e}") from None
-
-
-def _chat_template(folder: Path, config: dict) -> str:
-    """The folder's chat template: chat_template.jinja, else tokenizer_config.json's chat_template
-    (a string, or named templates: the "default" one), else the processor's chat_template.json."""
+def _chat_template(folder: Path, config: dict) -> tuple[str, Path]:
+    """The folder's chat template and the file it is in: chat_template.jinja, else
+    tokenizer_config.json's chat_template (a string, or named templates: the "default" one), else the
+    processor's chat_template.json."""
     if (folder / "chat_template.jinja").is_file():
-        return (folder / "chat_template.jinja").read_text()
-    template = config.get("chat_template")
+        return (folder / "chat_template.jinja").read_text(), folder / "chat_template.jinja"
+    template, file = config.get("chat_template"), folder / "tokenizer_config.json"
     if template is None and (folder / "chat_template.json").is_file():
+        file = folder / "chat_template.json"
         try:
             template = json.loads((folder / "chat_template.json").read_text()).get("chat_template")
         except (OSError, ValueError, AttributeError) as e:
@@ -96,7 +89,7 @@ def _chat_template(folder: Path, config: dict) -> str:
     if not isinstance(template, str):
         raise TokenizerError(f"{folder}: no chat template (chat_template.jinja, tokenizer_config.json's "
                              "chat_template or chat_template.json)")
-    return template
+    return template, file
 
 
 def _token_text(value: object) -> str | None:
@@ -108,12 +101,17 @@ class QwenChatTokenizer:
     """Task strings + views per sample -> (input_ids, attention_mask) in N1.7's layout."""
 
     def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], *, tokens_per_image: int,
-                 formalize_language: bool = True):
+                 formalize_language: bool = True, source: str = "the builtin chat template", trusted: bool = False,
+                 text_len: int | None = None):
         self.tokenizer = tokenizer
-        self.template = compile_template(template)
+        self.template = template
+        self.source = source          # the template's file, for messages
+        self.trusted = trusted        # the builtin template renders in this process
+        self.text_len = text_len      # the model's text budget: the template's own tokens at most (None: unbounded)
         self.specials = specials  # bos_token / eos_token / pad_token ...: the template may read them
         self.tokens_per_image = tokens_per_image
         self.formalize_language = formalize_language
+        self._shapes: dict[int, tuple[str, str]] = {}  # views -> (text before the task, after), pads repeated
         ids = {tok: tokenizer.token_to_id(tok) for tok in (IMAGE_PAD, specials.get("pad_token", ""))}
         missing = [tok for tok, i in ids.items() if i is None]
         if missing:
@@ -121,7 +119,8 @@ class QwenChatTokenizer:
         self.image_token_id, self.pad_id = ids[IMAGE_PAD], ids[specials["pad_token"]]
 
     @classmethod
-    def from_folder(cls, path: str | Path, *, tokens_per_image: int, formalize_language: bool = True) -> QwenChatTokenizer:
+    def from_folder(cls, path: str | Path, *, tokens_per_image: int, formalize_language: bool = True,
+                    text_len: int | None = None) -> QwenChatTokenizer:
         """The tokenizer files of a Qwen3-VL checkpoint folder (module docstring)."""
         from tokenizers import Tokenizer
 
@@ -134,15 +133,15 @@ class QwenChatTokenizer:
                 if (folder / "tokenizer_config.json").is_file() else {}
         except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception; OSError and JSON errors too
             raise TokenizerError(f"{folder}: unreadable tokenizer files ({str(e)[:160]})") from None
-        template = _chat_template(folder, config)
+        template, file = _chat_template(folder, config)
         specials = {k: t for k, v in config.items() if k.endswith("_token") and (t := _token_text(v)) is not None}
         specials.setdefault("pad_token", SPECIAL[0])  # transformers' Qwen2Tokenizer pads with <|endoftext|> by default
         return cls(tokenizer, template, specials, tokens_per_image=tokens_per_image,
-                   formalize_language=formalize_language)
+                   formalize_language=formalize_language, source=str(file), text_len=text_len)
 
     @classmethod
     def builtin(cls, *, tokens_per_image: int, formalize_language: bool = True,
-                qwen_ids: bool = False) -> QwenChatTokenizer:
+                qwen_ids: bool = False, text_len: int | None = None) -> QwenChatTokenizer:
         """The byte-level stand-in (module docstring); vocab 262, or the special tokens at Qwen's ids
         (`qwen_ids`: QWEN_IDS, so that it fits a model of Qwen's vocabulary built from random weights)."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -156,17 +155,48 @@ class QwenChatTokenizer:
         tokenizer.decoder = decoders.ByteLevel()
         tokenizer.add_special_tokens(list(SPECIAL))
         return cls(tokenizer, BUILTIN_TEMPLATE, {"pad_token": SPECIAL[0], "eos_token": SPECIAL[2]},
-                   tokens_per_image=tokens_per_image, formalize_language=formalize_language)
+                   tokens_per_image=tokens_per_image, formalize_language=formalize_language, trusted=True,
+                   text_len=text_len)
+
+    def prepare(self, views: list[int]) -> None:
+        """Render the template for each number of views not rendered yet (module docstring), and
+        check each rendering; TokenizerError (one line naming the template's file) otherwise."""
+        todo = sorted({v for v in views if v not in self._shapes})
+        if not todo:
+            return
+        try:
+            rendered = render_shapes(self.template, todo, self.specials, trusted=self.trusted)
+        except RenderError as e:
+            raise TokenizerError(f"{self.source}: the chat template {e}") from None
+        for v, text in zip(todo, rendered):
+            self._shapes[v] = self._checked(text, v)
+
+    def _checked(self, text: str, views: int) -> tuple[str, str]:
+        runs, pads, places = text.count(IMAGE_RUN), text.count(IMAGE_PAD), text.count(TASK_SENTINEL)
+        if runs != views or pads != views:
+            raise TokenizerError(f"{self.source}: the chat template lays out {runs} {IMAGE_RUN} runs ({pads} "
+                                 f"{IMAGE_PAD}) for {views} views, not one per view: the model would not see its "
+                                 "images as trained")
+        if places != 1:
+            raise TokenizerError(f"{self.source}: the chat template places the task text {places} times, not once "
+                                 "as given")
+        before, after = text.split(TASK_SENTINEL)
+        if self.text_len is not None:
+            own = len(self.tokenizer.encode(before + after).ids) - 3 * views  # less each view's start, pad, end
+            if own > self.text_len:
+                raise TokenizerError(f"{self.source}: the chat template's own text is {own} tokens besides the "
+                                     f"views and the task, beyond the model's text_len {self.text_len}")
+        expand = IMAGE_PAD * self.tokens_per_image
+        return before.replace(IMAGE_PAD, expand), after.replace(IMAGE_PAD, expand)
 
     def prompt(self, task: str, views: int) -> str:
         """One sample's text: the rendered chat turn with each image pad repeated."""
         task = task or DEFAULT_TASK
         text = formalize(task) if self.formalize_language else task
-        conversation = [{"role": "user", "content": [*({"type": "image"} for _ in range(views)),
-                                                     {"type": "text", "text": text}]}]
-        rendered = self.template.render(messages=conversation, add_generation_prompt=False, tools=None,
-                                        documents=None, **self.specials)
-        return rendered.replace(IMAGE_PAD, IMAGE_PAD * self.tokens_per_image)
+        if views not in self._shapes:
+            self.prepare([views])
+        before, after = self._shapes[views]
+        return before + text + after
 
     def encode(self, tasks: list[str], views: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids (B, T) int64, attention_mask (B, T) bool), left-padded to T = the longest
