@@ -179,8 +179,8 @@ def test_a_full_width_checkpoint_carrying_a_tokenizer_uses_it(full_header, tmp_p
 
     folder = tmp_path / "with_tokenizer"
     folder.mkdir()
-    for name in ("model.safetensors", "config.json"):
-        (folder / name).symlink_to(full_header / name)
+    for name in ("model.safetensors", "config.json"):  # hard links: a symlink out of the folder is refused
+        os.link(full_header / name, folder / name)
     (folder / "tokenizer").mkdir()
     (folder / "tokenizer" / "tokenizer.model").write_bytes(TINY_MODEL.read_bytes())
     _, (_, fixed) = _finetune(folder)
