@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/datakit demo --dir $(DEMO_DIR)
 	$(MAKE) --no-print-directory demo-train
 
-# trainkit's half alone (tests/test_demo.py runs these lines): train on $(DEMO_DIR)/shards, check the loss fell
+# trainkit's half alone (tests/docs/test_demo.py runs these lines): train on $(DEMO_DIR)/shards, check the loss fell
 demo-train:
 	rm -rf $(DEMO_DIR)/train
 	$(VENV)/bin/trainkit run $(DEMO_TRAIN)

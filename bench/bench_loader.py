@@ -267,8 +267,8 @@ def h2d_table(out: Path) -> dict:
 
 def device_fixture(dest: Path) -> None:
     """Small shard folders for the GPU run (the device has no video decoder to convert there)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_loader_fixtures import build as build_test
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    from loader_fixtures import build as build_test
 
     dest.mkdir(parents=True, exist_ok=True)
     for layout in ("rgb", "nv12"):

@@ -1,6 +1,6 @@
 """A GPU bench plan (`bench/plans/<family>.toml`): what `bench/gpu.py` measures for one family, as
 data. Read and checked here without torch or trainkit, so a test can load every plan cheaply
-(tests/test_bench_gpu_plans.py also loads each variant's config through trainkit.config).
+(tests/bench/test_bench_gpu_plans.py also loads each variant's config through trainkit.config).
 
 A plan, top to bottom (every key is checked: an unknown one is refused, as trainkit's configs do):
 

@@ -142,7 +142,7 @@ commands in bench/results/trainkit.md). Estimate = `trainkit inspect CONFIG --se
 --world-size N` today (meta device, no GPU), the model of trainkit/estimate/memory.py with the
 family's constants (`Family.memory`: trainkit/models/pi05/memory.py, trainkit/models/gr00t/memory.py,
 trainkit/models/dreamzero/memory.py, where the runs are listed). Written by
-`python bench/memory_table.py --write`; tests/test_trainkit_memory.py holds every row within 10%
+`python bench/memory_table.py --write`; tests/trainkit/estimate/test_trainkit_memory.py holds every row within 10%
 and a run that ran out of memory over the GPU's memory.
 
 ## The model, and what the runs taught it

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 DATA_FORMS = ("shards", "sources")  # data.shards (one folder or {path = weight}) or [[data.sources]]: one of the two
 # datakit.loader.config's SHUFFLE_MODES / NORM_MODES (importing it would import the loader and
-# torch into every config load; tests/test_trainkit_config.py checks the two stay equal)
+# torch into every config load; tests/trainkit/config/test_trainkit_config.py checks the two stay equal)
 Shuffle = Literal["random", "shard_block", "sequential"]
 Norm = Literal["mean_std", "quantile", "none"]
 

@@ -138,7 +138,7 @@ def _check_stats(c: _Check, d: dict) -> None:
 def stored_frame_shape(layout: str, height: int, width: int) -> list[int]:
     """Shape of one stored frame: rgb (H, W, 3), nv12 (H*3/2, W). Same as
     `stages.colour.stored_shape`, which imports torch: `datakit info` / `verify` should not
-    pay 2 s for it (tests/test_index_hardening.py checks the two agree)."""
+    pay 2 s for it (tests/datakit/reader/test_index_hardening.py checks the two agree)."""
     return [height, width, 3] if layout == "rgb" else [height * 3 // 2, width]
 
 

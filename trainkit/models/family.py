@@ -30,7 +30,7 @@ class Activations:
 @dataclass(frozen=True, kw_only=True)
 class MemoryMeasurement:
     """One measured GPU peak of a run of this repository's configs: what a family's memory
-    constants are fitted to and checked against (tests/test_trainkit_memory.py, bench/results/memory.md)."""
+    constants are fitted to and checked against (tests/trainkit/estimate/test_trainkit_memory.py, bench/results/memory.md)."""
 
     config: str  # the TOML file under trainkit/configs/ the run started from
     sets: tuple[str, ...] = ()  # its `--set key=value` overrides that change the model or its memory

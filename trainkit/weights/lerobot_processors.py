@@ -13,7 +13,7 @@ pi05's are `make_pi05_pre_post_processors`'); here the normaliser steps, named b
 get their config as LeRobot's factory builds it (the normaliser: the policy's input and output
 features; the unnormaliser: its output features; the policy's normalization_mapping; eps 1e-8) and
 their state: the statistics the run trained with, `observation.state.<stat>` and `action.<stat>`
-float32 tensors, the same in both pipelines as LeRobot saves them. tests/test_trainkit_export_serving.py
+float32 tensors, the same in both pipelines as LeRobot saves them. tests/trainkit/weights/test_trainkit_export_serving.py
 compares these files with the ones LeRobot's own factory and save_pretrained write.
 GR00T N1.7's pack and unpack steps (MIN_MAX_STEPS) normalise by min / max alone, 2 (x - min) /
 (max - min) - 1: their state is the `observation.state.min/max` and `action.min/max` that

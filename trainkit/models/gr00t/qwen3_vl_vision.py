@@ -8,7 +8,7 @@ MLP), then the 2x2 merger: LayerNorm per patch, each 2x2 neighbourhood's four pa
 makes one more set of image tokens, added later into LLM layers 0, 1, 2.
 
 Differences of form from transformers' `Qwen3VLVisionModel`, none of value (the parity test in
-tests/test_gr00t_backbone_oracle.py holds them to float32 precision):
+tests/trainkit/models/gr00t/test_gr00t_backbone_oracle.py holds them to float32 precision):
 - an image is a still frame, so the Conv3d over `temporal_patch` copies of it equals a Conv2d
   with the kernel summed over time (half the patch-embedding FLOPs, no frame copies);
 - tokens stay in row-major patch order through the blocks (attention does not care about order,

@@ -4,7 +4,7 @@
 
 Layouts (detected from the keys): "isaac": `action_head.*` and `backbone.model.*`; "lerobot":
 `_groot_model.action_head.*` and `_groot_model.backbone.model.*`.
-What the mapping does (checked against LeRobot 0.6.1 by tests/test_gr00t_oracle.py):
+What the mapping does (checked against LeRobot 0.6.1 by tests/trainkit/models/gr00t/test_gr00t_oracle.py):
 - per-embodiment layers (`CategorySpecificLinear`: W (embodiments, in, out), b (embodiments, out))
   load one embodiment's slice, `model.embodiment` (LeRobot's "new_embodiment" is 10); an export
   writes the full tensors back: the other slots from the checkpoint the run started from
