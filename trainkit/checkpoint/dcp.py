@@ -60,7 +60,7 @@ from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnly
 from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
 from trainkit.optim.optimizer import apply_config
-from trainkit.ranks import all_gather, barrier, broadcast, rank_world
+from trainkit.parallel.ranks import all_gather, barrier, broadcast, rank_world
 from trainkit.checkpoint.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")

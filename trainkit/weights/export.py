@@ -46,7 +46,7 @@ from trainkit.checkpoint.dcp import Found, _cause, find_checkpoint
 from trainkit.checkpoint.manifest import MANIFEST_NAME
 from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import RunConfig, config_from_dict
-from trainkit.data_config import SourceConfig
+from trainkit.config.data import SourceConfig
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
 from trainkit.weights.export_source import chosen_source, source_notes

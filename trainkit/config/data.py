@@ -1,4 +1,4 @@
-"""The `[data]` section of the training config (trainkit/config.py loads it with the rest): one shard
+"""The `[data]` section of the training config (trainkit/config/sections.py loads it with the rest): one shard
 folder, or a weighted mixture of them.
 
 A mixture is `data.shards = {"droid/" = 0.7, "libero/" = 0.3}` (also as an override:
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
-from trainkit.config_checks import check_choices, check_finite
+from trainkit.config.checks import check_choices, check_finite
 from trainkit.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ silently trains with a default. `--set` values are parsed as TOML values (`true`
 `["a", "b"]`, `{vision_blocks = 4}`); a string field takes the text as it is. Required keys
 (they have no sensible default): data.shards, train.steps, train.seed, output.dir, model.preset.
 
-The `[data]` section and a mixture's sources are in trainkit/data_config.py; an override or overlay
+The `[data]` section and a mixture's sources are in trainkit/config/data.py; an override or overlay
 of one mixture form (`data.shards` table or `[[data.sources]]`) replaces the other (`_replace_form`).
-The field checks every section runs are in trainkit/config_checks.py.
+The field checks every section runs are in trainkit/config/checks.py.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainkit.config_checks import check_choices, check_finite
+from trainkit.config.checks import check_choices, check_finite
 from trainkit.configs import resolve_config
-from trainkit.data_config import DATA_FORMS, DataConfig, SourceConfig, loader_sources, source_name
+from trainkit.config.data import DATA_FORMS, DataConfig, SourceConfig, loader_sources, source_name
 from trainkit.errors import ConfigError
 
 __all__ = ["DataConfig", "ModelConfig", "OptimConfig", "OutputConfig", "ParallelConfig", "RunConfig", "SourceConfig",

@@ -1,5 +1,5 @@
-"""Field checks every training-config section runs in its `__post_init__` (trainkit/config.py,
-trainkit/data_config.py): a word among its `Literal` choices, a number in its range."""
+"""Field checks every training-config section runs in its `__post_init__` (trainkit/config/sections.py,
+trainkit/config/data.py): a word among its `Literal` choices, a number in its range."""
 from __future__ import annotations
 
 import math

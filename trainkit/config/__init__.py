@@ -1,0 +1,11 @@
+"""The one training config (one room): the section dataclasses (sections.py), the `[data]` section
+and a mixture's sources (data.py), the field checks every section runs (checks.py).
+
+    from trainkit.config import load_config, RunConfig
+"""
+from trainkit.config.data import DataConfig, SourceConfig, loader_sources, source_name
+from trainkit.config.sections import (REQUIRED, ModelConfig, OptimConfig, OutputConfig, ParallelConfig, RunConfig,
+                                      TrainConfig, config_from_dict, load_config)
+
+__all__ = ["REQUIRED", "DataConfig", "ModelConfig", "OptimConfig", "OutputConfig", "ParallelConfig", "RunConfig",
+           "SourceConfig", "TrainConfig", "config_from_dict", "load_config", "loader_sources", "source_name"]
