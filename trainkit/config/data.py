@@ -1,4 +1,4 @@
-"""The `[data]` section of the training config (trainkit/config/sections.py loads it with the rest): one shard
+"""The `[data]` section of the training config (trainkit/config/load.py loads it with the rest): one shard
 folder, or a weighted mixture of them.
 
 A mixture is `data.shards = {"droid/" = 0.7, "libero/" = 0.3}` (also as an override:

@@ -1,38 +1,23 @@
-"""The one training config: a dataclass tree loaded from TOML, dotted `--set` overrides.
+"""The sections of the one training config: a `@dataclass(kw_only=True)` each, a comment per field
+and checks in `__post_init__` (datakit's `LoaderConfig` is the model), gathered by `RunConfig`.
 
-    cfg = load_config("trainkit/configs/pi05_tiny.toml", ["train.steps=20", "parallel.group.vision_blocks=4"])
-    cfg = load_config("trainkit/configs/pi05_optimised.toml", overlay="best.toml")  # `trainkit tune`'s overlay
-    cfg = load_config("pi05_tiny", ["data.shards=OUT"])  # a shipped preset by name (trainkit/configs/)
-
-Each section is a `@dataclass(kw_only=True)` with a comment per field and checks in
-`__post_init__` (datakit's `LoaderConfig` is the model). Loading is strict: an unknown section or
-key, or a value of the wrong type, raises `ConfigError` naming the dotted key, so a typo never
-silently trains with a default. `--set` values are parsed as TOML values (`true`, `4`, `1e-4`,
-`["a", "b"]`, `{vision_blocks = 4}`); a string field takes the text as it is. Required keys
-(they have no sensible default): data.shards, train.steps, train.seed, output.dir, model.preset.
-
-The `[data]` section and a mixture's sources are in trainkit/config/data.py; an override or overlay
-of one mixture form (`data.shards` table or `[[data.sources]]`) replaces the other (`_replace_form`).
-The field checks every section runs are in trainkit/config/checks.py.
+The `[data]` section and a mixture's sources are in data.py, the field checks every section runs in
+checks.py; reading a TOML file, `--set` overrides and overlays into this tree is load.py.
+Required keys (they have no sensible default): `REQUIRED`. `config_from_dict` builds the tree from a
+raw dict strictly: an unknown key or a value of the wrong type is a `ConfigError` naming the dotted key.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from trainkit.config.checks import check_choices, check_finite
-from trainkit.configs import resolve_config
-from trainkit.config.data import DATA_FORMS, DataConfig, SourceConfig, loader_sources, source_name
+from trainkit.config.data import DataConfig
 from trainkit.errors import ConfigError
-
-__all__ = ["DataConfig", "ModelConfig", "OptimConfig", "OutputConfig", "ParallelConfig", "RunConfig", "SourceConfig",
-           "TrainConfig", "config_from_dict", "load_config", "loader_sources", "source_name"]
 
 REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
 Dtype = Literal["bfloat16", "float32"]
@@ -215,128 +200,23 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), *, required: bool = True,
-                overlay: str | Path | None = None) -> RunConfig:
-    """The config of TOML file `path` (or shipped preset name, trainkit/configs/; None: defaults
-    only), then the TOML file `overlay` on top (`trainkit run CONFIG --overlay best.toml`, what
-    `trainkit tune` writes), then `key=value` overrides; `required=False` (inspect) accepts a config
-    without data.shards / output.dir."""
-    raw: dict[str, Any] = _read_toml(resolve_config(path)) if path is not None else {}
-    if overlay is not None:
-        _apply_overlay(raw, _read_toml(overlay), str(overlay))
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(item, "an override is key=value with a dotted key, e.g. train.steps=100")
-        _set(raw, key.strip(), text.strip())
-    missing = [k for k in REQUIRED if not _has(raw, k) and not (k == "data.shards" and _has(raw, "data.sources"))] \
-        if required else []
-    if missing:
-        what = " (a shard folder, a table {path = weight} or [[data.sources]])" if missing[0] == "data.shards" else ""
-        raise ConfigError(missing[0], f"required and not set{what} (required: {', '.join(REQUIRED)})")
-    return _build(RunConfig, raw, "")
-
-
-def _read_toml(path: str | Path) -> dict[str, Any]:
-    """The TOML file at `path`; ConfigError naming it for anything that is not one (missing, a
-    folder, unreadable, not UTF-8, not TOML). Decoded as UTF-8 whatever the locale, as TOML is."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(path), "config file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(str(path), "is a folder, not a TOML config file") from None
-    except OSError as e:
-        raise ConfigError(str(path), f"cannot be read ({e.strerror or e})") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), f"not UTF-8 text (byte {e.start}): a TOML file is UTF-8") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), f"not valid TOML ({e})") from None
-
-
-def _apply_overlay(raw: dict[str, Any], overlay: dict[str, Any], name: str) -> None:
-    """Put the overlay's keys into the raw tree, each replacing the config's value (a table such as
-    parallel.ac_stride as a whole). Its keys must be the config's: an unknown one is refused here,
-    naming the overlay file (model.* keys are the family config's, checked when the model is built)."""
-    sections = _hints(RunConfig)
-    for section, table in overlay.items():
-        if section not in sections:
-            raise ConfigError(f"{name}: {section}", _unknown(RunConfig, section))
-        if not isinstance(table, dict):
-            raise ConfigError(f"{name}: {section}", f"must be a table, got {table!r}")
-        known = _hints(sections[section])
-        for key, value in table.items():
-            if sections[section] is not ModelConfig and key not in known:
-                raise ConfigError(f"{name}: {section}.{key}", _unknown(sections[section], key))
-            _replace_form(raw.setdefault(section, {}), sections[section], key)[key] = value
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     """The config of `RunConfig.to_dict()` output (a checkpoint's trainkit.json), checked as a file's."""
-    return _build(RunConfig, raw, "")
+    return build(RunConfig, raw, "")
 
 
-def _set(raw: dict[str, Any], key: str, text: str) -> None:
-    """Put override `key=text` into the raw tree, parsing text by the target field's type."""
-    parts = key.split(".")
-    cls: Any = RunConfig
-    node = raw
-    for i, part in enumerate(parts):
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        if cls is ModelConfig and part not in fields and i == len(parts) - 1:  # model.lm_depth=4
-            node[part] = _parse(Any, text)
-            return
-        if part not in fields:
-            raise ConfigError(".".join(parts[: i + 1]), _unknown(cls, part))
-        tp = _hints(cls)[part]
-        last = i == len(parts) - 1
-        if dataclasses.is_dataclass(tp):
-            if last:
-                raise ConfigError(key, "is a section; set one of its keys")
-            node, cls = node.setdefault(part, {}), tp
-            continue
-        if typing.get_origin(tp) is dict and i == len(parts) - 2:  # parallel.group.vision_blocks=4
-            node.setdefault(part, {})[parts[-1]] = _parse(typing.get_args(tp)[1], text)
-            return
-        if not last:
-            raise ConfigError(key, f"{'.'.join(parts[: i + 1])} is not a section")
-        _replace_form(node, cls, part)[part] = _parse(tp, text)
-        return
-
-
-def _replace_form(node: dict[str, Any], cls: Any, key: str) -> dict[str, Any]:
-    """`node` (a raw section) ready for an override or overlay of `key`: data.shards replaces the
-    file's [[data.sources]] and the other way round (both in one file is refused: DataConfig)."""
-    if cls is DataConfig and key in DATA_FORMS:
-        for other in DATA_FORMS:
-            if other != key:
-                node.pop(other, None)
-    return node
-
-
-def _parse(tp: Any, text: str) -> Any:
-    if _is_union(tp):  # data.shards: a table {path = weight} or list as TOML, anything else a path
-        tp = Any if text[:1] in "{[" else str
-    if tp is str or typing.get_origin(tp) is Literal:
-        return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text  # type-checked (and refused) in _build, with the key named
-
-
-def _build(cls: Any, raw: Any, prefix: str) -> Any:
+def build(cls: Any, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(prefix.rstrip("."), f"must be a table, got {raw!r}")
-    hints, kw = _hints(cls), {}
+    hints, kw = field_types(cls), {}
     if cls is ModelConfig:  # keys other than its own are the family config's fields
         raw = {**{k: v for k, v in raw.items() if k in hints},
                "overrides": {**raw.get("overrides", {}), **{k: v for k, v in raw.items() if k not in hints}}}
     for name, value in raw.items():
         if name not in hints:
-            raise ConfigError(prefix + name, _unknown(cls, name))
+            raise ConfigError(prefix + name, unknown_key(cls, name))
         tp = hints[name]
-        kw[name] = _build(tp, value, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else \
+        kw[name] = build(tp, value, f"{prefix}{name}.") if dataclasses.is_dataclass(tp) else \
             _check(tp, value, prefix + name)
     try:
         return cls(**kw)
@@ -351,7 +231,7 @@ def _check(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return value  # checked against the choices by the section's __post_init__ (`_choices`)
-    if _is_union(tp):  # the type of the value's kind (a str, a table), checked as that type
+    if is_union(tp):  # the type of the value's kind (a str, a table), checked as that type
         for arg in typing.get_args(tp):
             if isinstance(value, typing.get_origin(arg) or arg):
                 return _check(arg, value, key)
@@ -362,7 +242,7 @@ def _check(tp: Any, value: Any, key: str) -> Any:
             what = f"[[{key}]] tables (an array of tables)" if dataclasses.is_dataclass(item) else "a list"
             raise ConfigError(key, f"expected {what}, got {value!r}")
         if dataclasses.is_dataclass(item):  # [[data.sources]]: a table per item
-            return [_build(item, v, f"{key}[{i}].") for i, v in enumerate(value)]
+            return [build(item, v, f"{key}[{i}].") for i, v in enumerate(value)]
         return [_check(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
@@ -377,7 +257,7 @@ def _check(tp: Any, value: Any, key: str) -> Any:
     return value
 
 
-def _is_union(tp: Any) -> bool:
+def is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
@@ -385,19 +265,10 @@ def _type_name(tp: Any) -> str:
     return "a table like {name = value}" if typing.get_origin(tp) is dict else getattr(tp, "__name__", str(tp))
 
 
-def _hints(cls: Any) -> dict[str, Any]:
+def field_types(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _unknown(cls: Any, name: str) -> str:
+def unknown_key(cls: Any, name: str) -> str:
     known = ", ".join(f.name for f in dataclasses.fields(cls))
     return f"unknown key {name!r} (known: {known})"
-
-
-def _has(raw: dict[str, Any], dotted: str) -> bool:
-    node: Any = raw
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
