@@ -34,11 +34,11 @@ from rich.table import Table
 from datakit.commands.flag_types import byte_size, non_negative_int, positive
 from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
-from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
-from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
-from datakit.commands.plan.mixture import MixturePlan, index_copy, local_index, mixture_plan, named_as
-from datakit.commands.plan.features import plan_features
-from datakit.commands.plan.model import ThroughputPlan, plan_throughput
+from datakit.loader.throughput.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.loader.throughput.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.loader.throughput.mixture import MixturePlan, index_copy, local_index, mixture_plan, named_as
+from datakit.loader.throughput.features import plan_features
+from datakit.loader.throughput.model import ThroughputPlan, plan_throughput
 from datakit.shards.features import is_feature_folder
 from datakit.loader.mixture import MixtureSource, mixture_sources
 from datakit.shards.index import load_index

@@ -16,7 +16,7 @@ from datakit.loader import ShardLoader, h2d_bytes, slot_images
 from datakit.loader.config import LoaderConfig
 from datakit.loader.sampler import StepSampler, block_ids
 from datakit.commands.plan.command import add_parser, run
-from datakit.commands.plan.model import plan_throughput
+from datakit.loader.throughput.model import plan_throughput
 from datakit.shards.index import OFFSET_PREFIX, column, load_frames, load_index
 
 
@@ -257,8 +257,8 @@ def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys, tmp_path):
 def test_the_disk_binds_when_the_working_set_outgrows_memory(shards_rgb):
     """Hand arithmetic on given rates: 4 ranks on 2 nodes (2 a node); the node's page cache or disk
     feeds its 2 ranks, each rank's loader feeds itself."""
-    from datakit.commands.plan.ceiling import ceiling
-    from datakit.commands.plan.measure import Bandwidth, LoaderRate
+    from datakit.loader.throughput.ceiling import ceiling
+    from datakit.loader.throughput.measure import Bandwidth, LoaderRate
 
     index, frames = load_index(shards_rgb), load_frames(shards_rgb)
     plan = plan_throughput(index, frames, LoaderConfig(**PI05_SHAPE, batch_size=4), samples_per_s=100.0, ranks=4,

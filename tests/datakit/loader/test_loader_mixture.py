@@ -155,7 +155,7 @@ def test_plan_of_a_mixture_weights_its_sources(shards_rgb, shards_b, capsys):  #
     import argparse
 
     from datakit.commands.plan.command import add_parser, run
-    from datakit.commands.plan.model import plan_throughput
+    from datakit.loader.throughput.model import plan_throughput
     from datakit.shards.index import load_frames, load_index
 
     cfg = LoaderConfig(batch_size=4, action_horizon=3)

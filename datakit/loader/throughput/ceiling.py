@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datakit.commands.plan.measure import Bandwidth, LoaderRate
-from datakit.commands.plan.model import ThroughputPlan
+from datakit.loader.throughput.measure import Bandwidth, LoaderRate
+from datakit.loader.throughput.model import ThroughputPlan
 
 CACHE_SHARE = 0.8  # of physical memory the page cache can hold for the shards
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from datakit.commands.plan.model import ThroughputPlan, plan_throughput
+from datakit.loader.throughput.model import ThroughputPlan, plan_throughput
 from datakit.errors import IndexFileError
 from datakit.loader.config import LoaderConfig
 from datakit.loader.mixture import MixtureSource, normalised_weights
