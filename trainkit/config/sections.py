@@ -19,13 +19,20 @@ from trainkit.config.checks import check_choices, check_finite
 from trainkit.config.data import DataConfig
 from trainkit.errors import ConfigError
 
+
+def _default_family() -> str:
+    from trainkit.models import DEFAULT_FAMILY  # when a config names none: the model is built from it anyway
+    return DEFAULT_FAMILY
+
+
 REQUIRED = ("data.shards", "train.steps", "train.seed", "output.dir", "model.preset")
 Dtype = Literal["bfloat16", "float32"]
 
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    family: str = "pi05"  # a family of the registry, trainkit.models.FAMILIES
+    # a family of the registry, trainkit.models.FAMILIES; default: its first (models.DEFAULT_FAMILY)
+    family: str = field(default_factory=_default_family)
     preset: str = ""  # a preset of that family (pi05: "tiny", "tiny_deep", "full")
     # A folder with model.safetensors + config.json (LeRobot's save_pretrained, lerobot/pi05_base,
     # openpi's PyTorch converter) to start from instead of random weights; "": random init. A resume
