@@ -1,7 +1,7 @@
 """DreamZero's kernels on one GPU: the block-causal self-attention at the `5b` shapes (each kernel
 fwd+bwd, checked against float32 dense masked attention) and one `14b` DiT block forward + backward.
 A kernel bench beside the trainer bench (`python3 bench/gpu.py dreamzero`, bench/plans/dreamzero.toml);
-moved here from bench_dreamzero_gpu.py, whose trainer part the harness runs.
+moved here from the former bench_dreamzero_gpu script, whose trainer part the harness runs.
 
     python3 bench/bench_dreamzero_kernels_gpu.py --out $OUT/dreamzero_kernels.json     # on the device
     python3 bench/bench_dreamzero_kernels_gpu.py --out /tmp/dzk.json --cpu              # dry run: tiny, CPU

@@ -15,7 +15,7 @@ loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps Ad
 schedule, and hands each step to `Metrics`; a mixture of datasets (`data.sources`) opens and checks
 every source as one folder, logs each source's loss at log steps (observe/source_loss.py) and
 validates each source on its own held-out episodes (validation.py). A
-fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
+fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint/dcp.py) are
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.

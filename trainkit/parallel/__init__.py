@@ -15,7 +15,7 @@ The order matters and is torchtitan's (`parallelize_llama`), with frozen paramet
 4. explicit prefetch between the units FSDP just created;
 5. CUDA graphs: recorded in the plan; the trainer's micro-step captures forward + backward of a
    micro-batch, FSDP2's hooks and collectives inside (cudagraphs.py says exactly what).
-Fused AdamW (optim.py) and expandable segments (allocator.py) are applied by the trainer where
+Fused AdamW (optim/optimizer.py) and expandable segments (allocator.py) are applied by the trainer where
 they belong: after parallelize, and before the first CUDA allocation.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
     trainkit export runs/mix out/mix_libero --format lerobot --source libero   # one robot of a mixture
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
-weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
+weights are read from the DCP folder (through checkpoint/reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
 the run's dataset index when it is still there (else the model's slots and 32 channels, said so);
 a run on a mixture (data.sources) exports one source's (`--source NAME`, export_source.py): its

@@ -19,7 +19,8 @@ LoaderConfig's defaults (one frame per camera, one action).
 
 Several folders make a mixture (`--weights`, default equal): each source is planned at its share
 and the table adds a row per source (its bytes per sample, cache working set, one pass over it at its
-share); the ceiling is measured on the mixture's own loader (plan/mixture.py says how they combine).
+share); the ceiling is measured on the mixture's own loader (datakit/loader/throughput/mixture.py says
+how they combine).
 """
 from __future__ import annotations
 

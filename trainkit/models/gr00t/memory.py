@@ -2,7 +2,7 @@
 
 The constants are the ones fitted (`python bench/memory_table.py --fit gr00t --fix backward_block`,
 2026-12-02) to eight GPU runs of this family's earlier N1.6-shaped model (SigLIP2 tower, 2x2
-unshuffle connector, no VL self-attention, horizon 16/50; bench/results/trainkit_gr00t_call1-3.json,
+unshuffle connector, no VL self-attention, horizon 16/50; bench/results/trainkit_gr00t_call{1,2,3}.json,
 estimated within 3% then). That model is gone, so those runs are no longer listed as measurements
 of this one: N1.7 adds the Qwen3-VL tower with deepstack, 4 VL self-attention blocks over every VL
 token, dropout masks and a 40-step horizon, none of which they exercised. bench/plans/gr00t.toml

@@ -3,8 +3,8 @@
 `config.json` (its `text_config` / `vision_config`), so tiny test backbones and other Qwen3-VL
 checkpoints build from the file that describes them.
 
-LeRobot 0.6.1 hard-codes Cosmos-Reason2-2B's config (`groot_n1_7.py::_cosmos_reason2_qwen3_vl_config`)
-and GR00T N1.7's `config.json` names only the model (`model_name`) and `select_layer`; the preset
+LeRobot 0.6.1 hard-codes Cosmos-Reason2-2B's config (`lerobot/policies/groot/groot_n1_7.py`,
+`_cosmos_reason2_qwen3_vl_config`) and GR00T N1.7's `config.json` names only the model (`model_name`) and `select_layer`; the preset
 here carries the same numbers. Only the first `select_layer` LLM layers are built (N1.7 deletes
 the rest; its features are layer select_layer - 1's output, before the final norm).
 """
