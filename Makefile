@@ -33,7 +33,7 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/bench_convert.py
+	$(VENV)/bin/python bench/data/bench_convert.py
 
 # Optional: LeRobot 0.6.1 as an oracle for tests/benchmarks (LeRobotDataset for the loader interop,
 # PI05Policy for the pi05 parity test, the GR00T head with diffusers + dm-tree), in its own Python

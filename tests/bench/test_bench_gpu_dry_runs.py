@@ -20,7 +20,7 @@ def _run(script: str, out: Path, *args: str) -> dict:
 
 
 def test_encode_bench_dry_run_measures_both_parts(tmp_path):
-    doc = _run("bench_encode_gpu.py", tmp_path / "enc.json", "--parts", "encode", "step", "--iters", "1")
+    doc = _run("data/bench_encode_gpu.py", tmp_path / "enc.json", "--parts", "encode", "step", "--iters", "1")
     assert doc["mode"] == "cpu" and {"encode", "step"} <= set(doc)
     step = doc["step"]
     for key in ("step_cache_s", "step_in_loop_s", "encoders_s"):
@@ -29,5 +29,5 @@ def test_encode_bench_dry_run_measures_both_parts(tmp_path):
 
 
 def test_dreamzero_kernels_dry_run(tmp_path):
-    doc = _run("bench_dreamzero_kernels_gpu.py", tmp_path / "dzk.json")
+    doc = _run("kernels/bench_dreamzero_kernels_gpu.py", tmp_path / "dzk.json")
     assert doc["attention"] and doc["block_14b"]["fwd_bwd_ms"] > 0

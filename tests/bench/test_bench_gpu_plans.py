@@ -1,4 +1,4 @@
-"""The GPU bench plans (bench/plans/*.toml) name only what trainkit accepts: every variant's config
+"""The GPU bench plans (bench/gpu/plans/*.toml) name only what trainkit accepts: every variant's config
 with its overrides, as the GPU run and as the --cpu dry run apply them, loads through
 trainkit.config and builds its model config (preset and model.* keys), and every run's config loads
 with its overrides. Cheap: no model, no data, no training. The slow test runs one family's dry run.
@@ -16,7 +16,7 @@ from trainkit.config import load_config
 from trainkit.models import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 from gpu_plan import (PlanError, all_plans, load_plan, run_parts, variant_config,  # noqa: E402
                       variant_sets)
 
@@ -47,7 +47,7 @@ def test_plan_variants_are_valid_trainkit_configs(path, tmp_path):
 
 
 def test_plan_refuses_unknown_keys_and_dangling_names(tmp_path):
-    good = (ROOT / "bench" / "plans" / "gr00t.toml").read_text()
+    good = (ROOT / "bench" / "gpu" / "plans" / "gr00t.toml").read_text()
     cases = {"unknown key": good.replace("steps = 14", "steps = 14\nstpes = 3"),
              "not another variant": good.replace('compare = "optimised_mbs16_graphs"', 'compare = "nope"'),
              "is set by the harness": good.replace('overrides = ["train.micro_batch=16"]\nprofile',
@@ -63,7 +63,7 @@ def test_plan_refuses_unknown_keys_and_dangling_names(tmp_path):
 @pytest.mark.slow
 def test_cpu_dry_run_of_gr00t_main(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "gr00t", "--cpu", "--only", "optimised_mbs16_graphs",
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "gpu.py"), "gr00t", "--cpu", "--only", "optimised_mbs16_graphs",
                            "optimised_mbs16_eager", "probe",
                            "--out", str(out), "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)

@@ -1,4 +1,4 @@
-"""bench/peer_lerobot_gr00t.py end to end at tiny widths on the CPU, under the LeRobot 0.6.1 oracle
+"""bench/peers/peer_lerobot_gr00t.py end to end at tiny widths on the CPU, under the LeRobot 0.6.1 oracle
 venv (skipped when /tmp/lerobot-venv is not ready): LeRobot's GR00TN17 built from its config, its
 default setting (fp32 parameters under bf16 autocast) timed for 3 steps; the record is "ok" with
 finite losses, and LeRobot trains exactly the tensors trainkit's tiny preset says (its action head
@@ -20,7 +20,7 @@ from trainkit.models.gr00t.weights import export_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
 LEROBOT_PY = Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin" / "python"
-PEER = ROOT / "bench" / "peer_lerobot_gr00t.py"
+PEER = ROOT / "bench" / "peers" / "peer_lerobot_gr00t.py"
 KEYS = {"name", "status", "samples_per_s", "mfu", "step_time_s", "peak_mem_gib", "losses", "step_times_s", "error"}
 
 

@@ -1,5 +1,5 @@
-"""bench/probes/ holds exact copies of the shared probes (../shared/probes/*.py), each sha256 in
-bench/probes/SHA256SUMS (`sha256sum` format: `cd bench/probes && sha256sum -c SHA256SUMS`), and the
+"""bench/gpu/probes/ holds exact copies of the shared probes (../shared/probes/*.py), each sha256 in
+bench/gpu/probes/SHA256SUMS (`sha256sum` format: `cd bench/gpu/probes && sha256sum -c SHA256SUMS`), and the
 repository's own probes (OWN: written here, no shared original, e.g. the DreamZero probe of the real
 Wan block).
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBES = ROOT / "bench" / "probes"
+PROBES = ROOT / "bench" / "gpu" / "probes"
 SHARED = [Path("/work/shared/probes"), ROOT.parent / "shared" / "probes"]
 OWN = {"dreamzero_wan_probe.py", "gr00t_n17_probe.py"}  # probes of this repository (issues 29, 31), not copies
 
@@ -38,16 +38,16 @@ def sha256(path: Path) -> str:
 def test_every_probe_is_recorded_and_matches_its_hash():
     sums = recorded()
     files = sorted(p.name for p in PROBES.iterdir() if p.is_file() and p.name != "SHA256SUMS")
-    assert files == sorted({*sums, *OWN}), "bench/probes/ holds only the recorded copies of the shared probes and OWN"
+    assert files == sorted({*sums, *OWN}), "bench/gpu/probes/ holds only the recorded copies of the shared probes and OWN"
     assert not OWN & set(sums), "an own probe is not a copy of a shared one"
     for name, digest in sums.items():
-        assert sha256(PROBES / name) == digest, f"bench/probes/{name} drifted from bench/probes/SHA256SUMS"
+        assert sha256(PROBES / name) == digest, f"bench/gpu/probes/{name} drifted from bench/gpu/probes/SHA256SUMS"
 
 
 @pytest.mark.parametrize("shared", [p for p in dict.fromkeys(SHARED) if p.is_dir()] or
                          [pytest.param(None, marks=pytest.mark.skip(reason="no shared probes folder here"))])
 def test_recorded_hashes_are_the_shared_probes(shared):
     for name, digest in recorded().items():
-        assert (shared / name).is_file(), f"{shared / name} is gone: the copy in bench/probes/ has no source"
-        assert sha256(shared / name) == digest, (f"bench/probes/{name} is stale: {shared / name} changed; copy it "
-                                                 "and update bench/probes/SHA256SUMS")
+        assert (shared / name).is_file(), f"{shared / name} is gone: the copy in bench/gpu/probes/ has no source"
+        assert sha256(shared / name) == digest, (f"bench/gpu/probes/{name} is stale: {shared / name} changed; copy it "
+                                                 "and update bench/gpu/probes/SHA256SUMS")

@@ -137,7 +137,7 @@ def test_what_counts_as_a_path():
     """The extractor on a document of its own: what it checks and what it leaves alone."""
     sample = (
         "Run `datakit convert droid/ out/` then `trainkit run trainkit/configs/pi05_{tiny,optimised}.toml`;\n"
-        "see `datakit/loader/sampler.py`, `tests/test_x.py::test_y`, `bench/plans/<family>.toml`,\n"
+        "see `datakit/loader/sampler.py`, `tests/test_x.py::test_y`, `bench/gpu/plans/<family>.toml`,\n"
         "[scale-out](scale-out.md#cache), [up](../bench/results/loader.md), [web](https://x.org/docs/a.md),\n"
         "`s3://bucket/docs/x`, `../shared/probes/p.py`, `~/.cache/datakit/decoders.json`, `runs/a/best.toml`,\n"
         "`Makefile`, `datakit.loader.config`, `samples-rank{R}.jsonl`.\n"
@@ -149,5 +149,5 @@ def test_what_counts_as_a_path():
     assert sorted(named_paths(sample, "docs")) == sorted([
         "trainkit/", "trainkit/models/", "trainkit/models/pi05/", "trainkit/configs/", "trainkit/cli.py", "bench/",
         "trainkit/configs/pi05_tiny.toml", "trainkit/configs/pi05_optimised.toml", "datakit/loader/sampler.py",
-        "tests/test_x.py", "bench/plans/*.toml", "Makefile", "docs/scale-out.md", "bench/results/loader.md",
+        "tests/test_x.py", "bench/gpu/plans/*.toml", "Makefile", "docs/scale-out.md", "bench/results/loader.md",
     ])

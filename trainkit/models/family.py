@@ -55,7 +55,7 @@ class MemoryMeasurement:
 @dataclass(frozen=True, kw_only=True)
 class MemoryCalibration:
     """The family's constants of the memory estimate (trainkit/estimate/memory.py), with the measurements
-    they were fitted to (`python bench/memory_table.py --fit FAMILY`, least squares on the relative
+    they were fitted to (`python bench/gpu/memory_table.py --fit FAMILY`, least squares on the relative
     error, an out-of-memory run only when estimated under the GPU). The defaults are the eager count
     itself: a family with no measurement yet, or a constant none of its runs exercises."""
 

@@ -9,7 +9,7 @@ the most ranks sets the pace of every rank):
   machine's cores; each rank needs as many), timed on cached shards when the working set fits
   in memory (the steady state after the first epoch).
 The ceiling is the least of those that bind. On this machine's shards it is what
-`bench/bench_plan.py` compares with the loader benchmark.
+`bench/data/bench_plan.py` compares with the loader benchmark.
 """
 from __future__ import annotations
 

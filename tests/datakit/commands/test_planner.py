@@ -235,7 +235,7 @@ def test_ceiling_is_the_loaders_measured_rate(shards_rgb, capsys, tmp_path):
     """On cached shards the loader binds: the planner's ceiling for 2 ranks is twice what one rank's
     `ShardLoader` gives when timed here, apart from the planner. Rounds alternate and each side
     keeps its best, so a busy machine slows both alike; 25% (the goal is 15%, proven at native
-    resolution by bench/bench_plan.py) is a margin for a 2-core box shared with other work, and still
+    resolution by bench/data/bench_plan.py) is a margin for a 2-core box shared with other work, and still
     far below the factors a wrong config (workers, slots), a missing rank factor or a
     page-cache-only ceiling would give."""
     ap = argparse.ArgumentParser()

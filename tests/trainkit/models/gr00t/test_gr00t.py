@@ -268,12 +268,12 @@ def test_full_shapes_are_n17s():
     assert round((head + (cfg.embodiments - 1) * slices) / 1e9, 2) == 1.62
     assert [n for n, p in model.named_parameters() if not p.requires_grad][0].startswith("vision_blocks")
     assert all(not p.requires_grad for n, p in model.named_parameters() if n.startswith(("visual", "embed", "lm_frozen")))
-    # bench/probes/gr00t_n17_probe.py counts 1.157 TFLOP for 2 cameras, 58 text tokens, 40 actions;
+    # bench/gpu/probes/gr00t_n17_probe.py counts 1.157 TFLOP for 2 cameras, 58 text tokens, 40 actions;
     # this model counts the causal LLM attention in full (the masked kernel computes it), which the
     # probe halves, and the decoder over all 41 tokens
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("probe", ROOT / "bench" / "probes" / "gr00t_n17_probe.py")
+    spec = importlib.util.spec_from_file_location("probe", ROOT / "bench" / "gpu" / "probes" / "gr00t_n17_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     assert flops_per_sample(cfg, 2) == pytest.approx(probe.flops_per_sample(), rel=5e-3)

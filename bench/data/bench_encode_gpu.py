@@ -1,9 +1,9 @@
 """Encode throughput and the DreamZero-5B step with the frozen encoders in the loop vs reading the cache
 (issue 30's benchmark), on one GPU, with random weights of the real shapes (nothing downloaded).
 
-    python3 bench/bench_encode_gpu.py --out $OUT/encode.json                 # one H200: both parts
-    python3 bench/bench_encode_gpu.py --out $OUT/step.json --parts step --iters 3   # the step part alone
-    python3 bench/bench_encode_gpu.py --out /tmp/encode_cpu.json --cpu       # tiny shapes, CPU: the same path
+    python3 bench/data/bench_encode_gpu.py --out $OUT/encode.json                 # one H200: both parts
+    python3 bench/data/bench_encode_gpu.py --out $OUT/step.json --parts step --iters 3   # the step part alone
+    python3 bench/data/bench_encode_gpu.py --out /tmp/encode_cpu.json --cpu       # tiny shapes, CPU: the same path
 
 The GPU machine has torch, transformers and safetensors but not diffusers: the pure-Python wheel travels
 (`.whl/encode/diffusers-0.42.1-py3-none-any.whl`, carried) and is installed with --no-deps when `import
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,

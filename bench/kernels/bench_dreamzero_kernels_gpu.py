@@ -1,10 +1,10 @@
 """DreamZero's kernels on one GPU: the block-causal self-attention at the `5b` shapes (each kernel
 fwd+bwd, checked against float32 dense masked attention) and one `14b` DiT block forward + backward.
-A kernel bench beside the trainer bench (`python3 bench/gpu.py dreamzero`, bench/plans/dreamzero.toml);
+A kernel bench beside the trainer bench (`python3 bench/gpu/gpu.py dreamzero`, bench/gpu/plans/dreamzero.toml);
 moved here from the former bench_dreamzero_gpu script, whose trainer part the harness runs.
 
-    python3 bench/bench_dreamzero_kernels_gpu.py --out $OUT/dreamzero_kernels.json     # on the device
-    python3 bench/bench_dreamzero_kernels_gpu.py --out /tmp/dzk.json --cpu              # dry run: tiny, CPU
+    python3 bench/kernels/bench_dreamzero_kernels_gpu.py --out $OUT/dreamzero_kernels.json     # on the device
+    python3 bench/kernels/bench_dreamzero_kernels_gpu.py --out /tmp/dzk.json --cpu              # dry run: tiny, CPU
 
 Attention cases: SDPA per block-causal part (default / flash / cuDNN / efficient backends),
 FlexAttention with the block mask, SDPA with the dense mask, and full unmasked attention as the
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def timed(fn, device: str, warmup: int = 3, iters: int = 10) -> float:

@@ -1,8 +1,8 @@
 """The peer a user would pick: LeRobot 0.6.1's own GR00T N1.7 (`GR00TN17`) training step, timed on the GPU.
 
-    python3 bench/peer_lerobot_gr00t.py --out $OUT/lerobot_gr00t.json                 # LeRobot's default setting
-    python3 bench/peer_lerobot_gr00t.py --out X.json --settings fp32_autocast bf16_autocast --batch 64
-    python3 bench/peer_lerobot_gr00t.py --out X.json --tiny --device cpu --steps 3 --skip 1   # the whole path, tiny
+    python3 bench/peers/peer_lerobot_gr00t.py --out $OUT/lerobot_gr00t.json                 # LeRobot's default setting
+    python3 bench/peers/peer_lerobot_gr00t.py --out X.json --settings fp32_autocast bf16_autocast --batch 64
+    python3 bench/peers/peer_lerobot_gr00t.py --out X.json --tiny --device cpu --steps 3 --skip 1   # the whole path, tiny
 
 Needs lerobot 0.6.1 importable with a Qwen3-VL transformers, diffusers and dm-tree (the device has
 torch, transformers, safetensors, numpy; the rest travel as wheels installed with --no-deps:
@@ -20,7 +20,7 @@ gradient checkpointing option. The step, as LeRobot's trainer takes it (GrootPol
 this under autocast): `model(inputs)["loss"]`, backward, `clip_grad_norm_(1.0)` (GrootConfig's),
 fused AdamW (GrootConfig's lr / betas / eps / weight decay, its two groups: no decay on biases and
 norms), zero_grad, `float(loss)` (the host sync LeRobot's `loss.item()` is).
-Inputs, synthetic and seeded, the shapes of trainkit's gr00t bench plan (bench/plans/gr00t.toml,
+Inputs, synthetic and seeded, the shapes of trainkit's gr00t bench plan (bench/gpu/plans/gr00t.toml,
 preset n17): 2 views at 256x256 (64 tokens each) in transformers' Qwen3-VL patch layout, values in
 [-1, 1]; a prompt of `text_len` (58) text tokens around the views' runs (Qwen3-VL's chat layout,
 no padding), state (B, 1, 132) and a 40 x 132 action chunk with the generated robot's 8 state and 7
@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.peer_report import run_settings  # noqa: E402
+from bench.peers.peer_report import run_settings  # noqa: E402
 
 PEAK = 989e12  # H100/H200 dense bf16
 SETTINGS = {  # name -> (GrootConfig.model_params_fp32, GrootConfig.use_bf16)
@@ -56,7 +56,7 @@ SETTINGS = {  # name -> (GrootConfig.model_params_fp32, GrootConfig.use_bf16)
     "fp32": (True, False),  # use_bf16 off: float32 throughout
 }
 VIEWS = 2  # the bench plan's cameras (top, wrist)
-ROBOT_STATE, ROBOT_ACTION = 8, 7  # the generated dataset's channels (bench/gpu.py), zero-padded to the model's
+ROBOT_STATE, ROBOT_ACTION = 8, 7  # the generated dataset's channels (bench/gpu/gpu.py), zero-padded to the model's
 CHAT_PREFIX = 3  # text tokens before the views: <|im_start|>, "user", "\n"
 
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="embodiment slot; default the preset's (10: LeRobot's new_embodiment; tiny: 1)")
     args = p.parse_args(argv)
     if args.batch < 1 or args.skip < 0 or args.steps <= args.skip:
-        print(f"bench/peer_lerobot_gr00t.py: need --batch >= 1 and --steps > --skip >= 0, got --batch {args.batch} "
+        print(f"bench/peers/peer_lerobot_gr00t.py: need --batch >= 1 and --steps > --skip >= 0, got --batch {args.batch} "
               f"--steps {args.steps} --skip {args.skip}", file=sys.stderr)
         return 2
     import torch

@@ -1,4 +1,4 @@
-"""A GPU bench plan (`bench/plans/<family>.toml`): what `bench/gpu.py` measures for one family, as
+"""A GPU bench plan (`bench/gpu/plans/<family>.toml`): what `bench/gpu/gpu.py` measures for one family, as
 data. Read and checked here without torch or trainkit, so a test can load every plan cheaply
 (tests/bench/test_bench_gpu_plans.py also loads each variant's config through trainkit.config).
 
@@ -22,7 +22,7 @@ A plan, top to bottom (every key is checked: an unknown one is refused, as train
     height = 224; width = 224; episodes = 8; length = 80
 
     [probe]                            # the plain-PyTorch reference run beside the trainer (GPU only)
-    file = "pi05_fsdp_probe.py"        # in bench/probes/ (exact copies of ../shared/probes/, SHA256SUMS)
+    file = "pi05_fsdp_probe.py"        # in bench/gpu/probes/ (exact copies of ../shared/probes/, SHA256SUMS)
     args = ["opt_compile_noac_mbs32"]  # its settings (argv); each prints one JSON row
     compare = "opt_compile_noac_mbs32" # the row `x probe` ratios use (default: the first of args)
 
@@ -68,9 +68,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-ROOT = Path(__file__).resolve().parents[1]
-PLANS = ROOT / "bench" / "plans"
-PROBES = ROOT / "bench" / "probes"
+ROOT = Path(__file__).resolve().parents[2]
+PLANS = ROOT / "bench" / "gpu" / "plans"
+PROBES = ROOT / "bench" / "gpu" / "probes"
 CONFIGS = ROOT / "trainkit" / "configs"
 RunKind = Literal["ladder", "tune", "inspect"]
 RUN_KINDS: tuple[str, ...] = ("ladder", "tune", "inspect")
@@ -95,7 +95,7 @@ class Data:
 
 @dataclass(frozen=True, kw_only=True)
 class Probe:
-    file: str  # a file of bench/probes/
+    file: str  # a file of bench/gpu/probes/
     args: tuple[str, ...]  # its settings, run in one process
     compare: str = ""  # the row ratios are against ("" -> args[0])
     timeout_s: float = 300.0
@@ -180,7 +180,7 @@ class Plan:
 
 
 def plan_path(arg: str | Path) -> Path:
-    """A plan file, or a family's plan by name (`pi05` -> bench/plans/pi05.toml)."""
+    """A plan file, or a family's plan by name (`pi05` -> bench/gpu/plans/pi05.toml)."""
     p = Path(arg)
     if p.suffix == ".toml" or p.exists():
         return p

@@ -7,7 +7,7 @@ compared with the clean decode, max abs difference > 30 levels) and whether each
 full decode through datakit raises. Each backend runs in its own process (their bundled FFmpeg
 builds do not mix well).
 
-    python bench/bench_decode_damage.py [--copies 40] [--markdown bench/results/decode_damage.md]
+    python bench/data/bench_decode_damage.py [--copies 40] [--markdown bench/results/decode_damage.md]
 """
 from __future__ import annotations
 
@@ -105,9 +105,9 @@ def main() -> None:
     print(text)
     if args.markdown:
         args.markdown.write_text(f"# Flipped bytes in frame data: what each decoder reports\n\n"
-                                 f"`python bench/bench_decode_damage.py --copies {args.copies}`\n\n" + text)
+                                 f"`python bench/data/bench_decode_damage.py --copies {args.copies}`\n\n" + text)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     main()

@@ -1,9 +1,9 @@
-"""Run the probe (`bench/probes/pi05_fsdp_probe.py`, unmodified) under torch.profiler over its timed
+"""Run the probe (`bench/gpu/probes/pi05_fsdp_probe.py`, unmodified) under torch.profiler over its timed
 steps and reduce the trace like trainkit's own profiles, so the probe's kernel mix can be compared
 with the trainer's kernel by kernel.
 
-    torchrun --nproc-per-node 2 bench/profile_probe.py opt_compile_noac_mbs32
-    PROBE_MBS=40 torchrun --nproc-per-node 2 bench/profile_probe.py opt_compile_noac_mbs40
+    torchrun --nproc-per-node 2 bench/gpu/profile_probe.py opt_compile_noac_mbs32
+    PROBE_MBS=40 torchrun --nproc-per-node 2 bench/gpu/profile_probe.py opt_compile_noac_mbs40
 
 Options (environment): PROBE_MBS=n adds the best setting at micro-batch n; PROBE_NORM_INIT=ones
 sets the norm weights to 1 after the probe's init (an older copy of the probe zeroed every 1-D
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBE = ROOT / "bench" / "probes" / "pi05_fsdp_probe.py"
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "bench" / "gpu" / "probes" / "pi05_fsdp_probe.py"
 sys.path.insert(0, str(ROOT))
 from trainkit.observe.profile import gemm_table, gpu_kernels, timeline_summary, top_kernels  # noqa: E402
 

@@ -1,7 +1,7 @@
-"""The report of a bench/gpu.py call: each variant's ratios (against the plan's baseline, its probe
+"""The report of a bench/gpu/gpu.py call: each variant's ratios (against the plan's baseline, its probe
 row and the variant it compares with, losses step by step included) and the table on the terminal.
 
-    python3 bench/gpu_report.py $OUT/pi05.json        # the table of a saved result again
+    python3 bench/gpu/gpu_report.py $OUT/pi05.json        # the table of a saved result again
 
 Ratios are samples/s per GPU over the baseline's, over the probe row's (`samples_s_gpu`) and over
 the compared variant's; loss differences are taken over the steps both runs have.

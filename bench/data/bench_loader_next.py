@@ -1,8 +1,8 @@
 """The host cost of the device batcher's `next()`, measured on a CPU machine with CUDA mocked.
 
-    python bench/bench_loader_next.py                            # this checkout
-    python bench/bench_loader_next.py --base /work/main          # another checkout's datakit
-    python bench/bench_loader_next.py --compare a.json b.json    # both tables side by side
+    python bench/data/bench_loader_next.py                            # this checkout
+    python bench/data/bench_loader_next.py --base /work/main          # another checkout's datakit
+    python bench/data/bench_loader_next.py --compare a.json b.json    # both tables side by side
 
 What it runs: `DeviceBatcher._cuda` (the training thread's `next()` and the feeder thread) with
 the CUDA calls it makes replaced by Python stand-ins (streams, events, `set_device`, the
@@ -15,7 +15,7 @@ feeder is ahead (median, p90, mean) and as a share of the step.
 
 What it cannot show: the cost of the real CUDA calls. On the H200 host the profile put
 `torch.cuda.current_stream()` at 70-77 us per `next()` (bench/results/loader.md); here it is a
-Python stand-in. The data wait on the GPU is measured by bench/bench_loader_gpu.py.
+Python stand-in. The data wait on the GPU is measured by bench/data/bench_loader_gpu.py.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import time
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeEvent:

@@ -1,18 +1,18 @@
 """The GPU bench of a model family: its plan's trainer variants, each one `trainkit run` in its own
 process (`trainkit.trials.run_trial`), the probe beside them, one JSON and one table.
 
-    python3 bench/gpu.py pi05 --out $OUT                      # the plan's "main" group, on the GPU
-    python3 bench/gpu.py gr00t --out $OUT --only candidates probe  # variants, runs or groups by name ("all")
-    python3 bench/gpu.py bench/plans/dreamzero.toml --out $OUT --budget-s 300 --set parallel.compile=false
-    python3 bench/gpu.py pi05 --out /tmp/x --cpu              # dry run: every variant of the plan, tiny, CPU
+    python3 bench/gpu/gpu.py pi05 --out $OUT                      # the plan's "main" group, on the GPU
+    python3 bench/gpu/gpu.py gr00t --out $OUT --only candidates probe  # variants, runs or groups by name ("all")
+    python3 bench/gpu/gpu.py bench/gpu/plans/dreamzero.toml --out $OUT --budget-s 300 --set parallel.compile=false
+    python3 bench/gpu/gpu.py pi05 --out /tmp/x --cpu              # dry run: every variant of the plan, tiny, CPU
 
-A plan (bench/plans/<family>.toml; every key in bench/gpu_plan.py) names the variants as override
+A plan (bench/gpu/plans/<family>.toml; every key in bench/gpu/gpu_plan.py) names the variants as override
 lists over a config of trainkit/configs/, the probe, steps, what to profile, timeouts and a budget.
 A call, in this order:
 1. shards: a LeRobot v2.1 dataset with PNG image columns (`datakit.synth`; the GPU machine has no
    video decoder) converted by `datakit convert`, at the plan's cameras and frame size, cached under
    --work by that shape;
-2. the probe (bench/probes/, exact copies of ../shared/probes/) under torchrun: one JSON row per setting;
+2. the probe (bench/gpu/probes/, exact copies of ../shared/probes/) under torchrun: one JSON row per setting;
 3. each variant in plan order through run_trial: an OOM, compile error, crash or timeout costs that
    variant only and is recorded as the run's typed error; steady state = the median of the metric
    intervals from the plan's `skip` step on (trainkit.observe.summary);
@@ -42,7 +42,7 @@ Output: $OUT/<plan>.json and, for ladder / tune runs, their report files ($OUT/<
     log_tail}],
   runs [{name, group, kind, note, command, status ("ok" | "failed" | "timeout" | "skipped"), reason,
     returncode, wall_s, result (ladder.json | tune.json | inspect's JSON), files, log_tail}]
-Ratios (bench/gpu_report.py, which also prints the table of a saved JSON again) are samples/s per
+Ratios (bench/gpu/gpu_report.py, which also prints the table of a saved JSON again) are samples/s per
 GPU over the baseline's, the probe row's (`samples_s_gpu`) and the compared variant's; loss
 differences are step by step over the steps both ran.
 """
@@ -64,8 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "gpu")]
 from gpu_plan import (PROBES, Data, Plan, PlanError, Run, Variant, check_overrides, cpu_replaced,  # noqa: E402
                       load_plan, run_parts, variant_config, variant_sets)
 from gpu_report import derive, table  # noqa: E402
@@ -388,7 +388,7 @@ def select(plan: Plan, only: list[str] | None, cpu: bool) -> set[str]:
     known = set(items) | set(items.values()) | {"all"}
     unknown = [w for w in only if w not in known]
     if unknown:
-        raise SystemExit(f"bench/gpu.py: --only {unknown[0]!r} is no variant, run or group of {plan.path.name} "
+        raise SystemExit(f"bench/gpu/gpu.py: --only {unknown[0]!r} is no variant, run or group of {plan.path.name} "
                          f"(groups: {', '.join(sorted(set(items.values())))}; names: {', '.join(items)})")
     return {n for n, g in items.items() if "all" in only or n in only or g in only}
 
@@ -403,7 +403,7 @@ def _say(name: str, rec: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("plan", metavar="PLAN.toml|FAMILY", help="a plan file or a family of bench/plans/")
+    p.add_argument("plan", metavar="PLAN.toml|FAMILY", help="a plan file or a family of bench/gpu/plans/")
     p.add_argument("--out", type=Path, required=True, help="folder for <plan>.json and the runs' report files")
     p.add_argument("--only", nargs="+", metavar="NAME", help="variants, runs, groups or 'probe' (default: group main)")
     p.add_argument("--budget-s", type=float, default=None, help="stop starting items after this (default: the plan's)")
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = load_plan(args.plan)
         check_overrides(tuple(args.sets), "--set")
     except PlanError as e:
-        raise SystemExit(f"bench/gpu.py: {e}") from None
+        raise SystemExit(f"bench/gpu/gpu.py: {e}") from None
     wanted = select(plan, args.only, args.cpu)
     cpu = plan.cpu
     mode, data = ("cpu", cpu.data) if args.cpu else ("gpu", plan.data)
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # on the GPU a failed variant is a result (an OOM is a measurement)
     bad = [x["name"] for x in [*res["variants"], *res["runs"]] if x["status"] != "ok"]
     if bad:  # a dry run passes only if every item it was to check ran and finished
-        print(f"bench/gpu.py --cpu: not ok: {', '.join(bad)}", file=sys.stderr)
+        print(f"bench/gpu/gpu.py --cpu: not ok: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0
 
 

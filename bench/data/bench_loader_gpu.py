@@ -2,13 +2,13 @@
 float32, pruned vs all slots), on-device normalisation time, and the data wait of a dummy
 training step with 1, 2 and 4 DataLoader workers, per loader variant.
 
-    python3 bench/bench_loader_gpu.py --fixtures .loader-fixtures/bench/out-nv12 --out $OUT/loader_gpu.json
-    python3 bench/bench_loader_gpu.py ... --parts wait --variants default ring_off --profile $OUT/profile.txt
-    python3 bench/bench_loader_gpu.py --synth /tmp/lfx --out $OUT/w.json --parts wait --workers 2 --step-ms 30
-    python3 bench/bench_loader_gpu.py --synth /tmp/lfx ... --mixture 0.7 0.3   # + the rows of a 2-source mixture
-    python3 bench/bench_loader_gpu.py --compare before.json after.json     # the data-wait table of both
+    python3 bench/data/bench_loader_gpu.py --fixtures .loader-fixtures/bench/out-nv12 --out $OUT/loader_gpu.json
+    python3 bench/data/bench_loader_gpu.py ... --parts wait --variants default ring_off --profile $OUT/profile.txt
+    python3 bench/data/bench_loader_gpu.py --synth /tmp/lfx --out $OUT/w.json --parts wait --workers 2 --step-ms 30
+    python3 bench/data/bench_loader_gpu.py --synth /tmp/lfx ... --mixture 0.7 0.3   # + the rows of a 2-source mixture
+    python3 bench/data/bench_loader_gpu.py --compare before.json after.json     # the data-wait table of both
 
-Fixtures: `--fixtures DIR [DIR]`, made on a machine with a video decoder (`bench/bench_loader.py
+Fixtures: `--fixtures DIR [DIR]`, made on a machine with a video decoder (`bench/data/bench_loader.py
 --device-fixture`: 3 cameras at 224x224, one blank, stored NV12); or `--synth DIR`, made here with
 no video decoder (a GPU host has none): LeRobot v2.1 datasets whose 2 cameras are PNG image columns
 at 224x224 (`datakit.synth`), converted to NV12 shards by `datakit convert` (cached in DIR), the
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from datakit import open_shards  # noqa: E402

@@ -2,8 +2,8 @@
 (its ceiling, `datakit plan --measure`) against `for batch in ShardLoader(...)` timed apart, and
 the bytes per sample the plan counts against the bytes the loader's batches carry.
 
-    .venv/bin/python bench/bench_plan.py                 # table + JSON; writes /tmp/bench_plan/plan.json
-    .venv/bin/python bench/bench_plan.py --record        # also bench/results/plan.json
+    .venv/bin/python bench/data/bench_plan.py                 # table + JSON; writes /tmp/bench_plan/plan.json
+    .venv/bin/python bench/data/bench_plan.py --record        # also bench/results/plan.json
 
 The shards: a `datakit.synth` LeRobot v3.0 dataset at native 480x640, 3 cameras, one of them
 black (the shape of issue 13), converted by `datakit.convert`. Both sides use the Pi0.5 sample
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from datakit.loader import LoaderConfig, ShardLoader  # noqa: E402

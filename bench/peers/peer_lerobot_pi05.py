@@ -1,7 +1,7 @@
 """The peer a user would pick: LeRobot 0.6.1's own `PI05Policy` training step, timed on the GPU.
 
-    python3 bench/peer_lerobot_pi05.py --out $OUT/lerobot_pi05.json                    # its best setting
-    python3 bench/peer_lerobot_pi05.py --out X.json --settings fp32_autocast_ckpt bf16_ckpt --batch 32
+    python3 bench/peers/peer_lerobot_pi05.py --out $OUT/lerobot_pi05.json                    # its best setting
+    python3 bench/peers/peer_lerobot_pi05.py --out X.json --settings fp32_autocast_ckpt bf16_ckpt --batch 32
 
 Needs lerobot 0.6.1 importable (the device has torch, transformers, safetensors, numpy; its other
 imports travel as wheels installed with --no-deps: lerobot, draccus, mergedeep, typing-inspect,
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.peer_report import run_settings  # noqa: E402
+from bench.peers.peer_report import run_settings  # noqa: E402
 
 PEAK = 989e12  # H100/H200 dense bf16
 SETTINGS = {  # name -> (PI05Config.dtype, gradient_checkpointing, bf16 autocast)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=3, help="warm-up steps left out of the median")
     args = p.parse_args(argv)
     if args.steps <= args.skip:
-        raise SystemExit(f"bench/peer_lerobot_pi05.py: --steps {args.steps} must exceed --skip {args.skip}")
+        raise SystemExit(f"bench/peers/peer_lerobot_pi05.py: --steps {args.steps} must exceed --skip {args.skip}")
     import torch
 
     return run_settings(args.out, args.settings, lambda name: run_setting(name, args.batch, args.steps, args.skip),

@@ -1,6 +1,6 @@
 """Micro-benchmarks of the hot decode calls, per backend (pytest-benchmark; not part of `make test`):
 
-    .venv/bin/pytest bench/test_decode_micro.py --benchmark-only
+    .venv/bin/pytest bench/data/test_decode_micro.py --benchmark-only
 
 In-process and warm, so they isolate the call itself: opening a file, one random frame, a
 33-frame clip, and a full pass over a short video. `datakit bench-decoders` is the end-to-end

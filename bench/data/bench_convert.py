@@ -1,8 +1,8 @@
 """Conversion benchmark: `datakit convert SRC OUT` as a user types it, against every decoder and
 worker count, and against one-thread pure decode of the same files, all measured in one run.
 
-    python bench/bench_convert.py [--episodes 12] [--frames 60] [--repeats 3] [--src DIR] [--out DIR | --record]
-    python bench/bench_convert.py --codec h264 --cameras 2 --blank-cameras 0 --episodes 8 --frames 50 --no-baselines
+    python bench/data/bench_convert.py [--episodes 12] [--frames 60] [--repeats 3] [--src DIR] [--out DIR | --record]
+    python bench/data/bench_convert.py --codec h264 --cameras 2 --blank-cameras 0 --episodes 8 --frames 50 --no-baselines
 
 The dataset is a 480x640 LeRobot v2.1 dataset (AV1 with LeRobot's encoder settings by default, or
 H.264 / HEVC; 3 cameras, one black, by default), converted at native size and at 224x224. Every conversion is a fresh `datakit convert`
@@ -34,7 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -1,8 +1,8 @@
-"""Loss parity plot from a bench/gpu.py result: the variants of one group (default "parity") that
+"""Loss parity plot from a bench/gpu/gpu.py result: the variants of one group (default "parity") that
 compare their losses with another variant (`compare` in the plan), over the same steps, and their
 difference from it.
 
-    python3 bench/plot_parity.py $OUT/pi05.json bench/results/pi05_parity.png [--group parity]
+    python3 bench/gpu/plot_parity.py $OUT/pi05.json bench/results/pi05_parity.png [--group parity]
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def main(src: Path, dst: Path, group: str) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("src", type=Path, help="bench/gpu.py's <plan>.json")
+    p.add_argument("src", type=Path, help="bench/gpu/gpu.py's <plan>.json")
     p.add_argument("dst", type=Path, help="the PNG")
     p.add_argument("--group", default="parity")
     a = p.parse_args()

@@ -2,13 +2,13 @@
 single-thread page-cache read of the same shards, at native 480x640 and at 224x224; items/s
 against stock LeRobotDataset; host-to-device bytes per batch.
 
-    .venv/bin/python bench/bench_loader.py                 # writes a fresh /tmp/bench_loader/run-<time>/
-    .venv/bin/python bench/bench_loader.py --out DIR       # writes DIR/loader_cpu.json
-    .venv/bin/python bench/bench_loader.py --record        # writes bench/results/loader_cpu.json (the record)
-    .venv/bin/python bench/bench_loader.py --device-fixture .loader-fixtures   # data for the GPU run
-    .venv/bin/python bench/bench_loader.py --data 480x640 --settings lent_w2,lent_w0 --loader-only --out DIR
+    .venv/bin/python bench/data/bench_loader.py                 # writes a fresh /tmp/bench_loader/run-<time>/
+    .venv/bin/python bench/data/bench_loader.py --out DIR       # writes DIR/loader_cpu.json
+    .venv/bin/python bench/data/bench_loader.py --record        # writes bench/results/loader_cpu.json (the record)
+    .venv/bin/python bench/data/bench_loader.py --device-fixture .loader-fixtures   # data for the GPU run
+    .venv/bin/python bench/data/bench_loader.py --data 480x640 --settings lent_w2,lent_w0 --loader-only --out DIR
                                                            # one part: those settings on that data only
-    .venv/bin/python bench/bench_loader.py --data 480x640 --read-batch 200 --out DIR
+    .venv/bin/python bench/data/bench_loader.py --data 480x640 --read-batch 200 --out DIR
                                                            # the CPU cost of one batch's read and of one loader
                                                            # batch, one folder against its 2-source mixture
 
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from datakit.machine import available_cpus  # noqa: E402

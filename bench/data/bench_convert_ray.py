@@ -1,6 +1,6 @@
 """Ray engine against the local engine, and the one-shard plan before/after the below-shard split.
 
-    python bench/bench_convert_ray.py [--episodes 10] [--frames 60] [--repeats 3] [--out bench/results]
+    python bench/data/bench_convert_ray.py [--episodes 10] [--frames 60] [--repeats 3] [--out bench/results]
 
 Same input (a LeRobot v2.1 dataset, 3 cameras 480x640 AV1, as bench_convert.py makes), same
 options, same number of worker processes (--workers, default 2) for both engines. Sections
@@ -32,7 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import datakit.convert.engines.local as local_engine  # noqa: E402
 from datakit.convert.config import ConvertConfig  # noqa: E402

@@ -2,7 +2,7 @@
 the joint attention's mask-free options, FP8 rowwise GEMMs per linear family, and the GeGLU's
 backward as Inductor compiles it.
 
-    python3 bench/bench_kernels_gpu.py --out $OUT/kernels.json [--batch 32] [--cases a b ...]
+    python3 bench/kernels/bench_kernels_gpu.py --out $OUT/kernels.json [--batch 32] [--cases a b ...]
 
 Every case runs in its own process, all at once: compilation (CPU) overlaps; every case waits
 until all have compiled, and the timed part holds an exclusive file lock, so no two cases use the
@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 LOCK = "/tmp/bench_kernels.lock"
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the same code at small shapes

@@ -1,9 +1,9 @@
 """The memory estimate beside every measured GPU peak: bench/results/memory.md, and the fit of a
 family's constants.
 
-    python bench/memory_table.py              # the table on the terminal (every family with measurements)
-    python bench/memory_table.py --write      # ... into bench/results/memory.md
-    python bench/memory_table.py --fit pi05   # least-squares constants from the family's measurements
+    python bench/gpu/memory_table.py              # the table on the terminal (every family with measurements)
+    python bench/gpu/memory_table.py --write      # ... into bench/results/memory.md
+    python bench/gpu/memory_table.py --fit pi05   # least-squares constants from the family's measurements
 
 The measurements live in each family's record (`Family.memory.measured`, e.g.
 trainkit/models/pi05/memory.py), the estimate is `trainkit inspect`'s (`inspect_model`, meta
@@ -16,7 +16,7 @@ family's switchable terms (`MemoryCalibration.terms`: what parallel.attention or
 listed there) are fitted beside them as `terms.NAME`. A run that ran out of memory counts only
 while estimated under the GPU's memory (then heavily).
 
-    python bench/memory_table.py --fit gr00t --fix backward_block
+    python bench/gpu/memory_table.py --fit gr00t --fix backward_block
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from trainkit.config import load_config
 from trainkit.estimate.inspect import inspect_model
 from trainkit.models import FAMILIES, Family, MemoryCalibration, MemoryMeasurement, register
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "trainkit" / "configs"
 OUT = ROOT / "bench" / "results" / "memory.md"
 TOLERANCE = 0.10  # the issue's bound on |estimate / measured - 1|
@@ -142,7 +142,7 @@ commands in bench/results/trainkit.md). Estimate = `trainkit inspect CONFIG --se
 --world-size N` today (meta device, no GPU), the model of trainkit/estimate/memory.py with the
 family's constants (`Family.memory`: trainkit/models/pi05/memory.py, trainkit/models/gr00t/memory.py,
 trainkit/models/dreamzero/memory.py, where the runs are listed). Written by
-`python bench/memory_table.py --write`; tests/trainkit/estimate/test_trainkit_memory.py holds every row within 10%
+`python bench/gpu/memory_table.py --write`; tests/trainkit/estimate/test_trainkit_memory.py holds every row within 10%
 and a run that ran out of memory over the GPU's memory.
 
 ## The model, and what the runs taught it
@@ -231,8 +231,8 @@ the estimate beside the measured peak, ready to join the family's list.
 List the family's measured runs in its record (`MemoryCalibration(measured=(MemoryMeasurement(
 config=..., sets=..., world_size=..., peak_gib=..., source="bench/results/<raw>.json: <variant>"),
 ...))`; a run out of memory with `out_of_memory=True` and the GPU's memory as `peak_gib`), run
-`python bench/memory_table.py --fit <family>` (`--fix` a constant no run can separate), put the
-printed constants beside the list, and `python bench/memory_table.py --write`: its rows join the
+`python bench/gpu/memory_table.py --fit <family>` (`--fix` a constant no run can separate), put the
+printed constants beside the list, and `python bench/gpu/memory_table.py --write`: its rows join the
 table below, and the test checks them. Until then a family uses the eager count (constants 1.0)
 and `inspect` reports `calibrated: false`.
 

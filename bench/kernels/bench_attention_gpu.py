@@ -1,7 +1,7 @@
 """The MoT joint attention of Pi0.5 `full` at training shapes (one layer, forward + backward, bf16, one
 GPU): how much the prompt's key-padding mask costs, and which kernel path is cheapest with it.
 
-    python3 bench/bench_attention_gpu.py [--batch 40] [--out results.json]
+    python3 bench/kernels/bench_attention_gpu.py [--batch 40] [--out results.json]
 
 Shapes: B samples, prefix P = 512 image tokens (2 slots) + 200 text tokens of which the first
 20-60 are valid (as the bench's shards: short task + state), suffix A = 50 action tokens,
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from trainkit.models.layers import prefix_suffix_attention  # noqa: E402
 
 
