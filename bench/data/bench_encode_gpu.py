@@ -35,7 +35,6 @@ import argparse
 import glob
 import importlib
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from bench.record import header  # noqa: E402
 
 WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
                  attn_scales=[], temperal_downsample=[False, True, True], is_residual=True, in_channels=12,
@@ -228,10 +228,7 @@ def main() -> int:
     vae = vae.to(dtype).eval().requires_grad_(False)
     randomise(vae, 0)
     shapes = [(9, 32, 64), (9, 64, 128)] if args.cpu else [(33, 352, 640), (33, 160, 320)]
-    doc = {"schema": "bench.encode/1", "mode": device, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "machine": {"host": platform.node(), "torch": torch.__version__, "diffusers": diffusers.__version__,
-                       "gpu": torch.cuda.get_device_name() if device == "cuda" else None},
-           "command": " ".join(sys.argv)}
+    doc = {"schema": "bench.encode/1", "mode": device, **header(), "diffusers": diffusers.__version__}
     if "encode" in args.parts:
         doc["encode"] = bench_encode(vae, shapes, args.batch, args.iters, device, dtype, sync)
     if "step" in args.parts:

@@ -44,6 +44,7 @@ from datakit import open_shards  # noqa: E402
 from datakit.machine import available_cpus  # noqa: E402
 from datakit.loader import LoaderConfig, Normaliser, ShardLoader  # noqa: E402
 from datakit.shards.index import load_index  # noqa: E402
+from bench.record import header  # noqa: E402
 
 SYNTH_CAMS = ("observation.images.top", "observation.images.wrist")
 SYNTH_EPISODES = ((8, 40), (3, 40))  # (episodes, frames) of the two synthetic sources
@@ -352,9 +353,7 @@ def main() -> None:
     fixtures = make_synth(args.synth) if args.synth else args.fixtures
     if args.mixture is not None and len(args.mixture) != len(fixtures):
         p.error(f"--mixture has {len(args.mixture)} weights for {len(fixtures)} fixtures")
-    res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cpus": available_cpus(),
-           "loadavg": [float(x) for x in open("/proc/loadavg").read().split()[:3]]}
+    res = {**header(), "cpus": available_cpus(), "loadavg": [float(x) for x in open("/proc/loadavg").read().split()[:3]]}
     if "h2d" in args.parts:
         res["h2d"] = h2d({
             "uint8_pruned_2slots": ((32, 2, 1, 224, 224, 3), torch.uint8),

@@ -29,8 +29,8 @@ process, CUDA hidden. Probes need CUDA and NCCL and have no CPU mode: recorded a
 
 Output: $OUT/<plan>.json and, for ladder / tune runs, their report files ($OUT/<run>.md, PNGs,
 <run>_best.toml). The JSON (`schema` "bench.gpu/1", the same for every family):
-  plan {file, sha256}, family, mode ("gpu" | "cpu"), command, commit, dirty, date, wall_s,
-  machine {host, gpus, torch, cuda, python, cpus, load_avg}, settings {nproc, budget_s, steps, skip,
+  plan {file, sha256}, family, mode ("gpu" | "cpu"), the record header of bench/record.py (command,
+  commit, dirty, date, machine {host, cpus, load_avg, python, torch, cuda}, card), wall_s, settings {nproc, budget_s, steps, skip,
   log_every, profile_steps, sets (--set, after every variant's own), only, selected}, baseline, data {shards, cameras, height, width, episodes, length, build_s},
   probe {file, sha256, args, compare, command, status, reason, wall_s, rows [the probe's JSON lines], log_tail},
   checkpoints {key: {folder, format, dtype, tensors, bytes, seconds} | {error}},
@@ -53,7 +53,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -69,6 +68,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "gpu")]
 from gpu_plan import (PROBES, Data, Plan, PlanError, Run, Variant, check_overrides, cpu_replaced,  # noqa: E402
                       load_plan, run_parts, variant_config, variant_sets)
 from gpu_report import derive, table  # noqa: E402
+
+from bench.record import header  # noqa: E402
 from trainkit.trials import Trial, run_trial  # noqa: E402
 
 SCHEMA = "bench.gpu/1"
@@ -349,33 +350,6 @@ def run_command(call: Call, r: Run) -> dict[str, Any]:
     return rec
 
 
-# --- machine ----------------------------------------------------------------------------------------
-
-def machine() -> dict[str, Any]:
-    """Where the call ran, without opening a CUDA context in this process (nvidia-smi for the GPUs)."""
-    import torch
-
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout
-        gpus = [x.strip() for x in smi.splitlines() if x.strip()]
-    except (OSError, subprocess.SubprocessError):
-        gpus = []
-    return {"host": platform.node(), "gpus": gpus, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
-
-
-def commit() -> tuple[str | None, bool | None]:
-    """HEAD and whether the tree differs from it; (None, None) outside a git checkout (a copied tree)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None, None
-    return head.stdout.strip(), bool(dirty.stdout.strip())
-
-
 # --- the call -----------------------------------------------------------------------------------------
 
 def select(plan: Plan, only: list[str] | None, cpu: bool) -> set[str]:
@@ -426,14 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if args.cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the dry run is the CPU path even on a GPU machine
-    head, dirty = commit()
     plan_file = plan.path.resolve()
     res: dict[str, Any] = {
         "schema": SCHEMA, "family": plan.family, "title": plan.title, "mode": mode, "baseline": plan.baseline,
         "plan": {"file": str(plan_file.relative_to(ROOT) if plan_file.is_relative_to(ROOT) else plan_file),
                  "sha256": sha256(plan_file)},
-        "command": shlex.join(["python3", *sys.argv]), "commit": head, "dirty": dirty,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+        **header(),  # command, commit, dirty, date, machine, card (bench/record.py)
         "settings": {"nproc": 1 if args.cpu else (args.nproc or plan.nproc), "budget_s": budget,
                      **({"steps": cpu.steps, "skip": cpu.skip, "log_every": cpu.log_every, "profile_steps": 0}
                         if args.cpu else {"steps": plan.steps, "skip": plan.skip, "log_every": plan.log_every,

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.record import header  # noqa: E402
 from trainkit.models.layers import prefix_suffix_attention  # noqa: E402
 
 
@@ -59,7 +60,7 @@ def main() -> None:
     valid = torch.randint(20, 61, (b,), device=dev, generator=g)
     keep = torch.cat([torch.ones(b, img, dtype=torch.bool, device=dev),
                       torch.arange(text, device=dev)[None] < valid[:, None]], dim=1)
-    res: dict = {"batch": b, "prefix": pl, "suffix": act, "valid_text_mean": float(valid.float().mean())}
+    res: dict = {**header(), "batch": b, "prefix": pl, "suffix": act, "valid_text_mean": float(valid.float().mean())}
 
     def gqa(qp, kp, vp, qs, ks, vs, keep):
         t = lambda x: x.transpose(1, 2)  # noqa: E731

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.record import header  # noqa: E402
 
 
 def timed(fn, device: str, warmup: int = 3, iters: int = 10) -> float:
@@ -132,8 +133,7 @@ def main() -> None:
     import torch
 
     dev, preset = ("cpu", "tiny") if args.cpu else ("cuda", "5b")
-    res = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], "torch": torch.__version__}
+    res = header()  # command, commit, dirty, date, machine, card (bench/record.py)
     res["attention"] = attention_kernels(batch=args.batch, preset=preset, device=dev)
     try:
         res["block_14b"] = block_timing("tiny" if args.cpu else "14b", dev)

@@ -41,6 +41,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from bench.record import header  # noqa: E402
+
 LOCK = "/tmp/bench_kernels.lock"
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run of the same code at small shapes
 ATTN = ["attn_masked", "attn_no_mask", "attn_varlen", "attn_varlen_gqa", "attn_cudnn_varlen",
@@ -278,8 +280,7 @@ def main() -> None:
                                       "TORCHINDUCTOR_COMPILE_THREADS": "1", "BENCH_READY_DIR": str(ready_dir),
                                       "BENCH_CASES": str(len(a.cases))})
              for c in a.cases}
-    results = {"command": " ".join(["python3", *sys.argv]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "torch": torch.__version__, "cases": {}}
+    results = {**header(), "cases": {}}  # command, commit, dirty, date, machine, card (bench/record.py)
     for c, proc in procs.items():
         try:
             text, _ = proc.communicate(timeout=max(5.0, a.timeout - (time.time() - t0)))

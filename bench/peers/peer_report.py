@@ -6,10 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Callable
+
+from bench.record import header
 
 
 def import_lerobot() -> Any:
@@ -24,14 +25,12 @@ def import_lerobot() -> Any:
 
 def run_settings(out: Path, settings: list[str], run_one: Callable[[str], dict[str, Any]], gpu: str) -> int:
     """Run `run_one(name)` for each setting; print each record (without its per-step lists) and
-    rewrite `out` ({"peer", "version", "torch", "gpu", "date", "command", "settings": [...]}) after each."""
+    rewrite `out` (bench/record.py's header, then {"peer", "version", "torch", "gpu", "settings": [...]}) after each."""
     import torch
 
     lerobot = import_lerobot()
-    res: dict[str, Any] = {"peer": "lerobot", "version": getattr(lerobot, "__version__", None),
-                           "torch": torch.__version__, "gpu": gpu,
-                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           "command": " ".join(["python3", *sys.argv]), "settings": []}
+    res: dict[str, Any] = {**header(), "peer": "lerobot", "version": getattr(lerobot, "__version__", None),
+                           "torch": torch.__version__, "gpu": gpu, "settings": []}
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in settings:
         rec = run_one(name)

@@ -10,13 +10,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+HEADER = ("command", "commit", "dirty", "date", "machine", "card")  # bench/record.py: every GPU script's JSON
 
 
 def _run(script: str, out: Path, *args: str) -> dict:
     r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--out", str(out), "--cpu", *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(out.read_text())
+    doc = json.loads(out.read_text())
+    assert set(HEADER) <= set(doc), f"{script}: no record header ({sorted(set(HEADER) - set(doc))} missing)"
+    assert doc["command"].startswith("python3 ") and doc["date"].endswith("UTC"), doc["command"]
+    return doc
 
 
 def test_encode_bench_dry_run_measures_both_parts(tmp_path):
