@@ -1,5 +1,5 @@
-"""The `gr00t` model family: GR00T N1.7 (model.py): the frozen Qwen3-VL-2B backbone (qwen3_vl_*.py,
-mrope.py), optionally trained top LLM layers, and the flow-matching head with VL self-attention and
+"""The `gr00t` model family: GR00T N1.7 (model.py): the frozen Qwen3-VL-2B backbone (qwen3_vl/),
+optionally trained top LLM layers, and the flow-matching head with VL self-attention and
 the DiT's alternating text/image cross-attention (action_head.py); shapes and presets (config.py),
 checkpoints both ways (weights.py), what LeRobot serves an export with (lerobot_policy.py, readme.py),
 analytic cost (flops.py), loader preset and batch adapter (batches.py), prompt tokenizer

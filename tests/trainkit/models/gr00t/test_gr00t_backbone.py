@@ -16,9 +16,9 @@ from datakit.loader.resize import resize_view
 from trainkit.errors import ModelConfigError, TokenizerError
 from trainkit.models.gr00t.batches import n17_view_settings
 from trainkit.models.gr00t.chat_tokenizer import QwenChatTokenizer
-from trainkit.models.gr00t.mrope import mrope_positions
-from trainkit.models.gr00t.qwen3_vl import Qwen3VLBackbone
-from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig, cosmos_reason2_2b, from_hf_config
+from trainkit.models.gr00t.qwen3_vl.mrope import mrope_positions
+from trainkit.models.gr00t.qwen3_vl.backbone import Qwen3VLBackbone
+from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig, cosmos_reason2_2b, from_hf_config
 
 IMG = 9
 

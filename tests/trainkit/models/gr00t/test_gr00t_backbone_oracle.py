@@ -37,8 +37,8 @@ from datakit.loader.config import LoaderConfig
 from datakit.loader.normalise import Normaliser
 from trainkit.models.gr00t.batches import n17_view_settings
 from trainkit.models.gr00t.chat_tokenizer import QwenChatTokenizer
-from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX, Qwen3VLBackbone, backbone_key
-from trainkit.models.gr00t.qwen3_vl_config import from_hf_config
+from trainkit.models.gr00t.qwen3_vl.backbone import BACKBONE_PREFIX, Qwen3VLBackbone, backbone_key
+from trainkit.models.gr00t.qwen3_vl.config import from_hf_config
 
 ROOT = Path(__file__).resolve().parents[4]
 LEROBOT_PY = Path(os.environ.get("LEROBOT_VENV", "/tmp/lerobot-venv")) / "bin" / "python"

@@ -1,6 +1,6 @@
 """The `gr00t` model's backbone path (model.py `vl_features`: the ViT's blocks as a block list of the
 root, the LLM split into frozen and trained layers, deepstack across the split) against the backbone
-module tests/trainkit/models/gr00t/test_gr00t_backbone_oracle.py holds to LeRobot 0.6.1 (qwen3_vl.py `Qwen3VLBackbone`),
+module tests/trainkit/models/gr00t/test_gr00t_backbone_oracle.py holds to LeRobot 0.6.1 (qwen3_vl/backbone.py `Qwen3VLBackbone`),
 with the same weights mapped by the checkpoint rule (weights.py `backbone_name`): equal features at
 every position, text padding included. A wrong split (the deepstack tokens added one layer early)
 fails the same comparison.
@@ -9,7 +9,7 @@ import torch
 
 from test_gr00t import tiny_batch
 from trainkit.models import build_model
-from trainkit.models.gr00t.qwen3_vl import Qwen3VLBackbone
+from trainkit.models.gr00t.qwen3_vl.backbone import Qwen3VLBackbone
 from trainkit.models.gr00t.weights import backbone_name
 
 

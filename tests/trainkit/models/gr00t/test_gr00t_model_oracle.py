@@ -24,7 +24,7 @@ import torch
 from test_gr00t import tiny_batch
 from trainkit.models import build_model
 from trainkit.models.gr00t.weights import backbone_name, config_json, export_tensors, head_rules
-from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX
+from trainkit.models.gr00t.qwen3_vl.backbone import BACKBONE_PREFIX
 from trainkit.weights.load import write_weights
 
 ROOT = Path(__file__).resolve().parents[4]

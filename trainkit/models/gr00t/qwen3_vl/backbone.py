@@ -1,11 +1,11 @@
 """GR00T N1.7's vision-language backbone: Qwen3-VL-2B (Cosmos-Reason2-2B) in plain PyTorch.
 
 forward(input_ids, attention_mask, images):
-1. the vision tower (qwen3_vl_vision.py) over every view of the batch -> image tokens and the
+1. the vision tower (vision.py) over every view of the batch -> image tokens and the
    deepstack tokens;
 2. token embeddings, the image tokens written at the <|image_pad|> positions in order (sample by
    sample, view by view: the order the processor lays the views out, chat_tokenizer.py);
-3. the first `select_layer` LLM layers (qwen3_vl_text.py) with interleaved mRoPE positions
+3. the first `select_layer` LLM layers (text.py) with interleaved mRoPE positions
    (mrope.py); after layers 0, 1, 2 the deepstack tokens are added at the image positions;
 4. features = the last built layer's output, before the final norm and before any deepstack
    addition to it (what LeRobot 0.6.1 captures with a hook on that layer).
@@ -25,10 +25,10 @@ import torch
 import torch.nn as nn
 
 from trainkit.errors import ModelConfigError
-from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables
-from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
-from trainkit.models.gr00t.qwen3_vl_text import TextModel, padded_causal_mask
-from trainkit.models.gr00t.qwen3_vl_vision import VisionTower
+from trainkit.models.gr00t.qwen3_vl.mrope import mrope_positions, mrope_tables
+from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig
+from trainkit.models.gr00t.qwen3_vl.text import TextModel, padded_causal_mask
+from trainkit.models.gr00t.qwen3_vl.vision import VisionTower
 
 # LeRobot GR00TN17 / Isaac-GR00T N1.7 checkpoints: backbone.model is Qwen3VLForConditionalGeneration
 BACKBONE_PREFIX = "backbone.model.model."

@@ -27,8 +27,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit.models.gr00t.mrope import vision_rope_tables
-from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
+from trainkit.models.gr00t.qwen3_vl.mrope import vision_rope_tables
+from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig
 from trainkit.models.layers import apply_rope
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
+from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig
 from trainkit.models.layers import RMSNorm, apply_rope
 
 
