@@ -8,9 +8,10 @@ from typing import Any
 
 from datakit.errors import ConfigError
 from datakit.machine import available_cpus
+from datakit.shards.manifest_check import LAYOUTS  # the colour layouts the shard contract knows
 from datakit.stages.resize import parse_size
 
-LAYOUTS = ("rgb", "nv12")
+
 ON_ERROR = ("fail", "skip")
 NONFINITE = ("reject", "keep")
 FORMATS = ("auto", "lerobot", "droid")

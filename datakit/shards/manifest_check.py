@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import IndexFileError, Problem
+from datakit.shards.stats import STAT_NAMES  # the ones readers use; others are left alone
 
 # what each camera is in an episode (and, over all episodes, in the dataset); the index's vocabulary
 CAMERA_STATUSES = ("real", "blank", "missing")
@@ -28,7 +29,6 @@ CAMERA_STATUSES = ("real", "blank", "missing")
 SHARD_NAME = re.compile(r"shard-[0-9]{6,}\.tar")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 LAYOUTS = ("rgb", "nv12")
-STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")  # the ones readers use; others are left alone
 Fields = tuple[set[str], set[str]]  # (required, optional) keys of one object
 
 
