@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/datakit demo --dir $(DEMO_DIR)
 	$(MAKE) --no-print-directory demo-train
 
-# trainkit's half alone (tests/test_demo.py runs these lines): train on $(DEMO_DIR)/shards, check the loss fell
+# trainkit's half alone (tests/docs/test_demo.py runs these lines): train on $(DEMO_DIR)/shards, check the loss fell
 demo-train:
 	rm -rf $(DEMO_DIR)/train
 	$(VENV)/bin/trainkit run $(DEMO_TRAIN)
@@ -33,7 +33,7 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/bench_convert.py
+	$(VENV)/bin/python bench/data/bench_convert.py
 
 # Optional: LeRobot 0.6.1 as an oracle for tests/benchmarks (LeRobotDataset for the loader interop,
 # PI05Policy for the pi05 parity test, the GR00T head with diffusers + dm-tree), in its own Python

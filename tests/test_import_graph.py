@@ -1,5 +1,6 @@
 """The import graph of both packages: no circle between modules, none between the rooms of a
-package (its top-level modules and folders), and no arrow from datakit up to trainkit.
+package (its top-level modules and folders), no arrow from datakit up to trainkit, and only
+datakit's `cli.py` imports its verbs (`datakit/commands/`): what a verb computes lives in a room.
 
 Every import counts, those inside functions too: a lazy import is still an arrow. The graph is read
 from the source with `ast`, so nothing is imported to build it."""
@@ -117,6 +118,24 @@ def test_datakit_never_imports_trainkit():
     up = sorted((m, e) for m, edges in import_graph().items() if m.startswith("datakit") for e in edges
                 if e.startswith("trainkit"))
     assert up == []
+
+
+def commands_importers(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, verb module) for every arrow into datakit.commands from outside it, cli.py aside."""
+    return sorted((m, e) for m, edges in graph.items() for e in edges
+                  if e.startswith("datakit.commands") and not m.startswith("datakit.commands") and m != "datakit.cli")
+
+
+def test_only_the_cli_imports_commands():
+    assert commands_importers(import_graph()) == []
+
+
+def test_an_arrow_into_commands_is_found():
+    """Positive control: the arrow of issue 37 (trainkit inspect reading `datakit plan`'s mixture
+    model), and the cli's own arrows, which are allowed."""
+    graph = {"trainkit.estimate.loader": {"datakit.commands.plan.mixture"},
+             "datakit.cli": {"datakit.commands.plan.command"}, "datakit.commands.plan.command": {"datakit.loader"}}
+    assert commands_importers(graph) == [("trainkit.estimate.loader", "datakit.commands.plan.mixture")]
 
 
 @pytest.mark.parametrize("graph", [

@@ -14,7 +14,7 @@ digits split; Gemma's special ids (pad 0, eos 1, bos 2, unk 3).
 The text it is trained on is built here, deterministically: Pi0.5 prompts as openpi writes them
 (`Task: {task}, State: {bins};\\nAction: `) over a few household-robot tasks and every state bin
 0..255, plus the printable ASCII characters. One thread and a fixed input order make the output
-byte for byte the same on every run with the same sentencepiece (`MADE_WITH`; tests/test_tokenizer_source.py
+byte for byte the same on every run with the same sentencepiece (`MADE_WITH`; tests/trainkit/weights/test_tokenizer_source.py
 retrains it and compares).
 """
 from __future__ import annotations

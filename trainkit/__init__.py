@@ -3,10 +3,14 @@
     trainkit run CONFIG.toml [--set key=value ...]      # one process, or torchrun for GPUs / nodes
     trainkit inspect CONFIG.toml [--json]               # params, tokens, FLOPs, units, memory (meta device)
 
-Read in this order (the flow from config to step): config.py (one dataclass tree from TOML) ->
-models/ (families: pi05) -> parallel/ (each optimisation a function; parallelize() applies them
-in order) -> data.py (shards -> model batches through datakit.loader) -> train.py (the loop) ->
-metrics.py / profile.py (what a step cost) -> checkpoint.py (DCP, resume, also on another world
-size) -> cli.py; sample_log.py (debug: the rows each rank trained on). Many nodes: docs/multi-node.md.
-Example configs: configs/pi05_{tiny,baseline,optimised}.toml; measurements: bench/results/trainkit.md.
+Read in this order (the flow from config to step, then what the step leaves):
+config/ (one dataclass tree from TOML: sections, data, load, checks) -> configs/ (the presets per
+family, package data) -> errors.py (every user-facing error) -> models/ (the family registry and
+record, shared layers, one package per family) -> data.py (shards -> the family's batches through
+datakit.loader) -> parallel/ (each optimisation a function; parallelize() applies them in order) ->
+optim/ (optimizer, non-finite guard, EMA) -> train.py (build -> parallelize -> loop -> checkpoint,
+top to bottom) -> validation.py (held-out episodes) -> observe/ (metrics, profile, summary, sample
+log) -> checkpoint/ (DCP save and resume, manifest, safe reader, run lock) -> weights/ (init_from,
+export) -> estimate/ (inspect and the memory model) -> trials/ (ladder, tune) -> predict/ (open-loop
+action error) -> cli.py. Many nodes: docs/multi-node.md; measurements: bench/results/trainkit.md.
 """

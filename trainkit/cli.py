@@ -93,10 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
     e.add_argument("run_dir")
     e.add_argument("out")
-    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "isaac", "dreamzero", "wan", "diffusers"),
-                   help="lerobot: LeRobot's save_pretrained keys; openpi: lerobot/pi05_base's format (pi05); "
-                        "isaac: Isaac-GR00T's GR00TN17 layout (gr00t); dreamzero / wan / diffusers: the DreamZero "
-                        "family's whole-model save, Wan's original names, diffusers' WanTransformer3DModel")
+    e.add_argument("--format", required=True, metavar="FORMAT",
+                   help="a checkpoint format the run's family declares (its record's weights.formats, e.g. lerobot; "
+                        "README.md lists each family's); another is refused naming the family's")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")
@@ -122,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--weights", default="model", choices=("model", "ema"), help="a run's trained weights or their EMA")
     pr.add_argument("--seed", type=int, default=0, help="flow noise seed (a sample's noise: seed and its frame row)")
     pr.add_argument("--steps", type=int, default=None,
-                    help="Euler steps (default: the family's; Pi0.5 10, GR00T 4, DreamZero 16)")
+                    help="Euler steps (default: the family's, as its reference implementation samples)")
     pr.add_argument("--every", type=int, default=None, help="a chunk every N frames, its first N actions kept "
                     "(default: the action horizon, whole chunks back to back)")
     pr.add_argument("--batch-size", type=int, default=8)

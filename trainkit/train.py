@@ -15,7 +15,7 @@ loss and grad norm are finite (nonfinite.py: stop, or skip the update), steps Ad
 schedule, and hands each step to `Metrics`; a mixture of datasets (`data.sources`) opens and checks
 every source as one folder, logs each source's loss at log steps (observe/source_loss.py) and
 validates each source on its own held-out episodes (validation.py). A
-fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint.py) are
+fresh run with `model.init_from` first fills the weights from that checkpoint (trainkit/weights/load.py). Checkpoints (DCP + trainkit.json, checkpoint/dcp.py) are
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.
@@ -42,7 +42,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
-from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
+from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
 from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.ema import WeightEMA
@@ -245,20 +245,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
                        dataset=identity[0] if not cfg.data.sources else {"sources": identity})
-    start = 0
-    if found is not None:
-        for line in found.skip_lines("resuming from"):
-            say(line)
-        changes = resume_changes(found.path, found.record, found.manifest.world_size, record, world_size)
-        saved_ema = ema is not None and found.manifest.config["train"].get("ema_decay", 0.0) > 0
-        start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,
-                                            extra={"ema": ema.state_dict()} if saved_ema else None)
-        data.load_state_dict(data_state)
-        if ema is not None and not saved_ema:
-            ema.reset()
-            say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
-        if changes:
-            say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
+    start = resume(found, record, world_size, model, opt, sched, cfg, ema, data) if found is not None else 0
     tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said before the first step
     if tokenizer is not None and rank == 0:  # on stdout with the run's log: stderr is for notes and refusals
         print(f"trainkit: {describe_tokenizer(tokenizer)}", flush=True)
@@ -346,11 +333,42 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
         batches.close()
         if sample_log is not None:
             sample_log.close()
+    summary = write_summary(cfg, out, rank, world_size, global_batch, start, plan, metrics, guard, data.skipped, init,
+                            tokenizer)
+    return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
+                     profile=profiler.summary, summary=summary)
+
+
+def resume(found: Found, record: RunRecord, world_size: int, model: nn.Module, opt: torch.optim.Optimizer,
+           sched: Any, cfg: RunConfig, ema: WeightEMA | None, data: TrainData) -> int:
+    """Load the newest intact checkpoint of this run into the model, optimiser, schedule, data stream
+    and weight EMA; the step it resumes after. What may change on a resume, and is said once here,
+    is resume_rules.py's."""
+    for line in found.skip_lines("resuming from"):
+        say(line)
+    changes = resume_changes(found.path, found.record, found.manifest.world_size, record, world_size)
+    saved_ema = ema is not None and found.manifest.config["train"].get("ema_decay", 0.0) > 0
+    start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,
+                                        extra={"ema": ema.state_dict()} if saved_ema else None)
+    data.load_state_dict(data_state)
+    if ema is not None and not saved_ema:
+        ema.reset()
+        say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
+    if changes:
+        say(f"resuming {found.path.name} with changed settings, applied from step {start + 1}: {', '.join(changes)}")
+    return start
+
+
+def write_summary(cfg: RunConfig, out: Path, rank: int, world_size: int, global_batch: int, start: int,
+                  plan: ParallelPlan, metrics: Metrics, guard: NonFiniteGuard, samples_skipped: Any,
+                  init: dict[str, Any] | None, tokenizer: dict[str, str] | None) -> dict[str, Any]:
+    """The run's summary (observe/summary.py) with what this run skipped, validated and loaded;
+    rank 0 writes summary.json and prints it."""
     summary = run_summary(metrics.history, dict(metrics.losses), world_size=world_size, global_batch=global_batch,
                           start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
                                                   "parallel_applied": plan.applied})
     summary["nonfinite_skipped"] = guard.skipped
-    summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
+    summary["samples_skipped"] = samples_skipped  # dropped by the loader for a bad shard
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
     summary["val_loss"] = metrics.evals[-1]["val_loss"] if metrics.evals else None
     summary["init_from"] = init  # format, tensors, load seconds of model.init_from (None: random init or resumed)
@@ -362,8 +380,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     if rank == 0:
         write_atomic(out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
         print(format_summary(summary), flush=True)
-    return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
-                     profile=profiler.summary, summary=summary)
+    return summary
 
 
 def checkpoint_due(out: OutputConfig, done: int, steps: int, *, stopping: bool) -> bool:

@@ -8,9 +8,10 @@ from typing import Any
 
 from datakit.errors import ConfigError
 from datakit.machine import available_cpus
+from datakit.shards.manifest_check import LAYOUTS  # the colour layouts the shard contract knows
 from datakit.stages.resize import parse_size
 
-LAYOUTS = ("rgb", "nv12")
+
 ON_ERROR = ("fail", "skip")
 NONFINITE = ("reject", "keep")
 FORMATS = ("auto", "lerobot", "droid")
@@ -75,7 +76,7 @@ class ConvertConfig:
         on_error and nonfinite are not: like --on-error skip, --nonfinite keep only admits
         episodes that the stricter run refused, so a run stopped by one may be resumed with it.
         Nor is the decoder: every backend gives the same frames, byte for byte
-        (tests/test_convert_decoder_identity.py), so it is no part of a conversion's identity."""
+        (tests/datakit/convert/test_convert_decoder_identity.py), so it is no part of a conversion's identity."""
         d = asdict(self)
         for k in ("decoder", "workers", "progress", "decoder_threads", "on_error", "nonfinite", "camera_threads", "engine",
                   "ray_address", "ray_cpus_per_task", "ray_memory_per_task"):

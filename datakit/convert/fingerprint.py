@@ -10,7 +10,7 @@ What it holds:
   the dataset still matches), and each camera's video file size and mtime (a content hash of
   every video would cost a read of the whole dataset).
 
-Not the decoder: every backend decodes to the same bytes (tests/test_convert_decoder_identity.py),
+Not the decoder: every backend decodes to the same bytes (tests/datakit/convert/test_convert_decoder_identity.py),
 so `--decoder` and the ranking file `--decoder auto` reads change neither the shards nor the
 index. Fingerprints recorded before that (they held a "decoder" entry) still match.
 

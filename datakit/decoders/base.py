@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -43,6 +43,20 @@ class VideoDecoder(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def read_chunks(path: Path, start: int, stop: int, chunk: int,
+                read: Callable[[int, int], np.ndarray]) -> Iterator[np.ndarray]:
+    """`read_range` of a backend that decodes a range at once: `read(a, b)` -> frames [a, b) as
+    (n, H, W, 3), called per chunk; the backend's own error becomes a SourceError naming the frames."""
+    for a in range(start, stop, chunk):
+        b = min(a + chunk, stop)
+        try:
+            batch = read(a, b)
+        except Exception as e:  # the backend's own decode error: bad input, named by frame
+            raise SourceError(path, f"decode error in frames {a}..{b - 1} "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        yield batch
 
 
 class BackendUnavailable(RuntimeError):

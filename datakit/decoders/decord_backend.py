@@ -6,8 +6,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from datakit.decoders.base import BackendUnavailable, VideoInfo, frame_indices_check, probe_video
-from datakit.errors import SourceError
+from datakit.decoders.base import BackendUnavailable, VideoInfo, frame_indices_check, probe_video, read_chunks
 
 NAME = "decord"
 
@@ -53,14 +52,8 @@ class DecordDecoder:
         )
 
     def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
-        stop = min(stop, len(self._vr))
-        for a in range(start, stop, chunk):
-            try:
-                batch = self._vr.get_batch(list(range(a, min(a + chunk, stop)))).asnumpy()
-            except Exception as e:  # the backend's own decode error: bad input, named by frame
-                raise SourceError(self.path, f"decode error in frames {a}..{min(a + chunk, stop) - 1} "
-                                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
-            yield batch
+        return read_chunks(self.path, start, min(stop, len(self._vr)), chunk,
+                           lambda a, b: self._vr.get_batch(list(range(a, b))).asnumpy())
 
     def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
         for batch in self.read_range(start, stop, chunk=8):

@@ -6,8 +6,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from datakit.decoders.base import BackendUnavailable, VideoInfo, frame_indices_check, probe_video
-from datakit.errors import SourceError
+from datakit.decoders.base import BackendUnavailable, VideoInfo, frame_indices_check, probe_video, read_chunks
 
 NAME = "torchcodec"
 
@@ -39,14 +38,8 @@ class TorchCodecDecoder:
         self.info = VideoInfo(self.info.codec, self.info.width, self.info.height, self.info.fps, int(n), self.info.duration_s)
 
     def read_range(self, start: int, stop: int, chunk: int = 16) -> Iterator[np.ndarray]:
-        stop = min(stop, self.info.num_frames)
-        for a in range(start, stop, chunk):
-            try:
-                batch = self._dec.get_frames_in_range(a, min(a + chunk, stop)).data.cpu().numpy()
-            except Exception as e:  # the backend's own decode error: bad input, named by frame
-                raise SourceError(self.path, f"decode error in frames {a}..{min(a + chunk, stop) - 1} "
-                                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
-            yield batch
+        return read_chunks(self.path, start, min(stop, self.info.num_frames), chunk,
+                           lambda a, b: self._dec.get_frames_in_range(a, b).data.cpu().numpy())
 
     def iter_frames(self, start: int, stop: int) -> Iterator[np.ndarray]:
         for batch in self.read_range(start, stop, chunk=8):

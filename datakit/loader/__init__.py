@@ -12,6 +12,7 @@ interop: LeRobot-style items, WebDataset URLs. mixture (MixtureSource, the seede
 mixture_dataset: several shard folders with weights, one batch buffer, per-source statistics.
 features: a feature folder (`datakit encode`) in place
 of dataset, a clip per position, the rest of the flow unchanged.
+throughput/: what a target samples/s needs of storage, cache and the bus (`datakit plan`).
 """
 from datakit.loader.config import LoaderConfig, loader_config_from_toml, loader_config_to_toml
 from datakit.loader.dataset import ShardDataset

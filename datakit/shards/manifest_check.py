@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import IndexFileError, Problem
+from datakit.shards.stats import STAT_NAMES  # the ones readers use; others are left alone
 
 # what each camera is in an episode (and, over all episodes, in the dataset); the index's vocabulary
 CAMERA_STATUSES = ("real", "blank", "missing")
@@ -28,7 +29,6 @@ CAMERA_STATUSES = ("real", "blank", "missing")
 SHARD_NAME = re.compile(r"shard-[0-9]{6,}\.tar")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 LAYOUTS = ("rgb", "nv12")
-STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")  # the ones readers use; others are left alone
 Fields = tuple[set[str], set[str]]  # (required, optional) keys of one object
 
 
@@ -138,7 +138,7 @@ def _check_stats(c: _Check, d: dict) -> None:
 def stored_frame_shape(layout: str, height: int, width: int) -> list[int]:
     """Shape of one stored frame: rgb (H, W, 3), nv12 (H*3/2, W). Same as
     `stages.colour.stored_shape`, which imports torch: `datakit info` / `verify` should not
-    pay 2 s for it (tests/test_index_hardening.py checks the two agree)."""
+    pay 2 s for it (tests/datakit/reader/test_index_hardening.py checks the two agree)."""
     return [height, width, 3] if layout == "rgb" else [height * 3 // 2, width]
 
 

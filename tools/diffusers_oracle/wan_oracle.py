@@ -1,5 +1,5 @@
 """Runs diffusers' `WanTransformer3DModel` (0.42.1) at tiny widths on the CPU, as the oracle of the
-`dreamzero` DiT run as plain Wan. Never imported by trainkit: tests/test_dreamzero_diffusers_parity.py
+`dreamzero` DiT run as plain Wan. Never imported by trainkit: tests/trainkit/models/dreamzero/test_dreamzero_diffusers_parity.py
 calls it through the oracle venv's interpreter.
 
     /tmp/lerobot-venv/bin/python tools/diffusers_oracle/wan_oracle.py IN.pt OUT.pt

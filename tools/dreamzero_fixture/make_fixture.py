@@ -2,7 +2,7 @@
 once on the CPU in float32 on seeded weights, batch, noise and timestep ids, through the official
 training forward and loss; only its numbers are kept (tests/assets/dreamzero_fixture_{14b,5b}.json: the
 Wan2.1-I2V backbone of the released checkpoints and the Wan2.2-TI2V one at the same widths), read by
-tests/test_dreamzero_fixture.py. Not part of the package; the official code is never copied, it is
+tests/trainkit/models/dreamzero/test_dreamzero_fixture.py. Not part of the package; the official code is never copied, it is
 imported from a checkout given here.
 
 Run (torch, diffusers, transformers, einops, numpy: /tmp/lerobot-venv has them; plus the action

@@ -1,6 +1,6 @@
 """Seeded tensors that any torch/numpy version reproduces bit for bit: the weights and inputs of the
 DreamZero Level-2 fixtures (tests/assets/dreamzero_fixture_*.json, written by make_fixture.py here and
-read by tests/test_dreamzero_fixture.py, which loads this file by path).
+read by tests/trainkit/models/dreamzero/test_dreamzero_fixture.py, which loads this file by path).
 
 A tensor is named; its values are SplitMix64 over the counter 1..n from the seed
 `seed * 2^32 + crc32(name)`, the top 53 bits mapped to u in [-1, 1), then `offset + scale * u`

@@ -1,7 +1,7 @@
 """Runs LeRobot 0.6.1's GR00T N1.7 backbone (`Qwen3Backbone`: transformers' Qwen3-VL) and its
 processor step (`GrootN17VLMEncodeStep`: N1.7's image transform, the Qwen3-VL chat template and
 tokenizer) at tiny sizes on the CPU, nothing downloaded, as the oracle of trainkit's
-`gr00t` backbone and processor. Never imported by trainkit: tests/test_gr00t_backbone_oracle.py
+`gr00t` backbone and processor. Never imported by trainkit: tests/trainkit/models/gr00t/test_gr00t_backbone_oracle.py
 calls it through the oracle venv's interpreter.
 
     /tmp/lerobot-venv/bin/python tools/lerobot_oracle/groot_backbone_oracle.py IN.pt OUT.pt

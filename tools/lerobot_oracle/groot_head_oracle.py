@@ -1,7 +1,7 @@
 """Runs LeRobot 0.6.1's GR00T N1.7 action head (`GR00TN17ActionHead`: LayerNorm, the VL
 self-attention blocks, `AlternateVLDiT`, per-embodiment encoders and decoder) at tiny widths on the
 CPU, as the oracle of trainkit's `gr00t` action head. Never imported by trainkit:
-tests/test_gr00t_oracle.py calls it through the oracle venv's interpreter.
+tests/trainkit/models/gr00t/test_gr00t_oracle.py calls it through the oracle venv's interpreter.
 
     /tmp/lerobot-venv/bin/python tools/lerobot_oracle/groot_head_oracle.py IN.pt OUT.pt
 

@@ -1,7 +1,7 @@
 """Loads a trainkit export of the `gr00t` family with LeRobot 0.6.1's `GR00TN17.from_pretrained` (the
 whole N1.7: Qwen3-VL backbone and action head) at tiny widths on the CPU, nothing downloaded, and
 runs its training forward and backward, as the oracle of trainkit's model end to end and of its
-export. Never imported by trainkit: tests/test_gr00t_model_oracle.py calls it through the oracle
+export. Never imported by trainkit: tests/trainkit/models/gr00t/test_gr00t_model_oracle.py calls it through the oracle
 venv's interpreter.
 
     /tmp/lerobot-venv/bin/python tools/lerobot_oracle/groot_model_oracle.py IN.pt OUT.pt

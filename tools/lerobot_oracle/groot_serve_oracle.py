@@ -1,5 +1,5 @@
 """LeRobot 0.6.1 serving a `trainkit export --format lerobot` of a `gr00t` run, as a LeRobot user
-would (run in the lerobot venv; tests/test_gr00t_serve_oracle.py drives it).
+would (run in the lerobot venv; tests/trainkit/models/gr00t/test_gr00t_serve_oracle.py drives it).
 
     /tmp/lerobot-venv/bin/python tools/lerobot_oracle/groot_serve_oracle.py IN.pt OUT.pt
 

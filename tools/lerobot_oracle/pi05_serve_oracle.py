@@ -1,5 +1,5 @@
 """LeRobot 0.6.1 serving a `trainkit export --format lerobot` folder, as a LeRobot user would (run in
-the lerobot venv; tests/test_trainkit_export_serving.py drives it).
+the lerobot venv; tests/trainkit/weights/test_trainkit_export_serving.py drives it).
 
     $LEROBOT_VENV/bin/python tools/lerobot_oracle/pi05_serve_oracle.py OBS.npz OUT.npz EXPORT [EXPORT ...]
         [--reference DIR] [--prompts PROMPTS.json]

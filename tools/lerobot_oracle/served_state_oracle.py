@@ -1,6 +1,6 @@
 """What LeRobot 0.6.1 really serves from an export folder: its policy's `state_dict()` compared with
 the folder's `model.safetensors`, tensor by tensor (run in the lerobot venv, offline;
-tests/test_export_servable.py drives it).
+tests/trainkit/weights/test_export_servable.py drives it).
 
     $LEROBOT_VENV/bin/python tools/lerobot_oracle/served_state_oracle.py pi05|groot OUT.json EXPORT[,REFERENCE] ...
 

@@ -10,7 +10,7 @@ its own shards of the FSDP parameters and Adam moments (`get_state_dict` gives s
 state, so no rank gathers the 3B-parameter model); DCP holds tensors only. The small state (the
 schedule, each rank's RNG states and loader position, step, world size, global batch, the run's
 config and dataset identity) is JSON in the manifest, with the size and SHA-256 of every file
-(checkpoint_manifest.py). The folder is written as `step-000100.tmp`, sealed with the manifest and
+(manifest.py). The folder is written as `step-000100.tmp`, sealed with the manifest and
 renamed by rank 0 after every rank has finished, so a crash mid-save never leaves a folder that
 looks complete; then all but the newest `output.keep_checkpoints` are deleted (one that `trainkit
 export` is reading is held, checkpoint/hold.py, and deleted by a later save). A save that cannot
@@ -23,7 +23,7 @@ older checkpoints are left as they were, so a rerun resumes from the newest of t
 Resume takes the newest intact checkpoint: a folder without a manifest, or whose files do not
 match it (truncated, zeroed, flipped, deleted), is skipped, and the caller says which and why; when
 none is intact the run refuses in one line. Nothing in a checkpoint folder can run code: see
-checkpoint_reader.py (a restricted unpickler for DCP's metadata, no bytes entries). What a resume
+reader.py (a restricted unpickler for DCP's metadata, no bytes entries). What a resume
 may change is trainkit/checkpoint/resume_rules.py. A resumed run gives the same losses as an unbroken one:
 weights, Adam moments, the schedule, the torch RNGs and the sampler position are all restored,
 and the flow noise is a function of the loader position (`data.flow_generator`).
@@ -62,7 +62,7 @@ from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnly
 from trainkit.config import OptimConfig
 from trainkit.errors import CheckpointError
 from trainkit.optim.optimizer import apply_config
-from trainkit.ranks import all_gather, barrier, broadcast, rank_world
+from trainkit.parallel.ranks import all_gather, barrier, broadcast, rank_world
 from trainkit.checkpoint.resume_rules import START_OVER, RunRecord
 
 _STEP = re.compile(r"^step-(\d{6,})$")
@@ -96,7 +96,7 @@ def _tensor_state(model: nn.Module, opt: torch.optim.Optimizer,
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd["state"], **(extra or {})}
     stray = [k for k, v in _leaves(state) if not isinstance(v, torch.Tensor)]
-    if stray:  # DCP would write it as a pickled bytes entry, which checkpoint_reader.py refuses to read
+    if stray:  # DCP would write it as a pickled bytes entry, which reader.py refuses to read
         raise TypeError(f"checkpoint state {stray[0]} is not a tensor")
     return state, optim_sd["param_groups"]
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from datakit.durable import file_sha256, write_atomic
-from trainkit.ranks import all_gather, broadcast, rank_world
+from trainkit.parallel.ranks import all_gather, broadcast, rank_world
 
 MANIFEST_NAME = "trainkit.json"
 FORMAT, VERSION = "trainkit-checkpoint", 1

@@ -20,7 +20,7 @@ What a folder could make run, and what stops it:
 
 Why not a trainkit manifest alone: a manifest only proves the files are the ones written with it,
 and whoever can plant a pickle in output.dir can rewrite the manifest to match. The manifest
-(`checkpoint_manifest.py`) is the integrity check; the unpickler is the safety boundary.
+(`manifest.py`) is the integrity check; the unpickler is the safety boundary.
 Only public DCP API is used (`FileSystemReader`, `DefaultLoadPlanner`, the metadata classes).
 """
 from __future__ import annotations

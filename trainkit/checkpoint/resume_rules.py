@@ -20,7 +20,7 @@ identity, its global batch). On resume the current run is compared with it, key 
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
   loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
   the path in `data.shards` or `data.sources[i].shards`, a source's `name`), `train.micro_batch` and the world size
-  (the global batch is what counts; see checkpoint.py), `train.memory_cap_gib`.
+  (the global batch is what counts; see dcp.py), `train.memory_cap_gib`.
 """
 from __future__ import annotations
 

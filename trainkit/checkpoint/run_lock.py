@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainkit.errors import OutputDirError
-from trainkit.ranks import broadcast, rank_world
+from trainkit.parallel.ranks import broadcast, rank_world
 
 LOCK_NAME = ".trainkit.lock"
 

@@ -30,7 +30,7 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   `parallel.frozen = "replicate"` cost param_dtype bytes each, whole, and are never gathered),
   fp32 gradients only under
   gradient accumulation, gathered parameters in param_dtype, saved activations of one micro-batch
-  (the family's eager count with the terms its switches turn on, `activation_table`, x its measured
+  (the family's eager count with the terms its switches turn on, `inputs.activation_table`, x its measured
   ratio, compiled or eager; a recomputed block keeps only its input) and the block in backward (its recomputed forward, its gradient temporaries). The
   ratios are the family record's (`Family.memory`), fitted to the GPU runs listed there; against
   those runs the estimate is within 4.4% (bench/results/memory.md; pi05's 26 runs within 3.6%). That is the peak at the turn
@@ -60,15 +60,12 @@ from typing import Any
 
 import torch
 
-from trainkit.estimate.memory import (block_params, estimate, fsdp_units, gathered_params, recompute_map, unit_sizes,
-                                      with_terms)
-from trainkit.models import Activations, Family, build_config, build_model, family
 from trainkit.errors import ModelConfigError
-from trainkit.parallel.float8 import float8_targets
+from trainkit.estimate.inputs import MemoryInputs, estimate_setting, memory_inputs
+from trainkit.estimate.memory import block_params, recompute_map
 from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 # The GPU an estimate is compared with when this machine has none: the presets' (bench/results/
 # trainkit.md), as torch.cuda.get_device_properties reported it on the H200 device, 2026-12-01
 # (nvidia-smi: 143771 MiB).
@@ -99,46 +96,18 @@ def device_memory(device: torch.device) -> tuple[str, float]:
     return what, host / ranks / GIB
 
 
-def image_slots(cfg: Any, fam: Family, model_cfg: Any) -> int:
-    """The image slots a batch of this config can carry (the estimate's slot count)."""
-    slots, most = list(getattr(cfg.data, "slots", []) or []), fam.max_slots(model_cfg)
-    if not slots:
-        return most
-    n = sum(1 for s in slots if s) if getattr(cfg.data, "prune_slots", False) else len(slots)
-    if not 1 <= n <= most:
-        raise ModelConfigError(f"data.slots: {n} image slots, the model takes 1..{most}")
-    return n
-
-
-def activation_table(cfg: Any, fam: Family, model_cfg: Any, model: torch.nn.Module, slots: int) -> Activations:
-    """The family's saved elements for `slots` image slots, with the terms its config switches turn
-    on (`Family.memory_terms`) as parallelize() applies them: the joint attention
-    `parallel.attention`, FP8 on the nn.Linear modules `parallel.float8_modules` matches (on a GPU
-    run; the estimate is of one, so a CPU process estimates them too)."""
-    table = fam.activations(model_cfg, slots)
-    if fam.memory_terms is None:
-        return table
-    par = cfg.parallel
-    patterns = list(getattr(par, "float8_modules", []) or [])
-    float8 = {n: model.get_submodule(n).in_features for n in float8_targets(model, patterns)} if patterns else {}
-    terms = fam.memory_terms(model_cfg, slots, {"attention": getattr(par, "attention", "masked"), "float8": float8})
-    return with_terms(table, terms, fam.memory.terms)
-
-
-def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
-           replicated: int = 0) -> tuple[list[int], int, int]:
+def _units(inp: MemoryInputs, group: dict[str, int]) -> tuple[list[int], int, int]:
     """Parameter counts of the block units (forward order) and of the root unit, and how many of
-    the block units are frozen (gathered in forward only); `replicated` frozen parameters are out
+    the block units are frozen (gathered in forward only); replicated frozen parameters are out
     of FSDP (parallel/frozen.py): their block lists get no unit."""
-    unknown = sorted(set(group) - set(model.BLOCK_LISTS)) if mode == "block" else []
+    lists = inp.model.BLOCK_LISTS
+    unknown = sorted(set(group) - set(lists)) if inp.mode == "block" else []
     if unknown:
-        raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    blocks = block_params(model)
-    frozen = [n for n in blocks if not any(p.requires_grad for p in getattr(model, n).parameters())]
-    if replicated:
-        blocks = {n: sizes for n, sizes in blocks.items() if n not in frozen}
-    units, root = unit_sizes(blocks, sum(p.numel() for p in model.parameters()) - replicated, mode, group)
-    frozen_units = sum(math.ceil(len(blocks[n]) / group.get(n, 1)) for n in frozen if n in blocks) if units else 0
+        raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(lists)}")
+    units, root = inp.unit_sizes(group)
+    frozen = [n for n in inp.blocks if n not in inp.skip
+              and not any(p.requires_grad for p in getattr(inp.model, n).parameters())]
+    frozen_units = sum(math.ceil(len(inp.blocks[n]) / group.get(n, 1)) for n in frozen) if units else 0
     return units, root, frozen_units
 
 
@@ -152,23 +121,16 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     if world_size < 1:
         raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
     par, train = cfg.parallel, cfg.train
-    fam, overrides = family(cfg.model.family), getattr(cfg.model, "overrides", {})
-    model_cfg = build_config(cfg.model.family, cfg.model.preset, overrides)
-    if model is None:
-        with torch.device("meta"):
-            model = build_model(cfg.model.family, cfg.model.preset, overrides)
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    inp = memory_inputs(cfg, world_size, model)  # the estimate's inputs, as tune and the trainer's check read them
+    fam, model_cfg, model = inp.family, inp.model_cfg, inp.model
+    total, trainable, mode = inp.total, inp.trainable, inp.mode
     parts = {name: sum(p.numel() for p in getattr(model, name).parameters()) for name in model.BLOCK_LISTS}
     parts["root"] = total - sum(parts.values())
-    slots_max = image_slots(cfg, fam, model_cfg)
+    slots_max = inp.slots
 
-    # as parallelize: no FSDP on one rank without fsdp_one_rank; frozen parameters replicated
-    mode = "none" if world_size == 1 and not getattr(par, "fsdp_one_rank", True) else par.fsdp
-    replicated = total - trainable if getattr(par, "frozen", "shard") == "replicate" else 0
-    units, root, frozen_units = _units(model, mode, dict(par.group), replicated)
+    units, root, frozen_units = _units(inp, dict(par.group))
     n_units = len(units) + 1 if mode != "none" else 0
-    reshard = bool(getattr(par, "reshard_after_forward", True))
+    reshard = inp.reshard
     sharded = all_gathers_per_step(mode, len(units), reshard, world_size=2,  # parallel/fsdp.py: the one rule
                                    frozen_units=frozen_units)
     per_micro = all_gathers_per_step(mode, len(units), reshard, world_size=world_size, frozen_units=frozen_units)
@@ -186,22 +148,12 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     unknown = sorted(set(stride) - set(model.BLOCK_LISTS))
     if unknown:
         raise ModelConfigError(f"parallel.ac_stride: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    table = activation_table(cfg, fam, model_cfg, model, slots_max)
     recompute = recompute_map(block_params(model), stride)
-    act_bytes = DTYPE_BYTES[par.param_dtype]
-    gathered = gathered_params(total - replicated, units, root, mode, reshard, act_bytes)
-    skip = [n for n in model.BLOCK_LISTS if replicated and not any(p.requires_grad for p in getattr(model, n).parameters())]
-    reduced, root_unit = fsdp_units(table, block_params(model), block_params(model, trained=True), total - replicated,
-                                    trainable, mode, dict(par.group), skip)
-    graphs = bool(getattr(par, "cuda_graphs", False))
 
     def memory_at(world: int) -> dict[str, Any]:
-        return estimate(total=total, trainable=trainable, gathered=gathered, table=table, recompute=recompute,
-                        micro=micro, world=world, sharded=mode != "none", act_bytes=act_bytes,
-                        compiled=bool(getattr(par, "compile", False)), accum=accum, calib=fam.memory,
-                        replicated=replicated, units=reduced, root=root_unit, reshard=reshard, graphs=graphs,
-                        reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")],
-                        ema=bool(getattr(train, "ema_decay", 0.0)))
+        return estimate_setting(inp, micro=micro, world=world, accum=accum, group=dict(par.group), stride=stride,
+                                compiled=bool(getattr(par, "compile", False)),
+                                graphs=bool(getattr(par, "cuda_graphs", False)))
 
     memory = memory_at(world_size)
     memory.update(slots=slots_max, calibrated=bool(fam.memory.measured), estimate=True)

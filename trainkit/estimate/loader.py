@@ -91,7 +91,7 @@ def mixture_needs(dcfg: Any, loader: LoaderConfig, samples_per_s: float | None, 
     ceiling is measured on the mixture's loader (`measure`: the `datakit plan ... --measure` line,
     None where the sources map their cameras apart, which that command cannot say);
     inspect reads no shard. {"error": ...} where a source is not a finished local folder."""
-    from datakit.commands.plan.mixture import mixture_plan
+    from datakit.loader.throughput.mixture import mixture_plan
     from trainkit.config import loader_sources
 
     sources = []

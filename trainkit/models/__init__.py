@@ -22,7 +22,7 @@ from trainkit.models.family import (Activations, BatchAdapter, CheckpointFiles, 
 from trainkit.models.gr00t import FAMILY as GR00T
 from trainkit.models.pi05 import FAMILY as PI05
 
-__all__ = ["Activations", "BatchAdapter", "CheckpointFiles", "FAMILIES", "Family", "Fixed", "MemoryCalibration",
+__all__ = ["Activations", "BatchAdapter", "CheckpointFiles", "DEFAULT_FAMILY", "FAMILIES", "Family", "Fixed", "MemoryCalibration",
            "MemoryMeasurement", "Sampler", "build_config", "build_model", "family", "register"]
 
 FAMILIES: dict[str, Family] = {}
@@ -70,3 +70,4 @@ def build_model(name: str, preset: str, overrides: Mapping[str, Any] | None = No
 register(PI05)
 register(DREAMZERO)
 register(GR00T)
+DEFAULT_FAMILY = PI05.name  # the family of a config that names none (model.family)

@@ -2,9 +2,20 @@
 family through (trainkit/models/__init__.py keeps them by name).
 
 A family is one package (`trainkit/models/pi05/`) that ends in one `Family(...)`; adding one is
-that package, its configs and a `register` call. The trainer never imports a family by name.
+that package, its configs and a `register` call. The trainer never imports a family by name, and
+no trainkit module outside models/ names one: what differs per family (its export formats, the
+README an export carries, its LeRobot processor steps) is a field of its record.
 Shapes are functions of the batch's shape, which is datakit.loader's: B samples x K image slots
 kept (the slots of a batch may be fewer than the model's after pruning).
+
+Optional model attributes parallel/ reads (a model without them gets the default):
+- `joint_attention` on a block module: its attention function, called as
+  `layers.prefix_suffix_attention` (q, k, v of the prefix and of the suffix, the prefix's key mask);
+  `parallel.attention = "varlen"` replaces it with the mask-free `varlen_prefix_suffix_attention`
+  (parallel/attention.py). A model with no such block refuses "varlen";
+- `recompute_rng` on the model (an attribute or property, default False): True when its blocks
+  draw random numbers in training (dropout), so that a recomputed block replays the forward's RNG
+  state (parallel/activation_checkpoint.py, `preserve_rng_state`).
 """
 from __future__ import annotations
 
@@ -30,7 +41,7 @@ class Activations:
 @dataclass(frozen=True, kw_only=True)
 class MemoryMeasurement:
     """One measured GPU peak of a run of this repository's configs: what a family's memory
-    constants are fitted to and checked against (tests/test_trainkit_memory.py, bench/results/memory.md)."""
+    constants are fitted to and checked against (tests/trainkit/estimate/test_trainkit_memory.py, bench/results/memory.md)."""
 
     config: str  # the TOML file under trainkit/configs/ the run started from
     sets: tuple[str, ...] = ()  # its `--set key=value` overrides that change the model or its memory
@@ -44,7 +55,7 @@ class MemoryMeasurement:
 @dataclass(frozen=True, kw_only=True)
 class MemoryCalibration:
     """The family's constants of the memory estimate (trainkit/estimate/memory.py), with the measurements
-    they were fitted to (`python bench/memory_table.py --fit FAMILY`, least squares on the relative
+    they were fitted to (`python bench/gpu/memory_table.py --fit FAMILY`, least squares on the relative
     error, an out-of-memory run only when estimated under the GPU). The defaults are the eager count
     itself: a family with no measurement yet, or a constant none of its runs exercises."""
 
@@ -80,6 +91,24 @@ class CheckpointFiles:
 
 # config field -> (its value, where the checkpoint says so: "model.safetensors 'key' rows 128 / ...")
 Fixed = dict[str, tuple[Any, str]]
+
+
+@dataclass(frozen=True)
+class ServingFacts:
+    """What an export knows when the family writes its README.txt (trainkit/weights/serving.py)."""
+
+    fmt: str  # the export's --format
+    policy: Mapping[str, Any]  # the folder's config.json
+    tokenizer_name: str | None  # the tokenizer the processor pipeline loads (None: no pipeline names one)
+    carried: bool  # the run's tokenizer is in OUT/tokenizer
+    pipelines: bool  # LeRobot processor files were written
+    stats_file: str | None  # the statistics file of the format (openpi's norm_stats.json), None: none written
+    norm: str  # the run's data.norm
+    notes: tuple[str, ...]  # where the served policy would not see what the trained one saw
+    hf_folder: bool = False  # tokenizer/ also holds a Hugging Face tokenizer folder (what LeRobot's step loads)
+
+    def notes_text(self) -> str:
+        return "".join(f"\nNOTE: {n}.\n" for n in self.notes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +161,14 @@ class Weights:
     # 0.6.1 builds from them; None: not checked. `trainkit export --format lerobot` refuses tensors that
     # differ (LeRobot itself would only warn and serve random weights: trainkit/weights/servable.py)
     lerobot_shapes: Callable[[Any, Mapping[str, Any], Mapping[str, bytes]], LeRobotBuild] | None = None
+    # the export's README.txt for a format (what the folder holds, how LeRobot or openpi serves it);
+    # None (or "" for a format): no README
+    readme: Callable[[ServingFacts], str] | None = None
+    # LeRobot processor steps (registry names) that normalise by min / max, whose state the exporter
+    # fills with the run's statistics as min / max (trainkit/weights/lerobot_processors.py `min_max_stats`)
+    min_max_steps: tuple[str, ...] = ()
+    # (registry name, config key) of the processor step that names the tokenizer it loads
+    tokenizer_step: tuple[str, str] = ("tokenizer_processor", "tokenizer_name")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from trainkit.errors import BatchDataError, NonFiniteError
-from trainkit.ranks import rank_world
+from trainkit.parallel.ranks import rank_world
 
 _STOP = 'train.on_nonfinite="stop" ("skip" leaves such steps out)'
 CONSECUTIVE_LIMIT = 10  # non-finite steps in a row that "skip" takes for divergence, not bad batches

@@ -15,7 +15,7 @@ The order matters and is torchtitan's (`parallelize_llama`), with frozen paramet
 4. explicit prefetch between the units FSDP just created;
 5. CUDA graphs: recorded in the plan; the trainer's micro-step captures forward + backward of a
    micro-batch, FSDP2's hooks and collectives inside (cudagraphs.py says exactly what).
-Fused AdamW (optim.py) and expandable segments (allocator.py) are applied by the trainer where
+Fused AdamW (optim/optimizer.py) and expandable segments (allocator.py) are applied by the trainer where
 they belong: after parallelize, and before the first CUDA allocation.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from trainkit.parallel.attention import apply_attention
 from trainkit.parallel.activation_checkpoint import apply_ac
 from trainkit.parallel.compile import apply_compile, apply_inductor_config
 from trainkit.parallel.float8 import apply_float8
-from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch
+from trainkit.parallel.fsdp import all_gathers_per_step, apply_fsdp, apply_prefetch, fsdp_mode
 from trainkit.parallel.frozen import frozen_lists, replicate_frozen
 from trainkit.parallel.precision import mp_policy
 
@@ -62,7 +62,7 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
             raise ConfigError(f"parallel.{key}.{unknown[0]}", f"not a block list of this model ({', '.join(lists)})")
     if cfg.fsdp != "none" and world_size < 1:
         raise ConfigError("parallel.fsdp", "needs torch.distributed initialised")
-    fsdp = "none" if world_size == 1 and not cfg.fsdp_one_rank else cfg.fsdp
+    fsdp = fsdp_mode(cfg, world_size)
     plan = ParallelPlan(frozen_lists=frozen_lists(model, lists), fsdp=fsdp)
     recomputed_frozen = sorted(k for k, v in cfg.ac_stride.items() if v and k in plan.frozen_lists)
     if recomputed_frozen:

@@ -24,7 +24,8 @@ def apply_attention(model: nn.Module, kind: str, param_dtype: str = "bfloat16") 
     "varlen" runs FlashAttention-2, which takes bf16/fp16 only and exists from torch 2.9."""
     blocks = [m for m in model.modules() if hasattr(m, "joint_attention")]
     if kind != "masked" and not blocks:
-        raise ConfigError("parallel.attention", f"{kind!r} needs a model with a joint attention (pi05); this one has none")
+        raise ConfigError("parallel.attention", f"{kind!r} needs a model with a joint attention (a block with "
+                          "`joint_attention`, trainkit/models/family.py); this one has none")
     if kind == "varlen" and torch.cuda.is_available():
         if varlen_attention.varlen_attn is None:
             raise ConfigError("parallel.attention", f"'varlen' needs torch >= 2.9 (torch.nn.attention.varlen); "

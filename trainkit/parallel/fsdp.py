@@ -24,8 +24,16 @@ explicit lists make the order independent of module registration and cross block
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn as nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+
+def fsdp_mode(cfg: Any, world_size: int) -> str:
+    """The FSDP mode a run applies: `parallel.fsdp`, but none on one rank without
+    `parallel.fsdp_one_rank` (parallelize, and the memory estimate's inputs, read it here)."""
+    return "none" if world_size == 1 and not getattr(cfg, "fsdp_one_rank", True) else cfg.fsdp
 
 
 def apply_fsdp(model: nn.Module, mode: str, block_lists: tuple[str, ...], group: dict[str, int],

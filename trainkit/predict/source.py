@@ -58,7 +58,7 @@ def open_source(path: str | Path, *, weights: str = "model", config: str | None 
     if (path / WEIGHTS_NAME).is_file():
         if config is None:
             raise LaunchError(f"{path}: a checkpoint folder needs --config CONFIG.toml (the family, preset and "
-                              "data settings it was trained with, e.g. trainkit/configs/pi05_tiny.toml)")
+                              "data settings it was trained with, e.g. a preset of trainkit/configs/)")
         if weights != "model":
             raise LaunchError(f"--weights {weights}: a checkpoint folder holds one set of weights")
         cfg = load_config(config, list(overrides), required=False)

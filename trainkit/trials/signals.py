@@ -17,7 +17,7 @@ when the caller goes. Two ways the caller goes:
   PR_SET_PDEATHSIG = SIGKILL. run_trial sets it in the child between fork and exec (the child is
   `python -m trainkit.trials`, or torchrun), and trainkit/trials/__main__.py sets it again first
   thing, for the ranks torchrun starts (each in a session of its own) so that every rank dies with
-  torchrun. The same pattern as datakit/convert/engine.py's workers.
+  torchrun. The same pattern as datakit/convert/engines/engine.py's workers.
 
 Why PR_SET_PDEATHSIG and not a watchdog thread in the child polling os.getppid(): the kernel sends
 it at the parent's exit whatever the child is doing, while a thread needs the GIL, which a rank

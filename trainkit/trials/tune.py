@@ -4,7 +4,7 @@ memory cap, by short measured runs, each in its own process (trainkit/trials/run
 1. Space: micro-batch x recompute stride per block list x FSDP grouping per block list (with
    fsdp = "block") x compile on/off x CUDA graphs on/off (on a CUDA machine; parallel/cudagraphs.py
    captures the micro-step under any fsdp mode). About 4,600 settings for pi05.
-2. Every setting gets inspect's memory estimate (trainkit/estimate/memory.py, on counts of one meta-device
+2. Every setting gets inspect's memory estimate (trainkit/estimate/inputs.py, on the inputs of one meta-device
    build) and a predicted throughput (`candidates`). A setting whose estimate is above the cap is
    never run, nor one that only adds recompute to a setting that fits (`undominated`).
 3. The first run calibrates the estimate: the config's own setting, at the largest micro-batch up
@@ -62,10 +62,9 @@ import torch
 
 from trainkit.config import RunConfig
 from trainkit.errors import LaunchError
-from trainkit.estimate.inspect import DTYPE_BYTES, activation_table, gpu_memory, image_slots
-from trainkit.estimate.memory import (block_params, dynamic_gib, estimate, fsdp_units, gathered_params, recompute_map,
-                                     unit_sizes)
-from trainkit.models import build_config, build_model, family
+from trainkit.estimate.inputs import estimate_setting, memory_inputs
+from trainkit.estimate.inspect import gpu_memory
+from trainkit.estimate.memory import dynamic_gib, recompute_map
 from trainkit.trials.run import Trial, TrialResult, run_trial
 from trainkit.trials.signals import Interrupted
 
@@ -242,22 +241,9 @@ class TuneResult:
 
 def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
     """Every setting of the space with its memory estimate and predicted speed."""
-    par, fam = cfg.parallel, family(cfg.model.family)
-    model_cfg = build_config(cfg.model.family, cfg.model.preset, cfg.model.overrides)
-    with torch.device("meta"):
-        model = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides)
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    blocks = block_params(model)
-    table = activation_table(cfg, fam, model_cfg, model, image_slots(cfg, fam, model_cfg))
-    act_bytes = DTYPE_BYTES[par.param_dtype]
-    # what FSDP holds, as inspect and parallelize: no FSDP on one rank without fsdp_one_rank, and
-    # frozen parameters replicated out of it (their block lists get no unit)
-    mode = "none" if world_size == 1 and not par.fsdp_one_rank else par.fsdp
-    replicated = total - trainable if par.frozen == "replicate" else 0
-    skip = [n for n in model.BLOCK_LISTS if replicated and not any(p.requires_grad for p in getattr(model, n).parameters())]
-    held = {n: sizes for n, sizes in blocks.items() if n not in skip}
-    trained_blocks = block_params(model, trained=True)
+    par = cfg.parallel
+    inp = memory_inputs(cfg, world_size)  # the model built once: every setting's estimate is inspect's
+    model, blocks, mode = inp.model, inp.blocks, inp.mode
     lists = list(model.BLOCK_LISTS)
     # a block list's share of the step, by its share of the block parameters (pi05: vision 15%, LM
     # 85%; by FLOPs 11% / 89%): close enough to order settings, and the same for any family
@@ -278,22 +264,15 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
         if cg and not c:  # graphs compile the blocks anyway: the same run as compile + graphs
             continue
         setting = Setting(micro_batch=b, ac_stride=s, group=g, compile=c, cuda_graphs=cg)
-        units, root = unit_sizes(held, total - replicated, mode, dict(g))
-        reduced, root_unit = fsdp_units(table, blocks, trained_blocks, total - replicated, trainable, mode, dict(g), skip)
-        recompute = recompute_map(blocks, dict(s))
         accum = max(1, (cfg.train.global_batch or b * world_size) // (b * world_size))
-        parts = estimate(total=total, trainable=trainable,
-                         gathered=gathered_params(total - replicated, units, root, mode, par.reshard_after_forward,
-                                                  act_bytes),
-                         table=table, recompute=recompute, micro=b, world=world_size, sharded=mode != "none",
-                         act_bytes=act_bytes, compiled=c, accum=accum, calib=fam.memory, replicated=replicated,
-                         units=reduced, root=root_unit, reshard=par.reshard_after_forward, graphs=cg,
-                         reduce_bytes=DTYPE_BYTES[par.reduce_dtype])
+        parts = estimate_setting(inp, micro=b, world=world_size, accum=accum, group=dict(g), stride=dict(s),
+                                 compiled=c, graphs=cg)
+        recompute = recompute_map(blocks, dict(s))
         rerun = RECOMPUTE_COST * sum(share[n] * len(recompute[n]) / max(1, len(blocks[n])) for n in lists)
         speed = b / (b + STEP_OVERHEAD_SAMPLES) / (1 + rerun) * (COMPILE_GAIN if c else 1.0)
         dyn = dynamic_gib(parts)
         out.append(Candidate(setting=setting, static_gib=parts["peak_gib"] - dyn, dynamic_gib=dyn, speed=speed,
-                             units=len(units) + (mode != "none")))
+                             units=len(inp.unit_sizes(dict(g))[0]) + (mode != "none")))
     return out
 
 

@@ -9,7 +9,7 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
     trainkit export runs/mix out/mix_libero --format lerobot --source libero   # one robot of a mixture
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
-weights are read from the DCP folder (through checkpoint_reader.py: nothing in it can run code);
+weights are read from the DCP folder (through checkpoint/reader.py: nothing in it can run code);
 the Adam moments are not read. config.json names the robot's cameras and state/action sizes from
 the run's dataset index when it is still there (else the model's slots and 32 channels, said so);
 a run on a mixture (data.sources) exports one source's (`--source NAME`, export_source.py): its
@@ -51,7 +51,7 @@ from trainkit.checkpoint.dcp import Found, _cause, find_checkpoint
 from trainkit.checkpoint.manifest import MANIFEST_NAME
 from trainkit.checkpoint.reader import METADATA_NAME, CheckedReader, TensorsOnlyPlanner, UnsafeCheckpoint, read_metadata
 from trainkit.config import RunConfig, config_from_dict
-from trainkit.data_config import SourceConfig
+from trainkit.config.data import SourceConfig
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
 from trainkit.weights.export_source import chosen_source, source_notes

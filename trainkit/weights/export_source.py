@@ -1,6 +1,6 @@
 """`trainkit export --source NAME`: which robot of a mixture's run an export is for.
 
-A run on a weighted mixture (`[[data.sources]]`, trainkit/data_config.py) normalised each source
+A run on a weighted mixture (`[[data.sources]]`, trainkit/config/data.py) normalised each source
 with its own statistics and mapped each source's cameras to the model's slots its own way
 (datakit/loader/normalise.py `from_sources`, trainkit/data.py), so no one config.json and statistics
 serve all of them: an export is for one source, named as the run names it (its `name`, else its
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainkit.config import RunConfig
-from trainkit.data_config import SourceConfig
+from trainkit.config.data import SourceConfig
 from trainkit.errors import CheckpointError
 
 

@@ -16,7 +16,7 @@ pieces special added tokens, user-defined pieces plain added tokens. tokenizer_c
 only for a model normalised as Gemma's is (BPE, "identity" rules, no dummy prefix, whitespace kept
 and escaped): `conversion_problem` names what else differs, and the export then says so. Checked
 against `sentencepiece.encode` of prompts through LeRobot 0.6.1's transformers 5.5.4
-(tests/test_trainkit_export_serving.py).
+(tests/trainkit/weights/test_trainkit_export_serving.py).
 
 The model file is read with a small protobuf wire reader: sentencepiece's Python API does not expose
 the normaliser settings, and its model_pb2 needs `protobuf`, which trainkit does not depend on.

@@ -13,9 +13,9 @@ pi05's are `make_pi05_pre_post_processors`'); here the normaliser steps, named b
 get their config as LeRobot's factory builds it (the normaliser: the policy's input and output
 features; the unnormaliser: its output features; the policy's normalization_mapping; eps 1e-8) and
 their state: the statistics the run trained with, `observation.state.<stat>` and `action.<stat>`
-float32 tensors, the same in both pipelines as LeRobot saves them. tests/test_trainkit_export_serving.py
+float32 tensors, the same in both pipelines as LeRobot saves them. tests/trainkit/weights/test_trainkit_export_serving.py
 compares these files with the ones LeRobot's own factory and save_pretrained write.
-GR00T N1.7's pack and unpack steps (MIN_MAX_STEPS) normalise by min / max alone, 2 (x - min) /
+Steps that normalise by min / max alone (`Weights.min_max_steps`: GR00T N1.7's pack and unpack), 2 (x - min) /
 (max - min) - 1: their state is the `observation.state.min/max` and `action.min/max` that
 reproduce the run's normalisation (`min_max_stats`: quantile q01 / q99, mean_std mean -/+ std).
 """
@@ -31,7 +31,6 @@ import torch
 Stats = dict[str, dict[str, list[float]]]  # "state" / "action" -> stat name -> values
 LEROBOT_KEYS = {"state": "observation.state", "action": "action"}  # trainkit's part -> LeRobot's feature
 NORMALIZER, UNNORMALIZER = "normalizer_processor", "unnormalizer_processor"
-MIN_MAX_STEPS = ("groot_n1_7_pack_inputs_v1", "groot_action_unpack_unnormalize_v2")  # LeRobot's GR00T N1.7 steps
 EPS = 1e-8  # NormalizerProcessorStep's default
 
 
@@ -59,10 +58,11 @@ def min_max_stats(stats: Stats, norm: str) -> dict[str, torch.Tensor]:
 
 
 def processor_files(pipelines: Mapping[str, list[dict[str, Any]]], policy: Mapping[str, Any],
-                    stats: Stats, norm: str = "quantile") -> dict[str, bytes]:
+                    stats: Stats, norm: str = "quantile", min_max_steps: tuple[str, ...] = ()) -> dict[str, bytes]:
     """Each pipeline (file stem -> step entries) as `<stem>.json` plus its statistics steps' state
     files; `policy` is the folder's config.json (features, normalization_mapping); `norm`: the run's
-    data.norm (the min / max steps' statistics)."""
+    data.norm; `min_max_steps`: the family's steps that normalise by min / max (`Weights.min_max_steps`),
+    given the min / max of the run's normalisation."""
     from safetensors.torch import save
 
     state = save(lerobot_stats(stats))
@@ -76,7 +76,7 @@ def processor_files(pipelines: Mapping[str, list[dict[str, Any]]], policy: Mappi
                 step = {"registry_name": registry, "config": _normaliser_config(registry, policy),
                         "state_file": state_file}
                 files[state_file] = state
-            elif registry in MIN_MAX_STEPS and step["config"]["normalize_min_max"]:
+            elif registry in min_max_steps and step["config"]["normalize_min_max"]:
                 step = {**step, "state_file": state_file}
                 files[state_file] = save(min_max_stats(stats, norm))
             entries.append(step)

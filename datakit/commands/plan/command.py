@@ -19,7 +19,8 @@ LoaderConfig's defaults (one frame per camera, one action).
 
 Several folders make a mixture (`--weights`, default equal): each source is planned at its share
 and the table adds a row per source (its bytes per sample, cache working set, one pass over it at its
-share); the ceiling is measured on the mixture's own loader (plan/mixture.py says how they combine).
+share); the ceiling is measured on the mixture's own loader (datakit/loader/throughput/mixture.py says
+how they combine).
 """
 from __future__ import annotations
 
@@ -34,11 +35,11 @@ from rich.table import Table
 from datakit.commands.flag_types import byte_size, non_negative_int, positive
 from datakit.loader.config import LoaderConfig, loader_config_from_toml
 from datakit.machine import available_cpus
-from datakit.commands.plan.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
-from datakit.commands.plan.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
-from datakit.commands.plan.mixture import MixturePlan, index_copy, local_index, mixture_plan, named_as
-from datakit.commands.plan.features import plan_features
-from datakit.commands.plan.model import ThroughputPlan, plan_throughput
+from datakit.loader.throughput.ceiling import CACHE_SHARE, Ceiling, ceiling, working_set_fits
+from datakit.loader.throughput.measure import Bandwidth, LoaderRate, measure_bandwidth, measure_loader, warm_page_cache
+from datakit.loader.throughput.mixture import MixturePlan, index_copy, local_index, mixture_plan, named_as
+from datakit.loader.throughput.features import plan_features
+from datakit.loader.throughput.model import ThroughputPlan, plan_throughput
 from datakit.shards.features import is_feature_folder
 from datakit.loader.mixture import MixtureSource, mixture_sources
 from datakit.shards.index import load_index

@@ -4,7 +4,7 @@ multiply-add) and attention's QK^T and AV over the pairs the block-causal patter
 (sequence.py: 30% of full attention's at 5b), not norms, modulation, RoPE or activations. The whole
 DiT trains (3x its forward); the features come from the cache (no encoder runs). With LoRA the
 base weights get no gradient, but the count stays the model's (3x), as MFU is counted.
-`tests/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.
+`tests/trainkit/models/dreamzero/test_dreamzero.py` checks it against torch.utils.flop_counter on `tiny`.
 The image-slot argument of the contract does not change anything here: the three views are one
 canvas (datakit's tiling), whatever the batch carries.
 """

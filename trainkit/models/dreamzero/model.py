@@ -24,7 +24,7 @@ Training (`forward`): DreamZero's teacher forcing with the discrete flow-matchin
 its own), the actions at their block's; velocity targets noise - x; loss = video MSE per frame x
 the schedule's weight + action MSE under the action mask x the weight of its block.
 `wan` runs the DiT as plain Wan (no action/state tokens, one time per sample, dense attention):
-what tests/test_dreamzero_diffusers_parity.py compares with diffusers' `WanTransformer3DModel`.
+what tests/trainkit/models/dreamzero/test_dreamzero_diffusers_parity.py compares with diffusers' `WanTransformer3DModel`.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""The `gr00t` model family: GR00T N1.7 (model.py): the frozen Qwen3-VL-2B backbone (qwen3_vl_*.py,
-mrope.py), optionally trained top LLM layers, and the flow-matching head with VL self-attention and
+"""The `gr00t` model family: GR00T N1.7 (model.py): the frozen Qwen3-VL-2B backbone (qwen3_vl/),
+optionally trained top LLM layers, and the flow-matching head with VL self-attention and
 the DiT's alternating text/image cross-attention (action_head.py); shapes and presets (config.py),
-checkpoints both ways (weights.py), what LeRobot serves an export with (lerobot_policy.py),
+checkpoints both ways (weights.py), what LeRobot serves an export with (lerobot_policy.py, readme.py),
 analytic cost (flops.py), loader preset and batch adapter (batches.py), prompt tokenizer
 (chat_tokenizer.py: the Qwen chat template), memory constants (memory.py).
 `FAMILY` is the record the trainer reaches it through (trainkit/models/family.py)."""
 from trainkit.models.family import Family, Sampler, Weights
-from trainkit.models.gr00t import lerobot_policy, weights
+from trainkit.models.gr00t import lerobot_policy, readme, weights
 from trainkit.models.gr00t.lerobot_shapes import lerobot_build
 from trainkit.models.gr00t.batches import Gr00tBatches, loader_config
 from trainkit.models.gr00t.config import PRESETS, Gr00tConfig
@@ -22,8 +22,9 @@ FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, 
                                 export_tensors=weights.export_tensors, config_json=weights.config_json,
                                 config_from=weights.config_from_checkpoint, start_keys=weights.start_keys,
                                 lerobot_policy=lerobot_policy.lerobot_policy,
-                                lerobot_processors=lerobot_policy.lerobot_processors,
-                                lerobot_shapes=lerobot_build),
+                                lerobot_processors=lerobot_policy.lerobot_processors, readme=readme.readme,
+                                min_max_steps=(lerobot_policy.PACK_STEP, lerobot_policy.UNPACK_STEP),
+                                tokenizer_step=(lerobot_policy.VLM_STEP, "model_name"), lerobot_shapes=lerobot_build),
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 

@@ -1,5 +1,5 @@
 """The `gr00t` action head: GR00T N1.7's flow-matching head (LeRobot 0.6.1 `GR00TN17ActionHead` with
-`AlternateVLDiT` and `SelfAttentionTransformer`; Isaac-GR00T `gr00t_n1d7.py`): the VL self-attention
+`AlternateVLDiT` and `SelfAttentionTransformer`; Isaac-GR00T's `gr00t_n1d7` module): the VL self-attention
 blocks, the DiT with alternating cross-attention, the per-embodiment state and action encoders and
 action decoder, and the learned action positions.
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
-from trainkit.models.gr00t.qwen3_vl_config import Qwen3VLConfig
+from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig
 
 VIEW_TRANSFORMS = ("n17", "resize")  # Gr00tConfig.view_transform's values
 
@@ -144,7 +144,7 @@ class Gr00tConfig:
 
     @property
     def backbone(self) -> Qwen3VLConfig:
-        """The Qwen3-VL backbone's shapes (trainkit/models/gr00t/qwen3_vl_config.py)."""
+        """The Qwen3-VL backbone's shapes (trainkit/models/gr00t/qwen3_vl/config.py)."""
         return Qwen3VLConfig(hidden=self.lm_width, select_layer=self.lm_depth, mlp=self.lm_mlp, heads_q=self.heads_q,
                              heads_kv=self.heads_kv, head_dim=self.head_dim, rms_eps=self.rms_eps,
                              rope_theta=self.rope_theta, mrope_section=self.mrope_section, vocab=self.vocab,

@@ -1,6 +1,6 @@
 """The analytic cost of one `gr00t` sample, as a function of the image slots its batch carries:
 FLOPs (frozen parts forward only, trained parts forward + backward), token counts, and the
-activations autograd saves (inspect's memory estimate). `tests/test_gr00t.py` checks the FLOPs
+activations autograd saves (inspect's memory estimate). `tests/trainkit/models/gr00t/test_gr00t.py` checks the FLOPs
 against torch.utils.flop_counter on `tiny`.
 """
 from __future__ import annotations

@@ -45,6 +45,10 @@ TOKENIZER_DIR = "tokenizer"  # OUT/tokenizer: the Qwen3-VL processor folder LeRo
 EMBODIMENT_TAG = "new_embodiment"  # the tag LeRobot's pack step maps to the model's embodiment slot
 VIDEO_PAD = "<|video_pad|>"  # Qwen3-VL's processor looks it up even for images alone
 QWEN_VIDEO_PAD_ID = 151_656
+# LeRobot 0.6.1's GR00T N1.7 processor steps by registry name: pack (state normalised by min / max,
+# embodiment), VLM encode (views, chat template, tokenizer: its config's model_name), unpack + unnormalise
+PACK_STEP, VLM_STEP = "groot_n1_7_pack_inputs_v1", "groot_n1_7_vlm_encode_v1"
+UNPACK_STEP = "groot_action_unpack_unnormalize_v2"
 # the tokenizer folder's files LeRobot's processor reads (the rest of a Cosmos-Reason2-2B folder is not needed)
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "preprocessor_config.json", "video_preprocessor_config.json", "special_tokens_map.json")
@@ -148,13 +152,13 @@ def lerobot_processors(cfg: Gr00tConfig, policy: Mapping[str, Any],
                                                               "float_dtype": None}}
     pre = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
            {"registry_name": "to_batch_processor", "config": {}},
-           {"registry_name": "groot_n1_7_pack_inputs_v1", "config": pack},
-           {"registry_name": "groot_n1_7_vlm_encode_v1", "config": vlm},
+           {"registry_name": PACK_STEP, "config": pack},
+           {"registry_name": VLM_STEP, "config": vlm},
            device]
     unpack = {"env_action_dim": int(policy["output_features"]["action"]["shape"][0]),
               "normalize_min_max": normalised, "clip_normalized_action": False,
               "libero_gripper_action": False, "libero_gripper_binarize": True}
-    post = [{"registry_name": "groot_action_unpack_unnormalize_v2", "config": unpack},
+    post = [{"registry_name": UNPACK_STEP, "config": unpack},
             {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}]
     notes = []
     if not cfg.tokenizer:

@@ -3,7 +3,7 @@ side of trainkit/weights/servable.py; pi05/lerobot_shapes.py is Pi0.5's).
 
     build = lerobot_build(cfg, policy, files)   # LeRobotBuild: shapes, the setting behind each, patch note
 
-How LeRobot builds it (lerobot/policies/groot/groot_n1_7.py and action_head/cross_attention_dit.py,
+How LeRobot builds it (lerobot/policies/groot/groot_n1_7.py and lerobot/policies/groot/action_head/cross_attention_dit.py,
 computed here without them): `GrootPolicy` builds `GR00TN17` from the export's n17/config.json
 (every key below is prefixed `_groot_model.`):
 - the backbone: Qwen3-VL from `_cosmos_reason2_qwen3_vl_config()`, a hard-coded copy of

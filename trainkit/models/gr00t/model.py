@@ -1,5 +1,5 @@
-"""The `gr00t` model: GR00T N1.7, its Qwen3-VL backbone (qwen3_vl_*.py, mrope.py) and its action head
-(action_head.py); shapes config.py, checkpoints weights.py.
+"""The `gr00t` model: GR00T N1.7, its Qwen3-VL backbone (qwen3_vl/: backbone, vision, text, config,
+mrope) and its action head (action_head.py); shapes config.py, checkpoints weights.py.
 
 Forward of one micro-batch:
 1. under `torch.no_grad` (frozen: no autograd graph, so no gradient, no saved activation and no
@@ -28,9 +28,9 @@ import torch.nn as nn
 from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
                                                block_context)
 from trainkit.models.gr00t.config import Gr00tConfig
-from trainkit.models.gr00t.mrope import mrope_positions, mrope_tables
-from trainkit.models.gr00t.qwen3_vl_text import TextLayer, padded_causal_mask
-from trainkit.models.gr00t.qwen3_vl_vision import VisionTower
+from trainkit.models.gr00t.qwen3_vl.mrope import mrope_positions, mrope_tables
+from trainkit.models.gr00t.qwen3_vl.text import TextLayer, padded_causal_mask
+from trainkit.models.gr00t.qwen3_vl.vision import VisionTower
 from trainkit.models.layers import seeded_normal_
 
 
@@ -102,7 +102,7 @@ class Gr00t(nn.Module):
         self.cfg = cfg
         bcfg, lw, dw = cfg.backbone, cfg.lm_width, cfg.dit_width
         # the ViT's blocks as a block list of the root (FSDP, compile, frozen handling address them by
-        # name); the rest of the tower (qwen3_vl_vision.py) stays one module
+        # name); the rest of the tower (qwen3_vl/vision.py) stays one module
         tower = VisionTower(bcfg)
         self.vision_blocks = tower.blocks
         del tower.blocks
@@ -148,7 +148,7 @@ class Gr00t(nn.Module):
                 p.fill_(1.0)
 
     def vision(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The ViT (qwen3_vl_vision.py's VisionTower.forward over this model's block list): views
+        """The ViT (qwen3_vl/vision.py's VisionTower.forward over this model's block list): views
         (N, 3, H, W) -> (image tokens (N, tokens_per_image, lm_width), deepstack tokens per deepstack block)."""
         return self.visual(images, blocks=self.vision_blocks)
 
@@ -169,7 +169,7 @@ class Gr00t(nn.Module):
         return ids, batch.token_mask & ~missing, ~missing
 
     def vl_features(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The backbone (qwen3_vl.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
+        """The backbone (qwen3_vl/backbone.py's Qwen3VLBackbone.forward, split at the frozen / trained LLM
         layers): the features of the last LLM layer before the final norm (B, T, lm_width), which
         positions are image tokens, which are valid and which the VL self-attention sees (B, T) bool
         (vl_inputs). The frozen part under no_grad."""

@@ -4,14 +4,14 @@
 
 Layouts (detected from the keys): "isaac": `action_head.*` and `backbone.model.*`; "lerobot":
 `_groot_model.action_head.*` and `_groot_model.backbone.model.*`.
-What the mapping does (checked against LeRobot 0.6.1 by tests/test_gr00t_oracle.py):
+What the mapping does (checked against LeRobot 0.6.1 by tests/trainkit/models/gr00t/test_gr00t_oracle.py):
 - per-embodiment layers (`CategorySpecificLinear`: W (embodiments, in, out), b (embodiments, out))
   load one embodiment's slice, `model.embodiment` (LeRobot's "new_embodiment" is 10); an export
   writes the full tensors back: the other slots from the checkpoint the run started from
   (`model.init_from`), zeros when it started from scratch;
 - the self-attention q/k/v (VL blocks, the DiT's odd blocks) are fused here (`qkv`), and a cross
   block's k/v (`kv`): rows concatenated;
-- the backbone's parameters are the checkpoint's under `backbone.model.model.` (qwen3_vl.py's
+- the backbone's parameters are the checkpoint's under `backbone.model.model.` (qwen3_vl/backbone.py's
   BACKBONE_PREFIX) with transformers' names: the ViT's blocks (`vision_blocks.i` here) are
   `visual.blocks.i`, the rest of the ViT `visual.*`, the embedding `language_model.embed_tokens`,
   the LLM layers (`lm_frozen.i`, then `lm_layers.j`) `language_model.layers.k`. Not read: the LLM
@@ -37,7 +37,7 @@ from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.gr00t.action_head import block_context
 from trainkit.models.gr00t.batches import N17_CROP_FRACTION, eval_crop
 from trainkit.models.gr00t.config import Gr00tConfig
-from trainkit.models.gr00t.qwen3_vl import BACKBONE_PREFIX
+from trainkit.models.gr00t.qwen3_vl.backbone import BACKBONE_PREFIX
 
 FORMATS = ("isaac", "lerobot")
 PREFIX = {"isaac": "", "lerobot": "_groot_model."}

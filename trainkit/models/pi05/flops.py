@@ -1,6 +1,6 @@
 """The analytic cost of one `pi05` sample, as a function of the image slots its batch carries:
 FLOPs (forward + backward), token counts, and the activations autograd saves (inspect's memory
-estimate). `tests/test_trainkit_model.py` checks the FLOPs against torch.utils.flop_counter.
+estimate). `tests/trainkit/models/pi05/test_trainkit_model.py` checks the FLOPs against torch.utils.flop_counter.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ A model of other widths (the tiny presets) is built by LeRobot only with `get_ge
 `PaliGemmaWithExpertModel.__init__` patched to its widths (tools/lerobot_oracle/pi05_oracle.py
 `patch_tiny` does it for the tests); its shapes are then the model's own, still with 8 query heads
 and one vocabulary. `patch_note` says so for README.txt. Checked against LeRobot's own full-size
-state dict by tests/test_export_servable.py.
+state dict by tests/trainkit/weights/test_export_servable.py.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Every measured peak below is torch.cuda.max_memory_allocated per GPU over a `tra
 bench/results/trainkit_gpu_call*.json (2 GPUs, 2026-11-30; commands in bench/results/trainkit.md),
 the one-GPU run quoted in issue 19, and the one-GPU runs of bench/results/gpu_pi05_main_2026-12-02.json
 and gpu_pi05_perf_call1_2026-12-02.json (the variants named; each JSON has its command).
-`python bench/memory_table.py --fit pi05` refits the constants from this list;
+`python bench/gpu/memory_table.py --fit pi05` refits the constants from this list;
 bench/results/memory.md shows each run's estimate beside its peak (largest pi05 error 3.6%: one
 root FSDP unit). What they say: torch.compile saves 18% fewer bytes than the eager count (Inductor
 recomputes pointwise ops in backward instead of saving them); eager saves 0.98x the count; the
@@ -81,7 +81,7 @@ MEASURED = (
     _m(OPT, ("train.micro_batch=48",), 1, 114.19, f"{_PERF}: optimised_mbs48 (the config as shipped)", now=True),
 )
 
-# fitted by `python bench/memory_table.py --fit pi05 --fix terms.masked_attention` to MEASURED, 2026-12-02;
+# fitted by `python bench/gpu/memory_table.py --fit pi05 --fix terms.masked_attention` to MEASURED, 2026-12-02;
 # masked_attention fixed where the one pair that measures it alone (masked vs varlen, one H200, micro-batch
 # 32: 1.65 GiB) puts it: fitted free it takes 1.50 (2.09 GiB) to pull the 2-GPU masked rows down 0.1%
 MEMORY = MemoryCalibration(saved_compiled=0.8174, saved_eager=0.9813, backward_block=1.1878,

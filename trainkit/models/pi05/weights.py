@@ -6,7 +6,7 @@ Layouts (detected from the keys of `model.safetensors`):
 - "lerobot": `save_pretrained`'s keys, prefixed `model.` (`model.paligemma_with_expert...`);
 - "openpi": the same names without the prefix, as `lerobot/pi05_base` and openpi's converter write
   them; `pi05_base` has no `embed_tokens` (the embedding is read from the tied `lm_head`).
-What the mapping does (each checked against LeRobot 0.6.1 by tests/test_pi05_lerobot_parity.py):
+What the mapping does (each checked against LeRobot 0.6.1 by tests/trainkit/models/pi05/test_pi05_lerobot_parity.py):
 - q/k/v and gate/up are fused here (`qkv`, `gate_up`), separate there: rows concatenated;
 - Gemma's RMSNorm stores `w` and applies `x * (1 + w)`; trainkit's weight is `1 + w`;
 - the action expert's adaRMS (`dense` -> scale, shift, gate per norm): there the residual is
