@@ -8,7 +8,7 @@
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR] [--top 3] [--repeats 2]
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit ladder --list-rungs                                            # the rungs, one line each
-    trainkit export RUN_DIR OUT --format lerobot|openpi|isaac [--dtype float32|bfloat16] [--weights model|ema] [--force]
+    trainkit export RUN_DIR OUT --format lerobot|openpi|isaac|dreamzero|wan|diffusers|peft [--dtype float32|bfloat16] [--weights model|ema] [--force]
                     [--tokenizer-name NAME] [--source NAME]   # --source: a mixture's run, for that one robot
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
@@ -93,10 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="a run's newest checkpoint as model.safetensors + config.json (LeRobot / openpi)")
     e.add_argument("run_dir")
     e.add_argument("out")
-    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "isaac", "dreamzero", "wan", "diffusers"),
+    e.add_argument("--format", required=True, choices=("lerobot", "openpi", "isaac", "dreamzero", "wan", "diffusers", "peft"),
                    help="lerobot: LeRobot's save_pretrained keys; openpi: lerobot/pi05_base's format (pi05); "
                         "isaac: Isaac-GR00T's GR00TN17 layout (gr00t); dreamzero / wan / diffusers: the DreamZero "
-                        "family's whole-model save, Wan's original names, diffusers' WanTransformer3DModel")
+                        "family's whole-model save, Wan's original names, diffusers' WanTransformer3DModel "
+                        "(a LoRA run's adapters merged); peft: a LoRA run's adapters alone, peft's layout")
     e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     e.add_argument("--weights", default="model", choices=("model", "ema"),
                    help="the trained weights, or their EMA (a run with train.ema_decay > 0)")

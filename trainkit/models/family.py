@@ -98,6 +98,10 @@ class Weights:
     # checkpoint fixes (`model.init_from` builds that shape: trainkit/weights/shape.py); None: the
     # family's shape always comes from its preset
     config_from: Callable[[CheckpointFiles, Any, Mapping[str, Any]], Fixed] | None = None
+    # (config, trainkit module path, part of a fused linear or "") -> that module's name in this family's
+    # checkpoints: the names `trainkit export --format peft` writes LoRA adapters under (adapters.py);
+    # None: trainkit's own module names are the checkpoint's
+    peft_names: Callable[[Any, str, str], str] | None = None
     # config -> model.safetensors' __metadata__ on export: what its tensors cannot say (head counts)
     metadata: Callable[[Any], dict[str, str]] | None = None
     # (config, the run's start checkpoint's keys) -> {its key: the name export_tensors reads it under in

@@ -1,6 +1,6 @@
 """The `dreamzero` model family: DreamZero, a Wan DiT with action and state tokens (model.py), its
 teacher-forcing sequence (sequence.py), block-causal attention (attention.py), RoPE (rope.py), flow
-schedule (schedule.py), LoRA (lora.py), checkpoint formats (weights.py), shapes and presets (config.py), analytic cost (flops.py),
+schedule (schedule.py), checkpoint formats (weights.py), shapes and presets (config.py), analytic cost (flops.py),
 loader preset and batch adapter (batches.py, with the frame path's stand-in features: standin.py),
 memory constants with the GPU runs behind them (memory.py); `FAMILY` is the record the trainer
 reaches it through."""
