@@ -133,7 +133,7 @@ def _units(model: torch.nn.Module, mode: str, group: dict[str, int],
     unknown = sorted(set(group) - set(model.BLOCK_LISTS)) if mode == "block" else []
     if unknown:
         raise ModelConfigError(f"parallel.group: unknown block list(s) {unknown}; known: {list(model.BLOCK_LISTS)}")
-    blocks = block_params(model)
+    blocks = block_params(model, trained=bool(replicated))  # replicated: a unit holds its trained parameters only
     frozen = [n for n in blocks if not any(p.requires_grad for p in getattr(model, n).parameters())]
     if replicated:
         blocks = {n: sizes for n, sizes in blocks.items() if n not in frozen}
@@ -191,7 +191,9 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     act_bytes = DTYPE_BYTES[par.param_dtype]
     gathered = gathered_params(total - replicated, units, root, mode, reshard, act_bytes)
     skip = [n for n in model.BLOCK_LISTS if replicated and not any(p.requires_grad for p in getattr(model, n).parameters())]
-    reduced, root_unit = fsdp_units(table, block_params(model), block_params(model, trained=True), total - replicated,
+    # with frozen parameters replicated (LoRA's frozen base among a block's adapters too) FSDP holds the trained ones
+    reduced, root_unit = fsdp_units(table, block_params(model, trained=bool(replicated)), block_params(model, trained=True),
+                                    total - replicated,
                                     trainable, mode, dict(par.group), skip)
     graphs = bool(getattr(par, "cuda_graphs", False))
 
