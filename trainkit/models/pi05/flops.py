@@ -134,6 +134,10 @@ def memory_terms(cfg: Pi05Config, n_slots: int, switches: Mapping[str, Any]) -> 
     - "float8" (`parallel.float8_modules`): minus the inputs of the FP8 linears (tokens through each x
       its in_features), the bf16 copy a linear's backward keeps and a Float8Linear's compiled
       backward does not (in Pi0.5's GeGLU: the down projection's input, rebuilt from gate/up).
+    - "lora" (`model.lora_rank`): the frozen vision tower and backbone half see no gradient, so
+      autograd keeps nothing of them (minus their count, `activations`, but the backbone's K and V,
+      which the action expert's attention keeps); each adapter keeps
+      its rank-r hidden per token (lora_B's input) in the action expert.
     """
     p, a, t = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon, n_slots * cfg.tokens_per_image
     qd = cfg.heads_q * cfg.head_dim
@@ -151,4 +155,20 @@ def memory_terms(cfg: Pi05Config, n_slots: int, switches: Mapping[str, Any]) -> 
                 rows["lm_layers"][int(parts[1])] -= (p if parts[2] == "lm" else a) * fan_in
             # a linear outside the blocks (projector, action heads) is left out: no run has one
         out["float8"] = rows
+    if cfg.lora_rank:
+        out["lora"] = lora_term(cfg, n_slots)
     return out
+
+
+def lora_term(cfg: Pi05Config, n_slots: int) -> dict[str, list[int]]:
+    """The "lora" memory term (`memory_terms`): per block, elements of one sample."""
+    table = activations(cfg, n_slots)
+    p, a = tokens_per_sample(cfg, n_slots)["prefix"], cfg.horizon
+    kv, r = cfg.heads_kv * cfg.head_dim, cfg.lora_rank
+    # the backbone half's count, but its K and V: the suffix queries' attention keeps them (concatenated)
+    prefix = [p * (4 * cfg.lm_width + 2 * cfg.heads_q * cfg.head_dim + 4 * cfg.lm_mlp)] * (cfg.lm_depth - 1)
+    prefix.append(p * 2 * cfg.lm_width)
+    adapters = a * r * sum(n in cfg.lora_targets for n in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"))
+    return {"vision_blocks": [-full for full, _ in table.blocks["vision_blocks"]],
+            "lm_layers": [adapters - kept for kept in prefix]}
