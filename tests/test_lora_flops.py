@@ -41,3 +41,16 @@ def test_pi05_lora_flops_match_the_counter(targets):
     fam = family("pi05")
     assert counted(model, make_batch(cfg, b=b, slots=3, text_valid=30)) == b * fam.flops_per_sample(cfg, 3)
     assert fam.flops_per_sample(cfg, 3) < fam.flops_per_sample(build_model("pi05", "tiny").cfg, 3)
+
+
+@pytest.mark.parametrize("targets", [("to_q", "to_v"), ("to_k", "to_out")])
+def test_gr00t_lora_flops_match_the_counter(targets):
+    from test_gr00t import tiny_batch
+
+    torch.manual_seed(0)
+    model = build_model("gr00t", "tiny", {"lora_rank": 2, "lora_targets": targets})
+    batch = tiny_batch(model.cfg, b=3, slots=2)
+    batch.image_mask[:] = True
+    fam = family("gr00t")
+    assert counted(model, batch) == 3 * fam.flops_per_sample(model.cfg, 2)
+    assert fam.flops_per_sample(model.cfg, 2) < fam.flops_per_sample(build_model("gr00t", "tiny").cfg, 2)

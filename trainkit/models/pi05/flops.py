@@ -85,7 +85,7 @@ def lora_flops(cfg: Pi05Config, n_slots: int) -> float:
         h = xs or cond
         rows = {"q_proj": qd, "k_proj": kv, "v_proj": kv}
         total += _linear(a, ew, qd + 2 * kv, h, r, tuple(rows[n] for n in rows if n in tg))
-        q, k, v = (h or n in tg for n in rows)
+        q = k = v = h or any(n in tg for n in rows)  # views of one output: any part adapted, all need a gradient
         unit = 2 * a * (p + a) * qd
         total += 2 * unit + unit * (q + k + (q or k) + v)
         attn = q or k or v
