@@ -22,16 +22,20 @@ def source_frame(episode: int, frame: int, camera: int) -> np.ndarray:
     return synth_frame(start + frame, *VIEW_HW, camera_seed(0, camera, episode))
 
 
-@pytest.fixture(scope="session")
-def shards_3cam(tmp_path_factory) -> Path:
+def build_3cam(root: Path) -> Path:
+    """The 3-camera dataset generated under `root` and converted: its shard folder."""
     from datakit.convert import convert
     from datakit.convert.config import ConvertConfig
     from datakit.synth import make_lerobot_dataset
 
-    root = tmp_path_factory.mktemp("dreamzero_3cam")
     src = make_lerobot_dataset(root / "src", version="v2.1", episode_lengths=LENGTHS3, height=VIEW_HW[0],
                                width=VIEW_HW[1], cameras=CAMS3, image_cameras=CAMS3, blank_cameras=(), state_dim=6,
                                action_dim=7)
     out = root / "out"
     convert(src, out, ConvertConfig(workers=1, progress=False))
     return out
+
+
+@pytest.fixture(scope="session")
+def shards_3cam(tmp_path_factory) -> Path:
+    return build_3cam(tmp_path_factory.mktemp("dreamzero_3cam"))
