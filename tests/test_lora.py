@@ -190,3 +190,36 @@ def test_peft_export_of_a_run_without_adapters_is_refused(shards_rgb, tmp_path):
     with pytest.raises(CheckpointError, match="trained no LoRA adapters"):
         export_run(run, tmp_path / "out", "peft")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["pi05", "dreamzero", "gr00t"])
+def test_each_family_merges_and_names_its_adapters_in_its_checkpoint_layout(name):
+    """Adapters randomised (B is zero at init): the family's export of the merged state holds
+    base + (alpha / r) B_part A_part at each adapted module's rows, under the name the peft export
+    gives that module (+ ".weight"); an unadapted part keeps the base."""
+    from trainkit.models import family
+    from trainkit.models.lora import merged_state, peft_tensors, without_lora
+
+    torch.manual_seed(0)
+    fam = family(name)
+    model = build_model(name, "tiny", {"lora_rank": 2})
+    with torch.no_grad():
+        for m in lora_layers(model).values():
+            m.lora_B.weight.normal_(std=0.1)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert all(".lora_" in n or (name == "dreamzero" and n.startswith(("state_", "action_"))) for n in trained)
+    fmt = fam.weights.formats[0]
+    extra = {"base": {}} if fam.weights.start_keys else {}
+    tensors = fam.weights.export_tensors(without_lora(model.cfg), merged_state(model), fmt, **extra)
+    names = fam.weights.peft_names or (lambda cfg, path, part: path)
+    prefix = {"dreamzero": "action_head.model."}.get(name, "")
+    adapters = peft_tensors(model, lambda path, part: names(model.cfg, path, part))
+    checked = 0
+    for path, m in lora_layers(model).items():
+        for part, a, b, first, end in m.adapters():
+            key = prefix + names(model.cfg, path, part) + ".weight"
+            want = m.base_layer.weight[first:end] + m.scale * b @ a
+            torch.testing.assert_close(tensors[key], want, rtol=0, atol=1e-6)
+            assert torch.equal(adapters[f"base_model.model.{names(model.cfg, path, part)}.lora_A.weight"], a)
+            checked += 1
+    assert checked >= 4
