@@ -148,7 +148,8 @@ class Family:
     model: Callable[[Any], nn.Module]
     frozen: tuple[str, ...] = ()  # block lists built with requires_grad False (no gradient, no optimiser state)
     # (config, image slots of the batch) -> model FLOPs of one sample: trained parts 3x their
-    # forward (forward + backward), frozen parts 1x (forward only); no recompute
+    # forward (forward + backward), frozen parts 1x (forward only); with LoRA (`lora_rank`) what runs:
+    # frozen weights' forward and input gradients, adapters 3x (docs/fine-tuning.md); no recompute
     flops_per_sample: Callable[[Any, int], float]
     # (config, image slots) -> token counts of one sample; "sequence" is what tokens/s counts
     tokens_per_sample: Callable[[Any, int], dict[str, int]]
