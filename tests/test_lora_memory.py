@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from trainkit.config import load_config
 from trainkit.estimate.inspect import inspect_model
