@@ -8,7 +8,7 @@
     trainkit tune CONFIG.toml --memory-cap GiB [--budget-min M] [--set key=value ...] [--out DIR] [--top 3] [--repeats 2]
     trainkit ladder BASELINE.toml [--set key=value ...] [--target OPT.toml] [--rungs a,b] [--steps N] [--out DIR]
     trainkit ladder --list-rungs                                            # the rungs, one line each
-    trainkit export RUN_DIR OUT --format lerobot|openpi|isaac [--dtype float32|bfloat16] [--weights model|ema] [--force]
+    trainkit export RUN_DIR OUT --format lerobot|openpi|isaac|dreamzero|wan|diffusers|peft [--dtype float32|bfloat16] [--weights model|ema] [--force]
                     [--tokenizer-name NAME] [--source NAME]   # --source: a mixture's run, for that one robot
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error

@@ -104,7 +104,9 @@ def memory_inputs(cfg: Any, world_size: int, model: nn.Module | None = None) -> 
     slots = image_slots(cfg, fam, model_cfg)
     return MemoryInputs(
         family=fam, model_cfg=model_cfg, model=model, total=total, trainable=trainable, replicated=replicated,
-        mode=fsdp_mode(par, world_size), blocks=block_params(model), trained_blocks=block_params(model, trained=True),
+        mode=fsdp_mode(par, world_size),
+        # with frozen parameters replicated (LoRA's frozen base among a block's adapters too) FSDP holds the trained ones
+        blocks=block_params(model, trained=bool(replicated)), trained_blocks=block_params(model, trained=True),
         skip=skip, slots=slots, table=activation_table(cfg, fam, model_cfg, model, slots),
         act_bytes=DTYPE_BYTES[par.param_dtype], reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")],
         reshard=bool(getattr(par, "reshard_after_forward", True)), ema=bool(getattr(cfg.train, "ema_decay", 0.0)))

@@ -138,6 +138,10 @@ class Weights:
     # checkpoint fixes (`model.init_from` builds that shape: trainkit/weights/shape.py); None: the
     # family's shape always comes from its preset
     config_from: Callable[[CheckpointFiles, Any, Mapping[str, Any]], Fixed] | None = None
+    # (config, trainkit module path, part of a fused linear or "") -> that module's name in this family's
+    # checkpoints: the names `trainkit export --format peft` writes LoRA adapters under (adapters.py);
+    # None: trainkit's own module names are the checkpoint's
+    peft_names: Callable[[Any, str, str], str] | None = None
     # config -> model.safetensors' __metadata__ on export: what its tensors cannot say (head counts)
     metadata: Callable[[Any], dict[str, str]] | None = None
     # (config, the run's start checkpoint's keys) -> {its key: the name export_tensors reads it under in
@@ -196,7 +200,8 @@ class Family:
     model: Callable[[Any], nn.Module]
     frozen: tuple[str, ...] = ()  # block lists built with requires_grad False (no gradient, no optimiser state)
     # (config, image slots of the batch) -> model FLOPs of one sample: trained parts 3x their
-    # forward (forward + backward), frozen parts 1x (forward only); no recompute
+    # forward (forward + backward), frozen parts 1x (forward only); with LoRA (`lora_rank`) what runs:
+    # frozen weights' forward and input gradients, adapters 3x (docs/fine-tuning.md); no recompute
     flops_per_sample: Callable[[Any, int], float]
     # (config, image slots) -> token counts of one sample; "sequence" is what tokens/s counts
     tokens_per_sample: Callable[[Any, int], dict[str, int]]

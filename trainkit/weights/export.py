@@ -7,6 +7,10 @@ weights users serve with, `model.safetensors` + `config.json` in the family's ch
     trainkit export runs/pi05 out/pi05_base --format openpi --dtype bfloat16   # pi05_base's format
     trainkit export runs/pi05 out/pi05_ema --format lerobot --weights ema      # the weight EMA
     trainkit export runs/mix out/mix_libero --format lerobot --source libero   # one robot of a mixture
+    trainkit export runs/dz_lora out/dz_adapters --format peft                 # LoRA adapters, peft's layout
+
+A LoRA run (`model.lora_rank > 0`) exports in a family format with its adapters merged into the
+base weights (base + alpha / r B @ A), or with `--format peft` as the adapters alone (adapters.py).
 
 The model is rebuilt from the config the checkpoint holds (trainkit.json) on the CPU and only its
 weights are read from the DCP folder (through checkpoint/reader.py: nothing in it can run code);
@@ -54,6 +58,8 @@ from trainkit.config import RunConfig, config_from_dict
 from trainkit.config.data import SourceConfig
 from trainkit.errors import CheckpointError, ExportError, WeightsError
 from trainkit.models import build_model, family
+from trainkit.models.lora import lora_layers, merged_state, without_lora
+from trainkit.weights.adapters import adapter_files, write_adapters
 from trainkit.weights.export_source import chosen_source, source_notes
 from trainkit.weights.load import WEIGHTS_NAME, read_checkpoint, read_tensors, write_weights
 from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
@@ -62,6 +68,7 @@ from trainkit.weights.servable import servable_problem
 from trainkit.weights.serving import README, serving_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PEFT = "peft"  # --format peft: a LoRA run's adapters alone (adapters.py), any family
 
 
 def load_run_model(run_dir: str | Path, weights: str = "model", hold: ExitStack | None = None,
@@ -228,11 +235,18 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
         fam = family(cfg.model.family)
         if fam.weights is None:
             raise CheckpointError(str(run_dir), f"family {fam.name!r} has no checkpoint mapping to export to")
+        if fmt == PEFT:
+            _export_adapters(model, cfg, fam, path, tmp, dtype)
+            seal(tmp, out, {"checkpoint": str(path.resolve()), "step": int(path.name.removeprefix("step-")),
+                            "weights": weights, "export_format": fmt, "dtype": dtype})
+            return path
         if fmt not in fam.weights.formats:
             raise CheckpointError(str(out), f"--format {fmt!r}: {fam.name} exports {', '.join(fam.weights.formats)}")
         try:
             extra = {"base": _start_tensors(cfg, fam, model.cfg)} if fam.weights.start_keys else {}
-            tensors = fam.weights.export_tensors(model.cfg, model.state_dict(), fmt, **extra)
+            # a LoRA run exports its adapters merged: the plain model's state (trainkit/models/lora.py)
+            state = merged_state(model) if lora_layers(model) else model.state_dict()
+            tensors = fam.weights.export_tensors(without_lora(model.cfg), state, fmt, **extra)
         except WeightsError as e:
             raise CheckpointError(str(path), str(e)) from None
         # one copy each: the fused tensors' parts are views, and safetensors refuses tensors sharing memory
@@ -262,6 +276,20 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, dtype: str = "flo
     for note in notes:  # once the export is in place: a failed one says only why it failed
         print(f"trainkit: note: {note}", file=sys.stderr)
     return path
+
+
+def _export_adapters(model: nn.Module, cfg: RunConfig, fam: Any, path: Path, tmp: Path, dtype: str) -> None:
+    """--format peft: the run's LoRA adapters in peft's layout (adapters.py) into `tmp`."""
+    if not lora_layers(model):
+        raise CheckpointError(str(path), "--format peft: the run trained no LoRA adapters (model.lora_rank = 0); "
+                              f"export its whole model as one of {', '.join(fam.weights.formats)}")
+    peft_names = fam.weights.peft_names
+    names = (lambda p, part: peft_names(model.cfg, p, part)) if peft_names else (lambda p, part: p)
+    tensors, config = adapter_files(model, names, cfg.model.init_from, DTYPES[dtype])
+    try:
+        write_adapters(tmp, tensors, config)
+    except OSError as e:
+        raise ExportError(tmp, f"cannot be written ({e.strerror or e})") from None
 
 
 def _write(out: Path, tmp: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any],

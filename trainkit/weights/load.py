@@ -42,6 +42,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import CheckpointFiles, Family
+from trainkit.models.lora import lora_layers, rename_plan, without_lora
 from trainkit.parallel.names import clean_name
 from trainkit.weights.norm_stats import inside_checkpoint
 from trainkit.weights.publish import check_export_folder
@@ -185,10 +186,12 @@ def plan(model: nn.Module, fam: Family, shapes: Mapping[str, tuple[int, ...]], p
     that differs."""
     if fam.weights is None:
         raise CheckpointError(path, f"model.init_from: family {fam.name!r} has no checkpoint mapping")
-    try:
-        fmt, rules = fam.weights.read_plan(model.cfg, set(shapes))
+    try:  # a LoRA model reads the plain model's layout into its base layers (trainkit/models/lora.py)
+        fmt, rules = fam.weights.read_plan(without_lora(model.cfg), set(shapes))
     except WeightsError as e:
         raise CheckpointError(path, str(e)) from None
+    if lora_layers(model):
+        rules = rename_plan(model, rules)
     _check_plan(path, rules, {clean_name(n): p for n, p in model.named_parameters()}, shapes)
     return fmt, rules
 

@@ -19,9 +19,13 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
+from trainkit.models.lora import check_lora_fields
 
 Attention = Literal["blocks", "flex", "dense"]
-LORA_TARGETS = ("q", "k", "v", "o", "ffn.0", "ffn.2")  # DreamZero's lora_target_modules
+# DreamZero's LoRA recipe: rank 4, alpha 4, lora_target_modules "q,k,v,o,ffn.0,ffn.2", init "kaiming"
+# (github.com/dreamzero0/dreamzero, commit 312b813, groot/vla/configs/model/dreamzero/action_head/
+# wan_flow_matching_action_tf.yaml); "k"/"v" adapt self- and cross-attention's, not k_img / v_img
+LORA_TARGETS = ("q", "k", "v", "o", "ffn.0", "ffn.2")
 
 
 @dataclass(kw_only=True)
@@ -77,14 +81,9 @@ class DreamZeroConfig:
                                    "size of at least 6 (3-D RoPE splits it in three)")
         if self.patch[0] != 1:
             raise ModelConfigError(f"DreamZeroConfig.patch {self.patch}: only a temporal patch of 1 is supported")
-        if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
-            raise ModelConfigError(f"DreamZeroConfig.lora_rank must be an int >= 0, got {self.lora_rank!r}")
-        if not isinstance(self.lora_alpha, (int, float)) or not math.isfinite(self.lora_alpha):
-            raise ModelConfigError(f"DreamZeroConfig.lora_alpha must be a finite number, got {self.lora_alpha!r}")
-        unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
-        if unknown or not self.lora_targets:
-            raise ModelConfigError(f"DreamZeroConfig.lora_targets {list(self.lora_targets)}: each one of "
-                                   f"{', '.join(LORA_TARGETS)}")
+        problem = check_lora_fields("DreamZeroConfig", self.lora_rank, self.lora_alpha, self.lora_targets, LORA_TARGETS)
+        if problem:
+            raise ModelConfigError(problem)
         if self.shift <= 0:
             raise ModelConfigError(f"DreamZeroConfig.shift must be > 0, got {self.shift}")
         st, sh, sw = self.vae_stride

@@ -37,11 +37,11 @@ import torch.nn.functional as F
 
 from trainkit.models.dreamzero.attention import block_causal_attention
 from trainkit.models.dreamzero.config import DreamZeroConfig
-from trainkit.models.dreamzero.lora import LoRALinear, apply_lora
 from trainkit.models.dreamzero.rope import apply_rope, rope_tables
 from trainkit.models.dreamzero.schedule import sigmas
 from trainkit.models.dreamzero.sequence import TokenSequence
 from trainkit.models.layers import RMSNorm
+from trainkit.models.lora import apply_lora, init_lora, suffix_targets
 
 
 @dataclass
@@ -259,7 +259,7 @@ class DreamZero(nn.Module):
         self.action_decoder = CategoryMLP(d, cfg.mlp_hidden, cfg.action_dim)
         if cfg.lora_rank:
             self.requires_grad_(False)  # LoRA: the DiT's base frozen, the action/state MLPs trained in full
-            apply_lora(self.blocks, cfg.lora_targets, cfg.lora_rank, cfg.lora_alpha)
+            apply_lora(self, suffix_targets(self.blocks, cfg.lora_targets, "blocks."), cfg.lora_rank, cfg.lora_alpha)
             for m in (self.state_encoder, self.action_encoder, self.action_decoder):
                 m.requires_grad_(True)
         self.init_weights()
@@ -294,9 +294,7 @@ class DreamZero(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.modulation, std=d ** -0.5)
         nn.init.normal_(self.head.modulation, std=d ** -0.5)
-        for module in self.modules():
-            if isinstance(module, LoRALinear):
-                module.init_lora()
+        init_lora(self)
 
     # --- pieces ------------------------------------------------------------------------------------
     def embed_video(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:

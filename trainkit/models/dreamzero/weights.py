@@ -28,7 +28,7 @@ import torch
 
 from trainkit.errors import WeightsError
 from trainkit.models.dreamzero.config import DreamZeroConfig
-from trainkit.models.dreamzero.lora import merged_weight
+from trainkit.models.lora import merged_weight
 from trainkit.models.family import CheckpointFiles, Fixed
 
 FORMATS = ("dreamzero", "wan", "diffusers")

@@ -2,7 +2,7 @@
 optionally trained top LLM layers, and the flow-matching head with VL self-attention and
 the DiT's alternating text/image cross-attention (action_head.py); shapes and presets (config.py),
 checkpoints both ways (weights.py), what LeRobot serves an export with (lerobot_policy.py, readme.py),
-analytic cost (flops.py), loader preset and batch adapter (batches.py), prompt tokenizer
+analytic cost (flops.py), LoRA targets (lora.py), loader preset and batch adapter (batches.py), prompt tokenizer
 (chat_tokenizer.py: the Qwen chat template), memory constants (memory.py).
 `FAMILY` is the record the trainer reaches it through (trainkit/models/family.py)."""
 from trainkit.models.family import Family, Sampler, Weights
@@ -11,6 +11,7 @@ from trainkit.models.gr00t.lerobot_shapes import lerobot_build
 from trainkit.models.gr00t.batches import Gr00tBatches, loader_config
 from trainkit.models.gr00t.config import PRESETS, Gr00tConfig
 from trainkit.models.gr00t.flops import activations, flops_per_sample, tokens_per_sample
+from trainkit.models.gr00t.lora import peft_names
 from trainkit.models.gr00t.memory import MEMORY
 from trainkit.models.gr00t.model import SAMPLE_STEPS, Gr00t, Gr00tBatch, flow_target, sample_actions, sample_flow
 
@@ -24,7 +25,8 @@ FAMILY = Family(name="gr00t", config=Gr00tConfig, presets=PRESETS, model=Gr00t, 
                                 lerobot_policy=lerobot_policy.lerobot_policy,
                                 lerobot_processors=lerobot_policy.lerobot_processors, readme=readme.readme,
                                 min_max_steps=(lerobot_policy.PACK_STEP, lerobot_policy.UNPACK_STEP),
-                                tokenizer_step=(lerobot_policy.VLM_STEP, "model_name"), lerobot_shapes=lerobot_build),
+                                tokenizer_step=(lerobot_policy.VLM_STEP, "model_name"), lerobot_shapes=lerobot_build,
+                                peft_names=peft_names),
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
+from trainkit.models.gr00t.lora import ISAAC_DEFAULT, LORA_TARGETS
 from trainkit.models.gr00t.qwen3_vl.config import Qwen3VLConfig
+from trainkit.models.lora import check_lora_fields
 
 VIEW_TRANSFORMS = ("n17", "resize")  # Gr00tConfig.view_transform's values
 
@@ -87,8 +89,17 @@ class Gr00tConfig:
     embodiment: int = 10        # the slot this model trains ("new_embodiment" is 10 in LeRobot's N1.7 mapping)
     dropout: float = 0.2        # dropout of the VL self-attention and DiT blocks in training (diffusers' places)
     state_dropout: float = 0.2  # probability that a sample's state features are zeroed in training
+    # LoRA (trainkit/models/lora.py, gr00t/lora.py): 0 trains the head in full; r > 0 freezes the model and
+    # trains rank-r adapters on lora_targets of the VL self-attention and the DiT (Isaac-GR00T's names)
+    lora_rank: int = 0
+    lora_alpha: float = 16.0  # scale = alpha / rank (Isaac-GR00T get_lora_model: lora_alpha 16 at r = 32)
+    lora_targets: tuple[str, ...] = ISAAC_DEFAULT
 
     def __post_init__(self) -> None:
+        self.lora_targets = tuple(self.lora_targets)
+        problem = check_lora_fields("Gr00tConfig", self.lora_rank, self.lora_alpha, self.lora_targets, LORA_TARGETS)
+        if problem:
+            raise ModelConfigError(problem)
         self.deepstack = tuple(self.deepstack)
         self.mrope_section = tuple(self.mrope_section)  # type: ignore[assignment]
         positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_height",

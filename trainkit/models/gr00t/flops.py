@@ -1,7 +1,8 @@
 """The analytic cost of one `gr00t` sample, as a function of the image slots its batch carries:
 FLOPs (frozen parts forward only, trained parts forward + backward), token counts, and the
 activations autograd saves (inspect's memory estimate). `tests/trainkit/models/gr00t/test_gr00t.py` checks the FLOPs
-against torch.utils.flop_counter on `tiny`.
+against torch.utils.flop_counter on `tiny`; with LoRA (`model.lora_rank`) the count is what runs
+(`lora_flops`), checked the same way in tests/trainkit/models/test_lora_flops.py.
 """
 from __future__ import annotations
 
@@ -77,7 +78,72 @@ def flops_per_sample(cfg: Gr00tConfig, n_slots: int) -> float:
     and attention's QK^T and AV; not norms, activations, RoPE, softmax or embedding lookups."""
     if not 1 <= n_slots <= cfg.max_slots:
         raise ModelConfigError(f"n_slots {n_slots} is outside 1..max_slots={cfg.max_slots}")
+    if cfg.lora_rank:
+        return lora_flops(cfg, n_slots)
     return float(frozen_forward(cfg, n_slots) + 3 * trained_forward(cfg, n_slots) - no_input_grad(cfg))
+
+
+def _linear(tokens: int, i: int, o: int, grad_in: bool, r: int = 0, parts: tuple[int, ...] = ()) -> int:
+    """A frozen linear's forward (and input gradient when its input needs one), plus rank-r adapters on
+    output rows `parts` (one A over them: forward, weight gradient, input gradient when needed; each
+    B: forward, weight and input gradients)."""
+    base = (1 + grad_in) * 2 * tokens * i * o
+    if not parts:
+        return base
+    return base + (2 + grad_in) * 2 * tokens * i * r * len(parts) + 3 * 2 * tokens * r * sum(parts)
+
+
+def _attention(pairs: int, d: int, q: bool, k: bool, v: bool) -> int:
+    """Forward QK^T and AV; backward dQ, dK (when q / k need gradients), dA (when q or k does), dV."""
+    unit = 2 * pairs * d
+    return 2 * unit + unit * (q + k + (q or k) + v)
+
+
+def lora_flops(cfg: Gr00tConfig, n_slots: int) -> float:
+    """FLOPs of one sample's forward + backward with LoRA on `cfg.lora_targets` (VL self-attention and
+    DiT), everything else frozen: the backbone, time, state and action encoders see no gradient
+    (forward only); the rest runs forward and input gradients from the first adapter on, weight
+    gradients only in the adapters."""
+    r, tg = cfg.lora_rank, set(cfg.lora_targets)
+    vl = tokens_per_sample(cfg, n_slots)["vl"]
+    s, dw, ff, hh, h, lw = 1 + cfg.horizon, cfg.dit_width, cfg.dit_ff, cfg.head_hidden, cfg.horizon, cfg.lm_width
+    total = (frozen_forward(cfg, n_slots) + cfg.lm_trained * lm_layer_flops(cfg, vl)
+             + 2 * (TIME_FEATURES * dw + dw * dw) + 2 * (cfg.state_dim * hh + hh * dw)
+             + 2 * h * (cfg.action_dim * dw + 2 * dw * dw + dw * dw))
+
+    def attention_block(x: bool, tokens: int, width: int, kv_tokens: int, kv_width: int, ctx: bool | None) -> tuple[int, bool]:
+        """(FLOPs, output needs a gradient) of q, k, v, attention and O of one block; ctx None: self-attention."""
+        if ctx is None:
+            parts = tuple(width for n in ("to_q", "to_k", "to_v") if n in tg)
+            f = _linear(tokens, width, 3 * width, x, r, parts)
+            # q, k and v are views of one output: any part adapted, all need a gradient
+            q = k = v = x or any(n in tg for n in ("to_q", "to_k", "to_v"))
+        else:
+            f = _linear(tokens, width, width, x, r, (width,) if "to_q" in tg else ())
+            f += _linear(kv_tokens, kv_width, 2 * width, ctx, r, tuple(width for n in ("to_k", "to_v") if n in tg))
+            q, k = x or "to_q" in tg, ctx or "to_k" in tg or "to_v" in tg
+            v = k
+        f += _attention(tokens * (kv_tokens if ctx is not None else tokens), width, q, k, v)
+        a = q or k or v
+        f += _linear(tokens, width, width, a, r, (width,) if "to_out" in tg else ())
+        return f, x or a or "to_out" in tg
+
+    x = False
+    for _ in range(cfg.vl_layers):
+        f, x = attention_block(x, vl, lw, vl, lw, None)
+        total += f + _linear(vl, lw, 4 * lw, x) + _linear(vl, 4 * lw, lw, x)
+    ctx, x = x, False
+    contexts = {"text": cfg.text_len + 2 * n_slots, "image": n_slots * cfg.tokens_per_image}
+    for i in range(cfg.dit_depth):
+        kind = block_context(i)
+        total += 2 * dw * 2 * dw  # AdaLayerNorm's linear on the time embedding (no gradient)
+        if kind == "self":
+            f, x = attention_block(x, s, dw, s, dw, None)
+        else:
+            f, x = attention_block(x, s, dw, contexts[kind], lw, ctx)
+        total += f + _linear(s, dw, ff, x) + _linear(s, ff, dw, x)
+    total += 2 * dw * 2 * dw + _linear(s, dw, hh, x) + _linear(s, hh, hh, x) + _linear(s, hh, cfg.action_dim, x)
+    return float(total)
 
 
 def activations(cfg: Gr00tConfig, n_slots: int) -> Activations:

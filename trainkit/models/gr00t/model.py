@@ -28,10 +28,12 @@ import torch.nn as nn
 from trainkit.models.gr00t.action_head import (ActionEncoder, DiTBlock, MLP2, OutputHead, TimeEmbedding, VLBlock,
                                                block_context)
 from trainkit.models.gr00t.config import Gr00tConfig
+from trainkit.models.gr00t.lora import targets as lora_targets
 from trainkit.models.gr00t.qwen3_vl.mrope import mrope_positions, mrope_tables
 from trainkit.models.gr00t.qwen3_vl.text import TextLayer, padded_causal_mask
 from trainkit.models.gr00t.qwen3_vl.vision import VisionTower
 from trainkit.models.layers import seeded_normal_
+from trainkit.models.lora import apply_lora, init_lora
 
 
 @dataclass
@@ -123,6 +125,9 @@ class Gr00t(nn.Module):
         self.action_decoder = MLP2(cfg.head_hidden, cfg.head_hidden, cfg.action_dim)
         for name in self.FROZEN_ROOT:
             getattr(self, name).requires_grad_(False)
+        if cfg.lora_rank:  # LoRA: everything frozen but the adapters (Isaac-GR00T: no modules_to_save)
+            self.requires_grad_(False)
+            apply_lora(self, lora_targets(cfg), cfg.lora_rank, cfg.lora_alpha)
         self.init_weights()
 
     @property
@@ -146,6 +151,7 @@ class Gr00t(nn.Module):
                 p.zero_()
             else:  # LayerNorm / RMSNorm scales
                 p.fill_(1.0)
+        init_lora(self)  # adapters: A kaiming, B zero (peft's init)
 
     def vision(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The ViT (qwen3_vl/vision.py's VisionTower.forward over this model's block list): views

@@ -1,12 +1,13 @@
 """The `pi05` model family: a Pi0.5-shaped vision-language-action model (model.py) with its
 mixture-of-transformers layer (mot.py), shapes and presets (config.py), analytic cost (flops.py),
-loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py), memory constants
-with the GPU runs behind them (memory.py), the mapping to LeRobot's and openpi's checkpoints
+loader preset and batch adapter (batches.py), prompt tokenizer (tokenizer.py), LoRA targets (lora.py), memory
+constants with the GPU runs behind them (memory.py), the mapping to LeRobot's and openpi's checkpoints
 (weights.py) and the README an export carries (readme.py); `FAMILY` is the record the trainer
 reaches it through (trainkit/models/family.py)."""
 from trainkit.models.family import Family, Sampler, Weights
 from trainkit.models.pi05 import readme, weights
 from trainkit.models.pi05.lerobot_shapes import lerobot_build
+from trainkit.models.pi05.lora import peft_names
 from trainkit.models.pi05.batches import Pi05Batches, loader_config
 from trainkit.models.pi05.config import PRESETS, Pi05Config
 from trainkit.models.pi05.flops import activations, flops_per_sample, memory_terms, tokens_per_sample
@@ -21,7 +22,7 @@ FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flo
                                 export_tensors=weights.export_tensors, config_json=weights.policy_config,
                                 config_from=weights.config_from_checkpoint, metadata=weights.shape_metadata,
                                 lerobot_processors=weights.lerobot_processors, readme=readme.readme,
-                                lerobot_shapes=lerobot_build),
+                                lerobot_shapes=lerobot_build, peft_names=peft_names),
                 robot_dims={"state": "max_state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: ((cfg.horizon, cfg.action_dim),),
                                 sample=lambda model, batch, noise, steps: sample_actions(model, batch, *noise, steps)))

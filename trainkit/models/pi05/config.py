@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from trainkit.errors import ModelConfigError
+from trainkit.models.lora import check_lora_fields
+from trainkit.models.pi05.lora import LEROBOT_DEFAULT, LORA_TARGETS
 from trainkit.models.pi05.tokenizer import sentencepiece_file
 
 
@@ -57,8 +59,17 @@ class Pi05Config:
     # byte + state-bin tokenizer, which LeRobot cannot serve; "": none named (model.init_from's own
     # tokenizer when its folder carries one, else the built-in; a real-width checkpoint without one is refused)
     tokenizer: str = ""
+    # LoRA (trainkit/models/lora.py, pi05/lora.py): 0 trains the model in full; r > 0 freezes it and trains
+    # rank-r adapters on lora_targets (LeRobot's module names), LeRobot's peft defaults below
+    lora_rank: int = 0
+    lora_alpha: float = 8.0  # scale = alpha / rank (LeRobot: peft's default alpha 8 at r = 16)
+    lora_targets: tuple[str, ...] = LEROBOT_DEFAULT
 
     def __post_init__(self) -> None:
+        self.lora_targets = tuple(self.lora_targets)
+        problem = check_lora_fields("Pi05Config", self.lora_rank, self.lora_alpha, self.lora_targets, LORA_TARGETS)
+        if problem:
+            raise ModelConfigError(problem)
         positive = ("vision_width", "vision_depth", "vision_mlp", "vision_heads", "patch", "image_size",
                     "lm_width", "lm_depth", "lm_mlp", "heads_q", "heads_kv", "head_dim", "vocab",
                     "expert_width", "expert_mlp", "action_dim", "max_state_dim", "horizon", "text_len", "max_slots",

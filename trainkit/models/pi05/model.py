@@ -20,7 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from trainkit.models.layers import RMSNorm, SiglipBlock, ada_rms_norm, rope_tables
+from trainkit.models.lora import apply_lora, init_lora
 from trainkit.models.pi05.config import Pi05Config
+from trainkit.models.pi05.lora import targets as lora_targets
 from trainkit.models.pi05.mot import MoTLayer
 
 @dataclass
@@ -113,6 +115,9 @@ class Pi05(nn.Module):
             for i in range(cfg.lm_depth))
         self.final_ada = nn.Linear(cfg.expert_width, 2 * cfg.expert_width)  # adaRMSNorm (scale, shift)
         self.action_out = nn.Linear(cfg.expert_width, cfg.action_dim)
+        if cfg.lora_rank:  # LoRA: everything frozen but the adapters (LeRobot's modules_to_save = [])
+            self.requires_grad_(False)
+            apply_lora(self, lora_targets(cfg), cfg.lora_rank, cfg.lora_alpha)
         self.init_weights()
 
     @torch.no_grad()
@@ -136,6 +141,7 @@ class Pi05(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
         nn.init.normal_(self.vision_pos, std=0.02)
+        init_lora(self)  # adapters: A kaiming, B zero (peft's init)
 
     def embed_images(self, images: torch.Tensor, image_mask: torch.Tensor) -> torch.Tensor:
         """(B, S, 3, H, W) -> (B, S * tokens_per_image, lm_width). Masked slots are zeroed first so

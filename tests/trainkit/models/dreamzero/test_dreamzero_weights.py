@@ -1,4 +1,4 @@
-"""`dreamzero` checkpoints and LoRA at tiny width (trainkit/models/dreamzero/weights.py, lora.py):
+"""`dreamzero` checkpoints and LoRA at tiny width (trainkit/models/dreamzero/weights.py, trainkit/models/lora.py):
 
 - round trips: trainkit's tensors written in each format (DreamZero's whole-model save, sharded with
   an index, beside the text/image encoders and VAE it skips; Wan's original names; a diffusers
