@@ -19,9 +19,9 @@ fresh run with `model.init_from` first fills the weights from that checkpoint (t
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.
-Under `trainkit run` a SIGTERM (`SigtermStop`) ends the run at the next step boundary, the same on
-every rank: the step under way finishes, a checkpoint of it is written (`checkpoint_due`), one
-line, exit 143.
+Under `trainkit run` a SIGTERM or the first Ctrl-C (SIGINT) (`StopSignals`) ends the run at the next
+step boundary, the same on every rank: the step under way finishes, a checkpoint of it is written
+(`checkpoint_due`), one line, exit 143 / 130. A second Ctrl-C exits at once (KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -119,37 +119,43 @@ def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: n
                           f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
 
 
-class SigtermStop:
-    """`with SigtermStop() as stop: run(cfg, stop)`: a SIGTERM (a scheduler's preemption, `kill`,
-    torchrun passing one on) only sets `signum`; the loop reads it at the next step boundary, where
-    every rank agrees through the non-finite check's all-reduce, checkpoints and raises Stopped.
-    The handler never interrupts a step or a save; a later SIGTERM changes nothing (torchrun sends
-    one to the ranks still finishing when the first exits); SIGKILL still ends it at once."""
+class StopSignals:
+    """`with StopSignals() as stop: run(cfg, stop)`: the first SIGTERM (a scheduler's preemption,
+    `kill`, torchrun passing one on) or SIGINT (Ctrl-C; torchrun passes it on too) only sets
+    `signum`; the loop reads it at the next step boundary, where every rank agrees through the
+    non-finite check's all-reduce, checkpoints and raises Stopped. The handler never interrupts a
+    step or a save. A second SIGINT raises KeyboardInterrupt (exit at once: the CLI says so in one
+    line, 130), and so does a SIGTERM after a SIGINT (torchrun turns a second Ctrl-C into a SIGTERM
+    to its ranks). A later SIGTERM after a SIGTERM changes nothing (torchrun sends one to the ranks
+    still finishing when the first exits); SIGKILL still ends the run at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.signum = 0
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Self:
         try:
-            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
-        except ValueError:  # not the main thread: no handler, the default stays
-            self._previous = None
+            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        except ValueError:  # not the main thread: no handler, the defaults stay
+            self._previous = {}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is None:
-            return
         # once stopped, a later SIGTERM (torchrun's to the ranks still finishing when the first has
-        # exited) must not kill the process on its way out: it exits 143 itself, as every rank does
-        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.signum else self._previous)
+        # exited) must not kill the process on its way out: it exits 143 / 130 itself, as every rank does
+        for s, before in self._previous.items():
+            signal.signal(s, signal.SIG_IGN if self.signum and s == signal.SIGTERM else before)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.signum = signum
+        if self.signum == signal.SIGINT or (self.signum and signum == signal.SIGINT):
+            raise KeyboardInterrupt  # the second Ctrl-C: now, whatever is under way
+        self.signum = self.signum or signum
 
 
-def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
-    """Check, lock output.dir, train; `stop`: the SIGTERM flag `trainkit run` installs."""
+def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
+    """Check, lock output.dir, train; `stop`: the SIGTERM / SIGINT flag `trainkit run` installs."""
     _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
@@ -208,7 +214,7 @@ def shard_parts(shards: Shards | MixtureShards, dcfg: DataConfig) -> list[tuple[
 
 
 def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | MixtureShards, device: torch.device,
-          out: Path, accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
+          out: Path, accum: int, stop: StopSignals | None = None, fixed: Fixed | None = None) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours
     (`fixed`: the model fields model.init_from's checkpoint fixed, said once its weights loaded)."""
     rank, world_size, _ = world()
@@ -252,6 +258,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
         start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,
                                             extra={"ema": ema.state_dict()} if saved_ema else None)
         data.load_state_dict(data_state)
+        say(f"resuming from {found.path} (step {start})")  # once it loaded: a refused resume is one line
         if ema is not None and not saved_ema:
             ema.reset()
             say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
@@ -297,8 +304,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
-            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM
-            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum), opt=opt)
+            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
+            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
             if applied:  # deferred check: always, and the device skips a non-finite step's update itself
                 opt.step()
                 if ema is not None:
@@ -312,7 +319,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
                                           image_slots=slots))
             profiler.after_step(step - start)
-            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
+            stopping = bool(guard.stop_signal) and step + 1 < cfg.train.steps  # the last step just ends the run
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
                 guard.settle(params)  # deferred: the verdicts of the steps about to be logged
                 # the per-source all-reduce: at log steps only, on every rank alike
@@ -330,7 +337,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 saved = save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
                                         keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
             if stopping:
-                raise stopped(step + 1, cfg.train.steps, saved)
+                raise stopped(step + 1, cfg.train.steps, saved, guard.stop_signal)
         metrics.close()
     except BaseException:
         with contextlib.suppress(Exception):  # the original error is the one to report
@@ -371,11 +378,12 @@ def checkpoint_due(out: OutputConfig, done: int, steps: int, *, stopping: bool) 
     return done == steps and out.save_last
 
 
-def stopped(done: int, steps: int, saved: Path | None) -> Stopped:
-    """The one line of a run stopped by SIGTERM after `done` steps (the same on every rank)."""
+def stopped(done: int, steps: int, saved: Path | None, signum: int) -> Stopped:
+    """The one line of a run stopped by `signum` after `done` steps (the same on every rank)."""
     then = (f"checkpoint {saved} written: rerun the same command to resume from it" if saved is not None else
             "no checkpoint (output.save_last=false, output.checkpoint_every=0): a rerun starts over")
-    return Stopped(signal.SIGTERM, f"stopped by SIGTERM after {done} of {steps} steps; {then}")
+    name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    return Stopped(signum, f"stopped by {name} after {done} of {steps} steps; {then}")
 
 
 def say(message: str) -> None:
