@@ -52,7 +52,7 @@ from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
 from trainkit.weights.shape import describe, with_checkpoint_shape
-from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
+from trainkit.parallel import ParallelPlan, check_parallel, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
 from trainkit.parallel.cudagraphs import micro_step
@@ -161,16 +161,11 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
-    if cfg.train.eval_every and not cfg.data.holds_out:
-        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
-    accum = grad_accumulation(cfg, world_size)
-    if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
-        raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
-                          "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
     fam = family(cfg.model.family)
     cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
+    accum = check_settings(cfg, model, world_size)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
@@ -190,13 +185,28 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        if cfg.parallel.fsdp == "none" and world_size > 1:
-            raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
         init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
         with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
             return train(cfg, fam, model, shards, device, out, accum, stop, fixed)
     finally:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
+
+
+def check_settings(cfg: RunConfig, model: nn.Module, world_size: int, *, cuda: bool | None = None) -> int:
+    """The checks of the settings alone, no data and no device touched (`model` on the meta device):
+    what a launch refuses whatever the machine. Returns the micro-batches per step. `cuda`: whether
+    the run has a CUDA device (None: this machine's answer); the preset test passes True, as a GPU
+    host would run a shipped preset (tests/test_trainkit_shipped_presets.py)."""
+    if cfg.train.eval_every and not cfg.data.holds_out:
+        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
+    accum = grad_accumulation(cfg, world_size)
+    if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
+        raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
+                          "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
+    if cfg.parallel.fsdp == "none" and world_size > 1:
+        raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
+    check_parallel(model, cfg.parallel, world_size, cuda=cuda)  # parallelize() applies them again
+    return accum
 
 
 def open_shards(dcfg: DataConfig, max_slots: int) -> Shards | MixtureShards:
