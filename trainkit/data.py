@@ -13,7 +13,9 @@ A weighted mixture of shard folders (`datakit.loader.MixtureSource`, one per sou
 Each source is opened and checked as one folder is (its own slots: the source's, else `data.slots`);
 the family's loader preset and batch adapter see the first source's index with the mixture's task
 list (a batch's `task_index` indexes it), and the loader normalises each item with its own source's
-statistics (datakit/loader/mixture_dataset.py).
+statistics (datakit/loader/mixture_dataset.py). Sources may store a slot's cameras at different
+sizes: the device resize to the model's input is kept when any source needs it, and each size is
+resized on its own, as the views of one folder whose cameras differ in size are.
 
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order; the
 family's record says what a sample is (its loader preset) and what each batch gains on the host
@@ -247,6 +249,10 @@ class TrainData:
             self.cfg = LoaderConfig(**{k: v for k, v in settings.items() if k not in FRAME_SETTINGS})
         else:
             self.cfg = fam.loader_config(model_cfg, index, **settings)
+        if mixed and not first.features:  # a source whose views are stored at another size keeps the resize
+            resize = [fam.loader_config(model_cfg, p.index, **{**settings, "slots": p.slots}).resize
+                      for p in shards.parts]
+            self.cfg = dataclasses.replace(self.cfg, resize=next((r for r in resize if r is not None), None))
         try:
             if mixed:
                 parts = [_source_dataset(src, source_config(self.cfg, src), p)
