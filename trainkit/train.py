@@ -64,7 +64,7 @@ from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
 from trainkit.observe.source_loss import SourceLoss
 from trainkit.observe.trackers import check_tracker, open_tracker
-from trainkit.observe.summary import format_summary, run_summary
+from trainkit.observe.summary import format_summary, model_shape, run_summary
 from trainkit.validation import plan_validation
 from trainkit.weights.load import check_weights, load_weights
 
@@ -359,8 +359,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
         if sample_log is not None:
             sample_log.close()
     summary = run_summary(metrics.history, dict(metrics.losses), world_size=world_size, global_batch=global_batch,
-                          start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
-                                                  "parallel_applied": plan.applied})
+                          start_step=start, info={"family": cfg.model.family, "parallel_applied": plan.applied,
+                                                  **model_shape(fam, cfg.model.preset, cfg.model.overrides, mcfg,
+                                                                sum(p.numel() for p in model.parameters()))})
     summary["nonfinite_skipped"] = guard.skipped
     summary["samples_skipped"] = data.skipped  # dropped by the loader for a bad shard
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
