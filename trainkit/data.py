@@ -34,6 +34,7 @@ empty ones are zeros with `image_mask` False (the model masks them: same loss, m
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,10 +183,26 @@ def loader_settings(dcfg: DataConfig, slots: tuple[str | None, ...], *, seed: in
     `TrainData` and `trainkit inspect` (trainkit/estimate/loader.py) both build them here."""
     h2d_f32 = dcfg.h2d_dtype == "float32"
     return dict(slots=slots, prune_slots=dcfg.prune_slots, seed=seed, batch_size=micro_batch, shuffle=dcfg.shuffle,
-                rank=rank, world_size=world_size, epoch_batch=global_batch, num_workers=dcfg.num_workers,
+                rank=rank, world_size=world_size, epoch_batch=global_batch, num_workers=workers_for(dcfg.num_workers),
                 prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm, episodes=episodes,
                 image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
                 pin_memory=pin_memory, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+
+
+AUTO_WORKERS = 4  # the most data.num_workers = -1 starts per rank (what the GPU presets were measured with)
+
+
+def workers_for(num_workers: int, cpus: int | None = None, local_ranks: int | None = None) -> int:
+    """data.num_workers, -1 resolved to what the cores allow: min(AUTO_WORKERS, the cores this
+    process may use (datakit.machine.available_cpus) per rank on this node (torchrun's
+    LOCAL_WORLD_SIZE) - 1, for the rank itself); 0 on a one-core share."""
+    if num_workers >= 0:
+        return num_workers
+    from datakit.machine import available_cpus
+
+    cpus = available_cpus() if cpus is None else cpus
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if local_ranks is None else local_ranks
+    return max(0, min(AUTO_WORKERS, cpus // max(1, local_ranks) - 1))
 
 
 def flow_generator(seed: int, epoch: int, block: int) -> torch.Generator:
