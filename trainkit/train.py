@@ -255,6 +255,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     data = TrainData(cfg.data, train_shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=episodes)
+    if getattr(data.adapter, "note", ""):  # what the family's batches stand on (BatchAdapter.note)
+        say(data.adapter.note)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
