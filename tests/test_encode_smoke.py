@@ -7,31 +7,28 @@
 """
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from dreamzero_fixtures import shards_3cam  # noqa: F401 - session fixture
 from encode_fixtures import source  # noqa: F401 - session fixture
-from trainkit_harness import ROOT
 
 
 @pytest.mark.timeout(300)
-def test_the_tiny_encoders_command_then_encode_counts_clips(source, tmp_path):  # noqa: F811
+def test_the_tiny_encoders_command_then_encode_counts_clips(source, tmp_path, capsys):  # noqa: F811
     pytest.importorskip("diffusers")
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    made = subprocess.run([sys.executable, "-m", "datakit.encode.tiny", str(tmp_path / "enc")], capture_output=True,
-                          text=True, env=env, timeout=240)
-    assert made.returncode == 0, made.stderr[-2000:]
-    assert {line.split()[0] for line in made.stdout.splitlines()} == {"wan2.1", "wan2.2", "text", "image"}
-    done = subprocess.run([sys.executable, "-m", "datakit.cli", "encode", str(source), str(tmp_path / "feat"),
-                           "--vae", str(tmp_path / "enc" / "vae22"), "--text-encoder", str(tmp_path / "enc" / "text"),
-                           "--clip", "5", "--size", "32x64", "--workers", "1"],
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    progress = [x for x in done.stderr.splitlines() if x.startswith("encode ")]
-    assert progress and all(" clips" in x and "frame" not in x for x in progress), done.stderr[-2000:]
+    from datakit.cli import main as datakit_main
+    from datakit.encode.tiny import main as tiny_main
+
+    assert tiny_main([str(tmp_path / "enc")]) == 0  # `python -m datakit.encode.tiny OUT`, in this process
+    made = capsys.readouterr().out
+    assert {line.split()[0] for line in made.splitlines()} == {"wan2.1", "wan2.2", "text", "image"}
+    code = datakit_main(["encode", str(source), str(tmp_path / "feat"), "--vae", str(tmp_path / "enc" / "vae22"),
+                         "--text-encoder", str(tmp_path / "enc" / "text"), "--clip", "5", "--size", "32x64",
+                         "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    progress = [x for x in err.splitlines() if x.startswith("encode ")]
+    assert progress and all(" clips" in x and "frame" not in x for x in progress), err[-2000:]
     assert progress[-1].split(": ")[1].startswith("7/7 clips"), progress  # 2 + 1 + 2 + 2 clips of 5 frames
 
 
