@@ -1,10 +1,12 @@
 # make demo: install, then generate a small LeRobot dataset (real AV1), convert, verify, read back
 # (`datakit demo`), then train pi05_tiny on the shards it wrote (`trainkit run`); fails unless the loss falls.
 # make test: install, then run the whole test suite (slow/GPU tests skip cleanly).
+# make test-fast: install, then a quick subset (FAST_TESTS: config, loader, shards, convert, verify, every preset,
+# checkpoints and Ctrl-C; about 2 minutes on 2 busy cores), found by file name wherever tests/ keeps them.
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-train test install bench clean lerobot-oracle
+.PHONY: demo demo-train test test-fast install bench clean lerobot-oracle
 
 install: $(STAMP)
 
@@ -31,6 +33,12 @@ demo-train:
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
+
+FAST_TESTS = test_trainkit_config.py test_loader_sampler.py test_loader_dataset.py test_shard_writer.py \
+	test_verify.py test_convert.py test_trainkit_presets.py test_trainkit_shipped_presets.py \
+	test_trainkit_checkpoints.py test_trainkit_ctrl_c.py
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q $(foreach f,$(FAST_TESTS),$(shell find tests -name $(f)))
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/data/bench_convert.py

@@ -20,8 +20,9 @@ world size, memory cap) prints one line naming the key or file and the problem, 
 So do a run that cannot resume (no intact checkpoint, a planted or another run's checkpoint), a
 second run into a live output.dir, and a non-finite step under train.on_nonfinite="stop".
 `tune` and `ladder` stopped by Ctrl-C or SIGTERM stop their running trial, report what finished
-in one line and exit 130 / 143 (trainkit/trials/signals.py). `trainkit run` stopped by SIGTERM
-finishes the step under way, checkpoints it (where the run checkpoints), prints one line and exits 143.
+in one line and exit 130 / 143 (trainkit/trials/signals.py). `trainkit run` stopped by SIGTERM or
+the first Ctrl-C finishes the step under way, checkpoints it (where the run checkpoints), prints one
+line and exits 143 / 130; a second Ctrl-C exits at once (one line, 130).
 """
 from __future__ import annotations
 
@@ -164,14 +165,18 @@ def main(argv: list[str] | None = None) -> int:
             which = f" for source {args.source!r}" if args.source else ""
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}){which} to {args.out}")
             return 0
-        from trainkit.train import SigtermStop, run
+        from trainkit.train import StopSignals, run
         cfg = load_config(args.config, args.overrides, overlay=args.overlay)
-        with SigtermStop() as stop:
+        with StopSignals() as stop:
             run(cfg, stop)
         return 0
-    except Stopped as e:  # SIGTERM: stopped at a step boundary after its final checkpoint
+    except Stopped as e:  # SIGTERM / Ctrl-C: stopped at a step boundary after its final checkpoint
         print(f"trainkit: {e}", file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before the run took over SIGINT)
+        print("trainkit: interrupted by Ctrl-C (SIGINT): exited at once, no checkpoint of the step under way "
+              "(a rerun resumes from the newest checkpoint in output.dir)", file=sys.stderr)
+        return 130
     except USER_ERRORS as e:
         print(f"trainkit: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,9 @@ A weighted mixture of shard folders (`datakit.loader.MixtureSource`, one per sou
 Each source is opened and checked as one folder is (its own slots: the source's, else `data.slots`);
 the family's loader preset and batch adapter see the first source's index with the mixture's task
 list (a batch's `task_index` indexes it), and the loader normalises each item with its own source's
-statistics (datakit/loader/mixture_dataset.py).
+statistics (datakit/loader/mixture_dataset.py). Sources may store a slot's cameras at different
+sizes: the device resize to the model's input is kept when any source needs it, and each size is
+resized on its own, as the views of one folder whose cameras differ in size are.
 
 The loader's `ShardDataset` + `StepSampler` give each rank its share of one global order; the
 family's record says what a sample is (its loader preset) and what each batch gains on the host
@@ -32,6 +34,7 @@ empty ones are zeros with `image_mask` False (the model masks them: same loss, m
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,10 +183,26 @@ def loader_settings(dcfg: DataConfig, slots: tuple[str | None, ...], *, seed: in
     `TrainData` and `trainkit inspect` (trainkit/estimate/loader.py) both build them here."""
     h2d_f32 = dcfg.h2d_dtype == "float32"
     return dict(slots=slots, prune_slots=dcfg.prune_slots, seed=seed, batch_size=micro_batch, shuffle=dcfg.shuffle,
-                rank=rank, world_size=world_size, epoch_batch=global_batch, num_workers=dcfg.num_workers,
+                rank=rank, world_size=world_size, epoch_batch=global_batch, num_workers=workers_for(dcfg.num_workers),
                 prefetch_factor=dcfg.prefetch_factor, norm=dcfg.norm, episodes=episodes,
                 image_dtype="float32" if h2d_f32 or image_dtype == torch.float32 else "bfloat16",
                 pin_memory=pin_memory, cache_dir=dcfg.cache_dir or None, cache_bytes=dcfg.cache_bytes)
+
+
+AUTO_WORKERS = 4  # the most data.num_workers = -1 starts per rank (what the GPU presets were measured with)
+
+
+def workers_for(num_workers: int, cpus: int | None = None, local_ranks: int | None = None) -> int:
+    """data.num_workers, -1 resolved to what the cores allow: min(AUTO_WORKERS, the cores this
+    process may use (datakit.machine.available_cpus) per rank on this node (torchrun's
+    LOCAL_WORLD_SIZE) - 1, for the rank itself); 0 on a one-core share."""
+    if num_workers >= 0:
+        return num_workers
+    from datakit.machine import available_cpus
+
+    cpus = available_cpus() if cpus is None else cpus
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if local_ranks is None else local_ranks
+    return max(0, min(AUTO_WORKERS, cpus // max(1, local_ranks) - 1))
 
 
 def flow_generator(seed: int, epoch: int, block: int) -> torch.Generator:
@@ -247,6 +266,10 @@ class TrainData:
             self.cfg = LoaderConfig(**{k: v for k, v in settings.items() if k not in FRAME_SETTINGS})
         else:
             self.cfg = fam.loader_config(model_cfg, index, **settings)
+        if mixed and not first.features:  # a source whose views are stored at another size keeps the resize
+            resize = [fam.loader_config(model_cfg, p.index, **{**settings, "slots": p.slots}).resize
+                      for p in shards.parts]
+            self.cfg = dataclasses.replace(self.cfg, resize=next((r for r in resize if r is not None), None))
         try:
             if mixed:
                 parts = [_source_dataset(src, source_config(self.cfg, src), p)

@@ -19,9 +19,9 @@ fresh run with `model.init_from` first fills the weights from that checkpoint (t
 written every `output.checkpoint_every` steps and after the last step (`output.save_last`), the
 newest `output.keep_checkpoints` kept, and a run resumes from the newest intact one in `output.dir`
 under the rules of resume_rules.py.
-Under `trainkit run` a SIGTERM (`SigtermStop`) ends the run at the next step boundary, the same on
-every rank: the step under way finishes, a checkpoint of it is written (`checkpoint_due`), one
-line, exit 143.
+Under `trainkit run` a SIGTERM or the first Ctrl-C (SIGINT) (`StopSignals`) ends the run at the next
+step boundary, the same on every rank: the step under way finishes, a checkpoint of it is written
+(`checkpoint_due`), one line, exit 143 / 130. A second Ctrl-C exits at once (KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from trainkit.optim.nonfinite import NonFiniteGuard, check_state
 from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
 from trainkit.weights.shape import describe, with_checkpoint_shape
 from trainkit.weights.tokenizer_source import describe_tokenizer, keep_tokenizer, tokenizer_source
-from trainkit.parallel import ParallelPlan, compute_dtype, parallelize
+from trainkit.parallel import ParallelPlan, check_parallel, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
 from trainkit.parallel.cudagraphs import micro_step
@@ -65,7 +65,7 @@ from trainkit.checkpoint.run_lock import check_output_dir, run_lock
 from trainkit.observe.sample_log import SampleLog
 from trainkit.observe.source_loss import SourceLoss
 from trainkit.observe.trackers import check_tracker, open_tracker
-from trainkit.observe.summary import format_summary, run_summary
+from trainkit.observe.summary import format_summary, model_shape, run_summary
 from trainkit.validation import plan_validation
 from trainkit.weights.load import check_weights, load_weights
 
@@ -120,53 +120,54 @@ def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: n
                           f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
 
 
-class SigtermStop:
-    """`with SigtermStop() as stop: run(cfg, stop)`: a SIGTERM (a scheduler's preemption, `kill`,
-    torchrun passing one on) only sets `signum`; the loop reads it at the next step boundary, where
-    every rank agrees through the non-finite check's all-reduce, checkpoints and raises Stopped.
-    The handler never interrupts a step or a save; a later SIGTERM changes nothing (torchrun sends
-    one to the ranks still finishing when the first exits); SIGKILL still ends it at once."""
+class StopSignals:
+    """`with StopSignals() as stop: run(cfg, stop)`: the first SIGTERM (a scheduler's preemption,
+    `kill`, torchrun passing one on) or SIGINT (Ctrl-C; torchrun passes it on too) only sets
+    `signum`; the loop reads it at the next step boundary, where every rank agrees through the
+    non-finite check's all-reduce, checkpoints and raises Stopped. The handler never interrupts a
+    step or a save. A second SIGINT raises KeyboardInterrupt (exit at once: the CLI says so in one
+    line, 130), and so does a SIGTERM after a SIGINT (torchrun turns a second Ctrl-C into a SIGTERM
+    to its ranks). A later SIGTERM after a SIGTERM changes nothing (torchrun sends one to the ranks
+    still finishing when the first exits); SIGKILL still ends the run at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.signum = 0
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Self:
         try:
-            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
-        except ValueError:  # not the main thread: no handler, the default stays
-            self._previous = None
+            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        except ValueError:  # not the main thread: no handler, the defaults stay
+            self._previous = {}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is None:
-            return
         # once stopped, a later SIGTERM (torchrun's to the ranks still finishing when the first has
-        # exited) must not kill the process on its way out: it exits 143 itself, as every rank does
-        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.signum else self._previous)
+        # exited) must not kill the process on its way out: it exits 143 / 130 itself, as every rank does
+        for s, before in self._previous.items():
+            signal.signal(s, signal.SIG_IGN if self.signum and s == signal.SIGTERM else before)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.signum = signum
+        if self.signum == signal.SIGINT or (self.signum and signum == signal.SIGINT):
+            raise KeyboardInterrupt  # the second Ctrl-C: now, whatever is under way
+        self.signum = self.signum or signum
 
 
-def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
-    """Check, lock output.dir, train; `stop`: the SIGTERM flag `trainkit run` installs."""
+def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
+    """Check, lock output.dir, train; `stop`: the SIGTERM / SIGINT flag `trainkit run` installs."""
     _, world_size, local_rank = world()
     # --- checks and the model's shape, before any GPU work -----------------------------------
     set_expandable_segments(cfg.parallel.expandable_segments)  # must precede the first CUDA allocation
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker, out)  # its package installed, its folder not a file (an optional extra), before any work
-    if cfg.train.eval_every and not cfg.data.holds_out:
-        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
-    accum = grad_accumulation(cfg, world_size)
-    if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
-        raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
-                          "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
     fam = family(cfg.model.family)
     cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
+    accum = check_settings(cfg, model, world_size)
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
@@ -186,13 +187,28 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        if cfg.parallel.fsdp == "none" and world_size > 1:
-            raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
         init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
         with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
             return train(cfg, fam, model, shards, device, out, accum, stop, fixed)
     finally:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)
+
+
+def check_settings(cfg: RunConfig, model: nn.Module, world_size: int, *, cuda: bool | None = None) -> int:
+    """The checks of the settings alone, no data and no device touched (`model` on the meta device):
+    what a launch refuses whatever the machine. Returns the micro-batches per step. `cuda`: whether
+    the run has a CUDA device (None: this machine's answer); the preset test passes True, as a GPU
+    host would run a shipped preset (tests/trainkit/config/test_trainkit_shipped_presets.py)."""
+    if cfg.train.eval_every and not cfg.data.holds_out:
+        raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
+    accum = grad_accumulation(cfg, world_size)
+    if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
+        raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
+                          "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
+    if cfg.parallel.fsdp == "none" and world_size > 1:
+        raise LaunchError("parallel.fsdp='none' trains one process; use 'root' or 'block' with torchrun")
+    check_parallel(model, cfg.parallel, world_size, cuda=cuda)  # parallelize() applies them again
+    return accum
 
 
 def open_shards(dcfg: DataConfig, max_slots: int) -> Shards | MixtureShards:
@@ -210,7 +226,7 @@ def shard_parts(shards: Shards | MixtureShards, dcfg: DataConfig) -> list[tuple[
 
 
 def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | MixtureShards, device: torch.device,
-          out: Path, accum: int, stop: SigtermStop | None = None, fixed: Fixed | None = None) -> RunResult:
+          out: Path, accum: int, stop: StopSignals | None = None, fixed: Fixed | None = None) -> RunResult:
     """Build, resume, loop, summarise: the run once its inputs are checked and output.dir is ours
     (`fixed`: the model fields model.init_from's checkpoint fixed, said once its weights loaded)."""
     rank, world_size, _ = world()
@@ -241,6 +257,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     data = TrainData(cfg.data, train_shards, fam, mcfg, seed=cfg.train.seed, rank=rank, world_size=world_size,
                      micro_batch=cfg.train.micro_batch, device=device, image_dtype=compute_dtype(cfg.parallel),
                      global_batch=global_batch, episodes=episodes)
+    if getattr(data.adapter, "note", ""):  # what the family's batches stand on (BatchAdapter.note)
+        say(data.adapter.note)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
     record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
@@ -289,8 +307,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
-            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM
-            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum), opt=opt)
+            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
+            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
             if applied:  # deferred check: always, and the device skips a non-finite step's update itself
                 opt.step()
                 if ema is not None:
@@ -304,7 +322,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                                           data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
                                           image_slots=slots))
             profiler.after_step(step - start)
-            stopping = guard.stop_requested and step + 1 < cfg.train.steps  # the last step just ends the run
+            stopping = bool(guard.stop_signal) and step + 1 < cfg.train.steps  # the last step just ends the run
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
                 guard.settle(params)  # deferred: the verdicts of the steps about to be logged
                 # the per-source all-reduce: at log steps only, on every rank alike
@@ -322,7 +340,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 saved = save_checkpoint(out, step + 1, model, opt, sched, data.state_dict(), record,
                                         keep=cfg.output.keep_checkpoints, extra={"ema": ema.state_dict()} if ema else None)
             if stopping:
-                raise stopped(step + 1, cfg.train.steps, saved)
+                raise stopped(step + 1, cfg.train.steps, saved, guard.stop_signal)
         metrics.close()
     except BaseException:
         with contextlib.suppress(Exception):  # the original error is the one to report
@@ -334,7 +352,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
         if sample_log is not None:
             sample_log.close()
     summary = write_summary(cfg, out, rank, world_size, global_batch, start, plan, metrics, guard, data.skipped, init,
-                            tokenizer)
+                            tokenizer, fam, mcfg, sum(p.numel() for p in model.parameters()))
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary, summary=summary)
 
@@ -351,6 +369,7 @@ def resume(found: Found, record: RunRecord, world_size: int, model: nn.Module, o
     start, data_state = load_checkpoint(found, model, opt, sched, cfg.optim,
                                         extra={"ema": ema.state_dict()} if saved_ema else None)
     data.load_state_dict(data_state)
+    say(f"resuming from {found.path} (step {start})")  # once it loaded: a refused resume is one line
     if ema is not None and not saved_ema:
         ema.reset()
         say(f"{found.path.name} holds no weight EMA; train.ema_decay starts it at the resumed weights")
@@ -361,12 +380,13 @@ def resume(found: Found, record: RunRecord, world_size: int, model: nn.Module, o
 
 def write_summary(cfg: RunConfig, out: Path, rank: int, world_size: int, global_batch: int, start: int,
                   plan: ParallelPlan, metrics: Metrics, guard: NonFiniteGuard, samples_skipped: Any,
-                  init: dict[str, Any] | None, tokenizer: dict[str, str] | None) -> dict[str, Any]:
+                  init: dict[str, Any] | None, tokenizer: dict[str, str] | None, fam: Family, mcfg: Any,
+                  params: int) -> dict[str, Any]:
     """The run's summary (observe/summary.py) with what this run skipped, validated and loaded;
     rank 0 writes summary.json and prints it."""
     summary = run_summary(metrics.history, dict(metrics.losses), world_size=world_size, global_batch=global_batch,
-                          start_step=start, info={"family": cfg.model.family, "preset": cfg.model.preset,
-                                                  "parallel_applied": plan.applied})
+                          start_step=start, info={"family": cfg.model.family, "parallel_applied": plan.applied,
+                                                  **model_shape(fam, cfg.model.preset, cfg.model.overrides, mcfg, params)})
     summary["nonfinite_skipped"] = guard.skipped
     summary["samples_skipped"] = samples_skipped  # dropped by the loader for a bad shard
     summary["evals"] = metrics.evals  # validation records (validation.py), the last also as val_loss
@@ -394,11 +414,12 @@ def checkpoint_due(out: OutputConfig, done: int, steps: int, *, stopping: bool) 
     return done == steps and out.save_last
 
 
-def stopped(done: int, steps: int, saved: Path | None) -> Stopped:
-    """The one line of a run stopped by SIGTERM after `done` steps (the same on every rank)."""
+def stopped(done: int, steps: int, saved: Path | None, signum: int) -> Stopped:
+    """The one line of a run stopped by `signum` after `done` steps (the same on every rank)."""
     then = (f"checkpoint {saved} written: rerun the same command to resume from it" if saved is not None else
             "no checkpoint (output.save_last=false, output.checkpoint_every=0): a rerun starts over")
-    return Stopped(signal.SIGTERM, f"stopped by SIGTERM after {done} of {steps} steps; {then}")
+    name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    return Stopped(signum, f"stopped by {name} after {done} of {steps} steps; {then}")
 
 
 def say(message: str) -> None:

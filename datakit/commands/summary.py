@@ -45,14 +45,34 @@ def index_table(index: ShardIndex, seconds: float | None = None, title: str = "d
 
 
 def camera_table(index: ShardIndex) -> Table:
-    t = Table(title="cameras")
-    for col in ("camera", "size", "status", "real", "blank", "missing"):
-        t.add_column(col)
+    """One row per camera. Names are never cut: the prefix every camera shares (LeRobot's
+    "observation.images.") moves into the title, and a name still too long for the terminal wraps
+    (DROID's "observation.images.exterior_image_1_left" was cut to "observation.images.exterior_i…"
+    in an 80-column log)."""
+    names = list(index.cameras)
+    prefix = _shared_prefix(names)
+    t = Table(title=f"cameras ({escape(prefix)}*)" if prefix else "cameras")
+    t.add_column("camera", overflow="fold", min_width=min(max(map(len, names), default=6) - len(prefix), 30))
+    for col in ("size", "status", "real", "blank", "missing"):
+        t.add_column(col, no_wrap=True)
     for name, c in index.cameras.items():
         style = {"real": "green", "blank": "yellow", "missing": "red"}.get(c.status, "")
-        t.add_row(escape(name), f"{c.height}x{c.width}", f"[{style}]{c.status}[/{style}]",
+        t.add_row(escape(name[len(prefix):]), f"{c.height}x{c.width}", f"[{style}]{c.status}[/{style}]",
                   *(str(c.episodes.get(k, 0)) for k in ("real", "blank", "missing")))
     return t
+
+
+def _shared_prefix(names: list[str]) -> str:
+    """The dotted prefix all of several camera names share ("observation.images."), "" for one name."""
+    if len(names) < 2:
+        return ""
+    parts = [n.split(".") for n in names]
+    shared = []
+    for words in zip(*(p[:-1] for p in parts)):
+        if len(set(words)) != 1:
+            break
+        shared.append(words[0])
+    return ".".join(shared) + "." if shared else ""
 
 
 def skipped_table(index: ShardIndex) -> Table:

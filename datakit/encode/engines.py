@@ -76,7 +76,8 @@ def run_here(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, 
     if not jobs:
         return []
     w = Worker(src, cfg, cameras, device_for(cfg, 0))
-    return [w.run(out, job, bar.update) for job in jobs]
+    # the bar counts clips: a prompt shard's progress is not a clip's
+    return [w.run(out, job, bar.update if job.clips else lambda n: None) for job in jobs]
 
 
 _W: dict = {}
@@ -117,7 +118,7 @@ def run_pool(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, 
                 except BrokenProcessPool:
                     raise DatakitError(f"{out}: an encode worker died (killed, or out of memory?) while encoding "
                                        f"shard {job.index}; rerun the same command to resume") from None
-                bar.update(job.size)
+                bar.update(len(job.clips))
         pool.shutdown(wait=True)
     except BaseException:
         stop_workers(pool, workers | ({c.pid for c in mp.active_children()} - before))
@@ -152,7 +153,7 @@ def run_ray(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, j
                 for ref in pending:
                     ray.cancel(ref, force=True)
                 raise _failure(ray, e, out, f"shard {job.index}") from None
-            bar.update(job.size)
+            bar.update(len(job.clips))
         return done
     finally:
         if started:

@@ -209,8 +209,8 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
                 if (j := load_journal(out, job.index, _planned(job), ["text"] if job.prompts else clip_fields(cfg)))}
         _remove_unfinished(out)  # left by a killed run
         todo = [job for job in jobs if job.index not in kept]
-        with progress_bar(sum(job.size for job in todo), f"encode {src.name}", enabled=cfg.progress,
-                          waiting="loading the encoders") as bar:
+        with progress_bar(sum(len(job.clips) for job in todo), f"encode {src.name}", enabled=cfg.progress,
+                          unit="clip", waiting="loading the encoders") as bar:
             run = run_ray if cfg.engine == "ray" else run_pool
             new = run(src, cfg, cameras, out, todo, bar)
         journals = {**kept, **{j.index: j for j in new}}

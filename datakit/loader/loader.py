@@ -27,10 +27,11 @@ resumed at step k sees exactly the batches of an unbroken run from step k on.
 On a remote root (`s3://...`) the batch sampler also drives the shard cache's downloads ahead
 of the reads (`downloads.EpochDownloads`); `close()` stops them.
 
-A worker outlives a SIGTERM by `WORKER_SIGTERM_GRACE_S` (`_outlive_sigterm`): Slurm and
-`kill -TERM -PGID` signal every process of a job, and a worker killed at once would fail the step
-its trainer finishes before a final checkpoint (torch raises "DataLoader worker is killed" in the
-trainer wherever it is). The trainer's shutdown of the loader ends the workers as usual.
+A worker outlives a SIGTERM by `WORKER_SIGTERM_GRACE_S` and ignores SIGINT (`_outlive_stop_signals`):
+Slurm and `kill -TERM -PGID` signal every process of a job, a terminal's Ctrl-C every process of its
+foreground group, and a worker ended at once would fail the step its trainer finishes before a
+final checkpoint (torch raises "DataLoader worker is killed" or "exited unexpectedly" in the trainer
+wherever it is). The trainer decides; its shutdown of the loader ends the workers as usual.
 """
 from __future__ import annotations
 
@@ -202,10 +203,12 @@ class ShardLoader:
 WORKER_SIGTERM_GRACE_S = 120  # > the 30 s Slurm (KillWait) and torchrun give a job before SIGKILL
 
 
-def _outlive_sigterm(_worker_id: int) -> None:
+def _outlive_stop_signals(_worker_id: int) -> None:
     """In a worker (after torch's own handlers): a SIGTERM arms an alarm instead of killing it, so
-    it keeps serving its trainer's last step; the alarm ends it later if nothing else has."""
+    it keeps serving its trainer's last step; the alarm ends it later if nothing else has. A SIGINT
+    (Ctrl-C reaches the whole foreground group) is ignored: torch's worker would end its loop."""
     signal.signal(signal.SIGTERM, lambda *_: signal.alarm(WORKER_SIGTERM_GRACE_S))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def host_batches(ds: ShardDataset | MixtureDataset | FeatureDataset, s: StepSampler, cfg: LoaderConfig, epoch: int, step: int, *,
@@ -227,7 +230,7 @@ def host_batches(ds: ShardDataset | MixtureDataset | FeatureDataset, s: StepSamp
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=_StepBatches(s, epoch, step, on_batch), collate_fn=identity_collate,
         num_workers=cfg.num_workers, prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-        worker_init_fn=_outlive_sigterm if cfg.num_workers else None,
+        worker_init_fn=_outlive_stop_signals if cfg.num_workers else None,
     )
     loans, unpin = Loans(), None
     it = iter(loader)  # forks the workers: the ring is page-locked after, so no child inherits a pinned mapping

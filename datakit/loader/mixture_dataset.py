@@ -13,17 +13,24 @@ What differs from a one-folder batch (keys as in datakit/loader/dataset.py, B it
     replaces its tasks by that one text)
   slot_index (K,) - kept slots of the model's slots (`slot_names`, one per slot: the cameras behind it)
   episode_index, frame_index, row, timestamp - the source's own (`source` says which table)
+  images.<j>.<g> (n_g,T,*shape_g) + image_items.<j>.<g> (n_g,) - a slot whose sources store its
+    cameras at different sizes (DROID's 90x160 beside a 120x160 camera), split by size: group g
+    holds the items of the sources of its size (`slots.slot_groups`); a batch whose items are all
+    of one size carries the plain `images.<j>`
 The device normaliser maps state and action with each item's own source's statistics
-(`Normaliser.from_sources`); padded channels stay 0.
+(`Normaliser.from_sources`); padded channels stay 0. It resizes each size group to the model's
+input and puts it at its items' rows, as it resizes the per-slot views of one folder whose cameras
+differ in size, so sources of any camera sizes mix without `datakit convert --resize`.
 
 Sources must agree on what a batch tensor cannot mix: frame layout (rgb | nv12), frames per window,
-the frame shape of each slot's cameras, and fps unless `LoaderConfig.fps` sets the windows' rate.
+and fps unless `LoaderConfig.fps` sets the windows' rate.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +44,7 @@ from datakit.loader.dataset import ShardDataset, batch_images, drop_failed
 from datakit.loader.reads import ReadPlan
 from datakit.loader.mixture import MixtureSource, SourceOrders, normalised_weights
 from datakit.loader.sampler import block_ids
-from datakit.loader.slots import kept_slots
+from datakit.loader.slots import IMAGES, ITEMS, group_key, is_items_key, items_key, kept_slots, slot_key
 from datakit.shards.index import ShardIndex
 
 
@@ -84,16 +91,6 @@ class MixtureDataset(torch.utils.data.Dataset):
                                  "with one --layout")
             if p.num_frames != p0.num_frames:
                 raise ValueError(f"{pair} read {p0.num_frames} and {p.num_frames} frames per slot (camera_offsets)")
-        shapes: list[dict[tuple[int, ...], str]] = [{} for _ in range(self.num_slots)]
-        for src, p in zip(self.sources, self.parts):
-            for j, cam in enumerate(p.slots.cameras):
-                if cam is not None:
-                    shapes[j].setdefault(tuple(p.slot_shapes[j]), src.root)
-        for j, seen in enumerate(shapes):
-            if len(seen) > 1:
-                (a, ra), (b, rb) = list(seen.items())[:2]
-                raise ValueError(f"mixture sources {ra} and {rb} store slot {j}'s camera at frame shapes {a} and {b}; "
-                                 "convert both to one size (datakit convert --resize HxW)")
 
     def _setup(self) -> None:
         cfg, n = self.cfg, self.num_slots
@@ -103,12 +100,23 @@ class MixtureDataset(torch.utils.data.Dataset):
         cams = [[p.slots.cameras[j] for p in self.parts if j < len(p.slots.cameras)] for j in range(n)]
         self.slot_names = tuple("|".join(dict.fromkeys(c for c in cs if c is not None)) or f"empty_{j}"
                                 for j, cs in enumerate(cams))
-        real_shapes = [next((tuple(p.slot_shapes[j]) for p in self.parts
-                             if j < len(p.slots.cameras) and p.slots.cameras[j] is not None), None) for j in range(n)]
-        smallest = min((s for s in real_shapes if s is not None), key=lambda s: (int(np.prod(s)), s), default=(1,))
-        self.slot_shapes = tuple(s if s is not None else smallest for s in real_shapes)
-        self.stacked = len(set(self.slot_shapes)) == 1
-        self.slot_bytes = tuple(int(np.prod(s)) for s in self.slot_shapes)
+        # sizes[j]: the frame shapes the sources store slot j's cameras at, first seen first; group_of[s, j]:
+        # source s's among them (0 where it has no camera there: blank frames at that size)
+        sizes: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+        self.group_of = np.zeros((len(self.parts), n), np.int64)
+        for s, p in enumerate(self.parts):
+            for j, cam in enumerate(p.slots.cameras):
+                if cam is not None:
+                    shape = tuple(p.slot_shapes[j])
+                    if shape not in sizes[j]:
+                        sizes[j].append(shape)
+                    self.group_of[s, j] = sizes[j].index(shape)
+        smallest = min((g[0] for g in sizes if g), key=lambda s: (int(np.prod(s)), s), default=(1,))
+        self.slot_sizes = tuple(tuple(g) if g else (smallest,) for g in sizes)
+        self.slot_shapes = tuple(g[0] for g in self.slot_sizes)
+        self.stacked = len(set(self.slot_shapes)) == 1 and all(len(g) == 1 for g in self.slot_sizes)
+        # a batch's largest: every item at the slot's largest size (what the workers' ring is sized by)
+        self.slot_bytes = tuple(max(int(np.prod(s)) for s in g) for g in self.slot_sizes)
         self.num_frames = self.parts[0].num_frames
         self.files = SourceFiles(self.parts)
         least = self.widths or (0, 0)
@@ -170,15 +178,29 @@ class MixtureDataset(torch.utils.data.Dataset):
             rows[idx] = p.anchors[local[idx]]
             real[idx, : len(p.slots.cameras)] = p.slots.real[p.ep_of_row[rows[idx]]]
         keep = kept_slots(real, self.cfg.prune_slots if prune is None else prune)
-        flat, images, cells = batch_images(b, t, [self.slot_shapes[j] for j in keep.tolist()], self.stacked, alloc)
+        split = self._size_groups(source, keep)
+        if split is None:
+            flat, images, cells = batch_images(b, t, [self.slot_shapes[j] for j in keep.tolist()], self.stacked,
+                                               alloc)
+        else:
+            flat, images, cells = group_images(b, t, split, alloc)
         view = memoryview(flat.numpy())
         image_is_pad = np.zeros((b, keep.size, t), bool)
         plans, sizes, numeric = [], [], []
         for s, idx in groups:
             p = self.parts[s]
-            image_is_pad[idx], plan, frame_bytes = p.frame_plan(rows[idx], self.slot_of[s][keep], cells, view, idx)
-            plans.append(dataclasses.replace(plan, shard=plan.shard + self.files.base[s]))
-            sizes.append(frame_bytes)
+            if split is None:
+                image_is_pad[idx], plan, frame_bytes = p.frame_plan(rows[idx], self.slot_of[s][keep], cells, view, idx)
+                plans.append(dataclasses.replace(plan, shard=plan.shard + self.files.base[s]))
+                sizes.append(frame_bytes)
+            for k, j in enumerate(keep.tolist() if split is not None else ()):  # one slot at a time
+                cell, items = cells[k][self.group_of[s, j] if len(cells[k]) > 1 else 0]
+                at = idx if items is None else np.searchsorted(items, idx)  # the items' rows in their group
+                pad, plan, frame_bytes = p.frame_plan(rows[idx], self.slot_of[s][[j]], [cell], view, at)
+                image_is_pad[idx, k] = pad[:, 0]
+                plans.append(ReadPlan(shard=plan.shard + self.files.base[s], offset=plan.offset, dest=plan.dest,
+                                      owner=plan.owner if items is None else items[plan.owner]))  # batch rows
+                sizes.append(frame_bytes)
             numeric.append(p.numeric(rows[idx]))
         plan = ReadPlan(shard=np.concatenate([q.shard for q in plans]),
                         offset=np.concatenate([q.offset for q in plans]), dest=[d for q in plans for d in q.dest], owner=np.concatenate([q.owner for q in plans]))
@@ -191,7 +213,22 @@ class MixtureDataset(torch.utils.data.Dataset):
             **self._numeric(groups, numeric, b),
             "source": torch.from_numpy(source),
         }
-        return drop_failed(batch, ok)
+        return drop_failed_groups(batch, ok)
+
+    def _size_groups(self, source: np.ndarray, keep: np.ndarray) -> list[list[tuple[tuple[int, ...], np.ndarray | None]]] | None:
+        """Per kept slot, its frames' (shape, batch items) by size group when this batch's items store
+        some kept slot at different sizes (items None: the whole batch); None when none does."""
+        out, split = [], False
+        for j in keep.tolist():
+            gid = self.group_of[source, j]
+            present = np.unique(gid)
+            if present.size == 1:
+                out.append([(self.slot_sizes[j][int(present[0])], None)])
+                continue
+            split = True
+            out.append([(self.slot_sizes[j][g], np.flatnonzero(gid == g)) if g in present else ((0,), None)
+                        for g in range(len(self.slot_sizes[j]))])
+        return out if split else None
 
     def _numeric(self, groups: list[tuple[int, np.ndarray]], parts: list[dict[str, np.ndarray]],
                  b: int) -> dict[str, torch.Tensor]:
@@ -218,6 +255,62 @@ class MixtureDataset(torch.utils.data.Dataset):
             else:
                 out[key] = torch.from_numpy(np.concatenate([c[key] for c in parts])[back])
         return out
+
+
+def group_images(b: int, t: int, split: list[list[tuple[tuple[int, ...], np.ndarray | None]]],
+                 alloc: Callable[[tuple[int, ...]], torch.Tensor] | None
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[list[tuple[tuple[np.ndarray, int], np.ndarray | None]]]]:
+    """`batch_images` for a batch with a slot split by size (`_size_groups`): one flat uint8 buffer, its
+    tensors (`images.<k>` (B, T, *shape) for a slot of one size, `images.<k>.<g>` (n_g, T, *shape_g) and
+    `image_items.<k>.<g>` per size group present) and per kept slot per group ((its (rows, T, frame bytes)
+    numpy view, its first byte), its items or None): where `frame_plan` writes, each item at its row of
+    its group."""
+    layout, entries = [], []
+    for k, groups in enumerate(split):
+        for g, (shape, items) in enumerate(groups):
+            if len(groups) == 1:
+                layout.append((slot_key(k), (b, t, *shape)))
+            elif items is not None:
+                layout.append((group_key(k, g), (items.size, t, *shape)))
+            entries.append((k, g, len(groups), shape, items))
+    nbytes = sum(math.prod(shape) for _, shape in layout)
+    flat = alloc((nbytes,)) if alloc is not None else torch.empty((nbytes,), dtype=torch.uint8)
+    flat_np, at = flat.numpy(), 0
+    images: dict[str, torch.Tensor] = {}
+    cells: list[list[tuple[tuple[np.ndarray, int], np.ndarray | None]]] = [[] for _ in split]
+    for key, shape in layout:
+        n = math.prod(shape)
+        images[key] = flat[at : at + n].view(shape)
+        at += n
+    for k, g, count, shape, items in entries:
+        if count > 1 and items is None:  # a size no item of this batch has: never written
+            cells[k].append(((np.zeros((0, t, 0), np.uint8), 0), None))
+            continue
+        tensor = images[slot_key(k) if count == 1 else group_key(k, g)]
+        start = tensor.data_ptr() - flat.data_ptr()  # uint8: bytes
+        cells[k].append(((flat_np[start : start + tensor.numel()].reshape(tensor.shape[0], t, -1), start), items))
+        if count > 1:
+            images[items_key(k, g)] = torch.from_numpy(items.astype(np.int64))
+    return flat, images, cells
+
+
+def drop_failed_groups(batch: dict[str, torch.Tensor], ok: np.ndarray) -> dict[str, torch.Tensor]:
+    """`drop_failed` for a batch that may split slots by size: each group keeps its items whose shard
+    read, renumbered to their rows in the smaller batch."""
+    grouped = [k for k in batch if is_items_key(k)]
+    if ok.all() or not grouped:
+        return drop_failed(batch, ok)
+    rows = np.cumsum(ok) - 1  # old batch row -> new
+    order, kept = list(batch), {}
+    for key in grouped:
+        items = batch.pop(key).numpy()
+        view_key = IMAGES + key[len(ITEMS):]
+        sel = np.flatnonzero(ok[items])
+        kept[view_key] = batch.pop(view_key).index_select(0, torch.from_numpy(sel))
+        kept[key] = torch.from_numpy(rows[items[sel]])
+    rest = drop_failed(batch, ok)
+    # the keys in their first order: a worker compacts the image tensors into its buffer in this order
+    return {k: kept[k] if k in kept else rest[k] for k in [*order, "num_skipped"]}
 
 
 class SourceFiles:

@@ -4,9 +4,10 @@ Images leave the host as stored uint8 (rgb or nv12) and become normalised NCHW b
 here: NV12 -> RGB, optional resize (`loader/resize.py`: "stretch", "bicubic", or Pi0.5's
 aspect-preserving "pad") / crop (and back to the resize size: GR00T N1.7) / brightness-contrast jitter, then scale and mean/std as one `addcmul` that reads the
 permuted uint8 and writes the output dtype in a single kernel. Cameras of different sizes arrive
-one tensor per slot (`slots.slot_images`); each view is resized to the model's input on its own,
-and views that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model
-sees the same batch whatever sizes the cameras store. State and action are mapped with the index statistics, `x * scale + bias`
+one tensor per slot (`slots.slot_images`), a mixture's slot whose sources differ in size one tensor
+per size (`slots.slot_groups`); each view is resized to the model's input on its own, and views
+that end at one size are stacked into `images` (B, K, T, 3, H, W) again, so a model sees the same
+batch whatever sizes the cameras store. State and action are mapped with the index statistics, `x * scale + bias`
 (a mixture: each item with its own source's, `from_sources`).
 Random choices are pure functions of (seed, epoch, step, row), so a resumed run augments
 exactly as the unbroken one did.
@@ -21,7 +22,7 @@ import torch
 from datakit.loader.config import LoaderConfig
 from datakit.loader.nv12 import FusedNV12
 from datakit.loader.resize import resize_view
-from datakit.loader.slots import IMAGES, is_slot_key, slot_images, slot_key
+from datakit.loader.slots import IMAGES, SlotGroups, is_items_key, is_slot_key, slot_groups, slot_key
 from datakit.loader.tiling import tile_views
 from datakit.shards.index import ShardIndex
 from datakit.stages.colour import nv12_to_rgb_float
@@ -77,6 +78,13 @@ def crop_offsets(seed: int, epoch: int, step: int, rows: int, cols: int) -> tupl
     the top offset of step s+1."""
     u = hash_uniform(torch.tensor([2 * step, 2 * step + 1]), aug_key(seed, epoch, CROP))
     return int(u[0] * rows), int(u[1] * cols)
+
+
+def _size_error(sizes: set[tuple[int, ...]]) -> ValueError:
+    """A mixture's slot whose size groups stay at different sizes: nothing brings them to one."""
+    shown = ", ".join(sorted("x".join(map(str, s)) for s in sizes))
+    return ValueError(f"the sources of a mixture store one slot at sizes {shown}: set resize=(H, W) to bring "
+                      "each to the model's input")
 
 
 @dataclass
@@ -136,9 +144,9 @@ class Normaliser:
         out = dict(batch)
         if IMAGES in batch:
             out[IMAGES] = self.images(batch[IMAGES], batch.get("row"), epoch=epoch, step=step)
-        else:  # one tensor per slot: cameras of different sizes
-            views = slot_images(batch)
-            out = {k: v for k, v in out.items() if not is_slot_key(k)}
+        else:  # one tensor per slot (cameras of different sizes), or per size group (a mixture's)
+            views = slot_groups(batch)
+            out = {k: v for k, v in out.items() if not (is_slot_key(k) or is_items_key(k))}
             out.update(self.slot_views(views, batch.get("row"), epoch=epoch, step=step))
         out["state"] = self.vector(batch["state"], self.state_affine, batch.get("source"))
         out["action"] = self.vector(batch["action"], self.action_affine, batch.get("source"))
@@ -166,17 +174,23 @@ class Normaliser:
         x = self._geometry(self._rgb(flat), epoch, step, per_image)
         return self._finish(x.reshape(*lead, *x.shape[1:]), rows, epoch)
 
-    def slot_views(self, views: list[torch.Tensor], rows: torch.Tensor | None = None, *, epoch: int = 0,
-                   step: int = 0) -> dict[str, torch.Tensor]:
+    def slot_views(self, views: Sequence[torch.Tensor | SlotGroups], rows: torch.Tensor | None = None, *,
+                   epoch: int = 0, step: int = 0) -> dict[str, torch.Tensor]:
         """Per kept slot (B, T, *frame_shape_j) uint8 of different sizes -> {"images": (B, K, T, 3, H', W')}
         when resize (or crop) brings every view to one size, as `images` would give; else each slot
-        normalised at its own size, {"images.<j>": (B, T, 3, H_j, W_j)} (tiling needs one size)."""
-        b, t = views[0].shape[:2]
+        normalised at its own size, {"images.<j>": (B, T, 3, H_j, W_j)} (tiling needs one size).
+        A slot may also come as size groups (`slots.slot_groups`, a mixture's sources of different
+        sizes): each group is brought to the model's size on its own, then written to its items' rows."""
+        groups = [v if isinstance(v, list) else [(v, None)] for v in views]
+        first = groups[0][0][0]
+        b, t = sum(v.shape[0] for v, _ in groups[0]), first.shape[1]
         if self.fused_nv12 is not None:  # no resize, crop or jitter: each view at its stored size
-            xs = [self.fused_nv12(v.flatten(0, 1), self.dtype) for v in views]
+            if any(len(g) > 1 for g in groups):
+                raise _size_error({tuple(v.shape[2:4]) for g in groups if len(g) > 1 for v, _ in g})
+            xs = [self.fused_nv12(g[0][0].flatten(0, 1), self.dtype) for g in groups]
             return {slot_key(j): x.view(b, t, *x.shape[1:]) for j, x in enumerate(xs)}
-        per_image = None if rows is None else rows.to(views[0].device).repeat_interleave(t)
-        xs = [self._geometry(self._rgb(v.flatten(0, 1)), epoch, step, per_image) for v in views]
+        rows = None if rows is None else rows.to(first.device)
+        xs = [self._group_geometry(g, b, t, rows, epoch, step) for g in groups]
         if len({tuple(x.shape[-2:]) for x in xs}) > 1:
             if self.cfg.tile is not None:
                 sizes = sorted({f"{x.shape[-2]}x{x.shape[-1]}" for x in xs})
@@ -187,6 +201,23 @@ class Normaliser:
         if len({x.dtype for x in xs}) > 1:  # some views resized (float), some already at the size (uint8)
             xs = [x.float() for x in xs]
         return {IMAGES: self._finish(torch.stack([x.reshape(b, t, *x.shape[1:]) for x in xs], dim=1), rows, epoch)}
+
+    def _group_geometry(self, groups: SlotGroups, b: int, t: int, rows: torch.Tensor | None, epoch: int,
+                        step: int) -> torch.Tensor:
+        """One slot's (B * T, 3, H, W) frames after `_geometry`: its one view, or each size group's
+        brought to one size and put at its items' rows (an index_copy on the device: no host sync)."""
+        out = None
+        for v, items in groups:
+            per_image = None if rows is None else (rows if items is None else rows[items]).repeat_interleave(t)
+            x = self._geometry(self._rgb(v.flatten(0, 1)), epoch, step, per_image)
+            if items is None:
+                return x
+            if out is None:
+                out = torch.empty((b, t, *x.shape[1:]), dtype=torch.float32, device=x.device)
+            elif out.shape[2:] != x.shape[1:]:
+                raise _size_error({tuple(out.shape[-2:]), tuple(x.shape[-2:])})
+            out.index_copy_(0, items, x.view(-1, t, *x.shape[1:]).float())
+        return out.flatten(0, 1)
 
     def _rgb(self, flat: torch.Tensor) -> torch.Tensor:
         """(N, *frame_shape) uint8 as stored -> (N, 3, H, W): a uint8 view for rgb (converted inside

@@ -12,6 +12,10 @@ tensor `images` (B, K, T, *frame_shape), as always; when the cameras differ in s
 wrist camera beside a 120x160 scene camera), one tensor per kept slot, `images.<j>` (B, T,
 *frame_shape_j) for the j-th kept slot, each at its camera's stored size. `slot_images` reads
 either form; the device normaliser resizes the views to the model's input and stacks them again.
+A mixture whose sources store one slot's cameras at different sizes splits that slot by size:
+`images.<j>.<g>` (n_g, T, *frame_shape_g) holds the items of size group g, `image_items.<j>.<g>`
+(n_g,) int64 says which batch items they are (`slot_groups` reads every form); the normaliser
+resizes each group and writes it to its items' places.
 """
 from __future__ import annotations
 
@@ -98,10 +102,49 @@ def is_slot_key(key: str) -> bool:
     return key.startswith(IMAGES + ".")
 
 
+ITEMS = "image_items"  # a size group's batch items (a mixture's slot whose sources differ in size)
+
+
+def group_key(j: int, g: int) -> str:
+    """The key of size group `g` of the j-th kept slot (its items: `items_key(j, g)`)."""
+    return f"{slot_key(j)}.{g}"
+
+
+def items_key(j: int, g: int) -> str:
+    return f"{ITEMS}.{j}.{g}"
+
+
+def is_items_key(key: str) -> bool:
+    return key.startswith(ITEMS + ".")
+
+
+SlotGroups = list[tuple[torch.Tensor, torch.Tensor | None]]  # (frames, their batch items; None: all)
+
+
+def slot_groups(batch: Mapping[str, torch.Tensor]) -> list[SlotGroups]:
+    """Per kept slot, in `slot_index` order, its frames as groups of one stored size: [(frames (B, T,
+    *frame_shape), None)] for a slot of one size (stacked or `images.<j>`), else [(frames (n_g, T,
+    *frame_shape_g), items (n_g,)), ...] for a mixture's slot split by size. Views, no copy."""
+    if IMAGES in batch:
+        return [[(v, None)] for v in batch[IMAGES].unbind(1)]
+    found: dict[int, dict[int, torch.Tensor | None]] = {}
+    for key in batch:
+        if is_slot_key(key):
+            parts = key.split(".")
+            found.setdefault(int(parts[1]), {})[int(parts[2]) if len(parts) > 2 else -1] = batch[key]
+    out = []
+    for j in range(len(found)):
+        groups = found[j]
+        out.append([(groups[-1], None)] if -1 in groups else
+                   [(groups[g], batch[items_key(j, g)]) for g in sorted(groups)])
+    return out
+
+
 def slot_images(batch: Mapping[str, torch.Tensor], *, batched: bool = True) -> list[torch.Tensor]:
     """The frames of each kept slot, in `slot_index` order: (B, T, *frame_shape_j) each, whether the
     batch stacks them (`images`) or carries one tensor per slot (`images.<j>`). `batched=False`: a
-    single sample (`ShardDataset[i]`), (T, *frame_shape_j) each. Views, no copy."""
+    single sample (`ShardDataset[i]`), (T, *frame_shape_j) each. Views, no copy. A mixture's slot
+    split by size has no such tensor: `slot_groups` reads it."""
     if IMAGES in batch:
         return list(batch[IMAGES].unbind(1 if batched else 0))
     out = []

@@ -34,8 +34,9 @@ _TRANSIENT_NAMES = ("Throttl", "SlowDown", "RequestTimeout", "InternalError", "S
                     "ConnectionError", "Timeout", "ServerDisconnected", "ClientPayloadError",
                     "IncompleteRead", "EndpointConnectionError", "ResponseStreamingError")
 # botocore's and aiohttp's connection failures (ConnectionClosedError, ReadTimeoutError, ...): with
-# their own retries off (`urls.s3_options`), datakit must retry what they did
-_CONNECTION_CLASSES = {"HTTPClientError", "ClientConnectionError", "ClientOSError"}
+# their own retries off (`urls.s3_options`), datakit must retry what they did; httpx's (huggingface_hub's
+# client: ConnectError, ReadTimeout, RemoteProtocolError, ...), which are no ConnectionError
+_CONNECTION_CLASSES = {"HTTPClientError", "ClientConnectionError", "ClientOSError", "TransportError"}
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -77,7 +77,9 @@ class DataConfig:
     slots: list[str] = field(default_factory=list)
     prune_slots: bool = True  # drop per batch the slots no sample fills (fewer image tokens)
     h2d_dtype: Literal["uint8", "float32"] = "uint8"  # "uint8": normalise on the GPU; "float32": on the host (baseline)
-    num_workers: int = 2  # loader worker processes per rank
+    # loader worker processes per rank; -1 (default): what the cores allow, min(4, cores per rank - 1)
+    # (`workers_for`: 1 on a 2-core machine, where 4 workers warned and crawled)
+    num_workers: int = -1
     prefetch_factor: int = 2  # batches each worker keeps ready
     shuffle: Shuffle = "random"  # datakit sampler mode
     norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
@@ -127,8 +129,9 @@ class DataConfig:
         check_finite("data.val_fraction", self.val_fraction, low=0.0, high=0.99, what="a number in [0, 0.99]")
         if self.val_episodes and self.val_fraction:
             raise ConfigError("data.val_fraction", "set data.val_episodes or data.val_fraction, not both")
-        if self.num_workers < 0 or self.prefetch_factor < 1:
-            raise ConfigError("data.num_workers", "needs num_workers >= 0 and prefetch_factor >= 1")
+        if self.num_workers < -1 or self.prefetch_factor < 1:
+            raise ConfigError("data.num_workers", "needs num_workers >= 0 (-1: what the cores allow) and "
+                              "prefetch_factor >= 1")
         if self.cache_bytes < 0:
             raise ConfigError("data.cache_bytes", "needs cache_bytes >= 0 (0: half the free disk space)")
 

@@ -69,7 +69,9 @@ class MemoryCalibration:
 
 
 class BatchAdapter(Protocol):
-    """What a family adds to datakit.loader's batches, on either side of the copy to the device."""
+    """What a family adds to datakit.loader's batches, on either side of the copy to the device.
+    An adapter may also carry `note` (str): one line the trainer says at launch (dreamzero on frame
+    shards: its stand-in encoders)."""
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Host side, per batch (before the copy): the batch with the family's extra tensors

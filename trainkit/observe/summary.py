@@ -64,10 +64,44 @@ def source_loss(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def model_shape(fam: Any, preset: str, overrides: dict[str, Any], built: Any, params: int) -> dict[str, Any]:
+    """What summary.json says of the model: the preset named (`preset`), the preset whose shape the run
+    really has (`shape_preset`: the named one without shape settings, another when model.* settings or
+    model.init_from made the model exactly that one, None when it is none of them), the fields set on
+    top of the named preset and the parameter count: a run from a tiny checkpoint under `full` is not
+    reported as `full`."""
+    same = [name for name, make in fam.presets.items() if make() == built]
+    shape = preset if preset in same else (same[0] if same else None)
+    return {"preset": preset, "shape_preset": shape, "model_settings": sorted(overrides), "params": params}
+
+
+def _model_row(s: dict[str, Any]) -> str:
+    """`family / preset (N params)`, and where the run's shape is not that preset's, what it is."""
+    name, shape, params = s.get("preset"), s.get("shape_preset", s.get("preset")), s.get("params")
+    count = [f"{_count(params)} params"] if params else []
+    if shape == name:
+        said = count
+    elif shape is not None:
+        said = [f"model.preset {name}, its shape set to {shape}'s", *count]
+        name = shape
+    else:
+        fields = s.get("model_settings") or []
+        said = [f"+ {len(fields)} model settings: " + ", ".join(fields[:4]) + (", ..." if len(fields) > 4 else ""),
+                *count]
+    return f"{s.get('family')} / {name}" + (f" ({'; '.join(said)})" if said else "")
+
+
+def _count(n: int) -> str:
+    for scale, prefix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.2f}{prefix}"
+    return str(n)
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """The summary as an aligned two-column table for the terminal."""
     st = s.get("steady") or {}
-    rows = [("model", f"{s.get('family')} / {s.get('preset')}"), ("ranks x global batch", f"{s['world_size']} x {s['global_batch']}"),
+    rows = [("model", _model_row(s)), ("ranks x global batch", f"{s['world_size']} x {s['global_batch']}"),
             ("steps", f"{s['start_step']} -> {s['start_step'] + s['steps_run']}")]
     if s["first_loss"] is not None:
         rows.append(("loss first -> last", f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}"))

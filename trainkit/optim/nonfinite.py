@@ -26,17 +26,18 @@ Cost: with `train.nonfinite_check = "sync"`, one host sync per step (the decisio
 one H200 at micro-batch 40: the same 54.4 samples/s either way; its idle time is elsewhere). With several ranks, an all-reduce of
 one flag per rank, so every rank takes the same decision (a rank's loss is its own; the grad norm
 is global) and knows which ranks saw a non-finite loss. The same all-reduce carries each rank's
-request to stop (a SIGTERM, trainkit/train.py), so all ranks stop together.
+request to stop (a SIGTERM or SIGINT, trainkit/train.py), so all ranks stop together.
 
 `train.nonfinite_check = "deferred"` takes the same decision without the sync: the update of a
 non-finite step is skipped on the device (fused AdamW's `found_inf`, the flag GradScaler uses; the
 EMA update is weighted by it too), the flags go to pinned host memory behind an event, and the host
 reads step N's verdict while step N+1 runs (`settle()`, also before every metrics flush and
 checkpoint). What changes: "stop" raises one step later (naming step N; step N changed no weight),
-a skipped step's metrics record is dropped at the next settle, and a SIGTERM stops one step later.
+a skipped step's metrics record is dropped at the next settle, and a SIGTERM or SIGINT stops one step later.
 """
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -90,7 +91,7 @@ class NonFiniteGuard:
         self._run = 0  # non-finite steps in a row
         self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mean_loss = torch.zeros(())  # the last checked step's loss, averaged over ranks
-        self.stop_requested = False  # some rank was asked to stop at the last checked step (SIGTERM)
+        self.stop_signal = 0  # the signal some rank was asked to stop by at the last checked step (0: none)
         self.skip_flag: torch.Tensor | None = None  # deferred: 1.0 on the device when this step is skipped
         self._pending: _Pending | None = None
 
@@ -98,17 +99,19 @@ class NonFiniteGuard:
         self._micro.append((rows, actions))
 
     def step_ok(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter],
-                stop: bool = False, opt: torch.optim.Optimizer | None = None) -> bool:
+                stop: int = 0, opt: torch.optim.Optimizer | None = None) -> bool:
         """True: apply the step. False: skip it (counted). NonFiniteError under "stop", or when the
-        parameters have diverged. `stop`: this rank was asked to end the run (SIGTERM); afterwards
-        `stop_requested` says whether any rank was, the same on every rank. Deferred: always True,
+        parameters have diverged. `stop`: the signal this rank was asked to end the run by (SIGTERM,
+        SIGINT; 0: none); afterwards `stop_signal` says whether any rank was, the same on every rank
+        (SIGINT where any rank got one: the user's Ctrl-C names the exit code). Deferred: always True,
         `opt` (fused AdamW) skips the update on the device, and the previous step is settled."""
         micro, self._micro = self._micro, []
-        # per-rank non-finite flags, the loss sum, the ranks asking to stop
-        flags = torch.zeros(self.world + 2, device=self.device)
+        # per-rank non-finite flags, the loss sum, the ranks asking to stop by SIGTERM, by SIGINT
+        flags = torch.zeros(self.world + 3, device=self.device)
         flags[self.rank] = (~torch.isfinite(torch.stack([loss.detach().float(), grad_norm.detach().float()]))).any()
         flags[self.world] = loss.detach().float()
-        flags[self.world + 1] = float(stop)
+        flags[self.world + 1] = float(stop == signal.SIGTERM)
+        flags[self.world + 2] = float(stop == signal.SIGINT)
         if dist.is_initialized() and self.world > 1:
             dist.all_reduce(flags)  # the one collective of the check also averages the loss over ranks
         self.mean_loss = flags[self.world] / self.world
@@ -151,7 +154,7 @@ class NonFiniteGuard:
 
     def _decide(self, step: int, values: list[float], micro: list[tuple[torch.Tensor, torch.Tensor]],
                 loss: torch.Tensor, grad_norm: torch.Tensor, params: list[nn.Parameter]) -> bool:
-        self.stop_requested = values[self.world + 1] > 0
+        self.stop_signal = signal.SIGINT if values[self.world + 2] > 0 else signal.SIGTERM if values[self.world + 1] > 0 else 0
         bad_ranks = [r for r, f in enumerate(values[:self.world]) if f]
         self._run = self._run + 1 if bad_ranks else 0
         if not bad_ranks:

@@ -2,7 +2,7 @@
 on resume, `apply_config` puts the config's settings on the restored optimiser (trainkit/checkpoint/resume_rules.py).
 
 Fused AdamW updates every parameter in one multi-tensor kernel instead of a few kernels per
-parameter: at 3.35B parameters in hundreds of tensors that is a visible share of a step.
+parameter: at 3.24B parameters in hundreds of tensors that is a visible share of a step.
 """
 from __future__ import annotations
 

@@ -53,8 +53,11 @@ class ParallelPlan:
     fsdp: str = "none"  # the FSDP mode applied ("none" on one rank with parallel.fsdp_one_rank false)
 
 
-def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
-    """Apply attention/FP8 swaps, AC, compile, FSDP and prefetch to `model` in place, as configured."""
+def check_parallel(model: nn.Module, cfg: ParallelConfig, world_size: int, *, cuda: bool | None = None) -> None:
+    """ConfigError for switches this model cannot take (a block list it has not, recompute of a frozen
+    list, CUDA graphs without CUDA). `model` may be on the meta device: the trainer checks before any
+    GPU work, and the preset test (tests/trainkit/config/test_trainkit_shipped_presets.py) at full size; `cuda`:
+    whether the run has a CUDA device (None: this machine's answer)."""
     lists = tuple(model.BLOCK_LISTS)
     for key in ("group", "ac_stride"):
         unknown = sorted(set(getattr(cfg, key)) - set(lists))
@@ -68,8 +71,16 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> Paral
     if recomputed_frozen:
         raise ConfigError(f"parallel.ac_stride.{recomputed_frozen[0]}", "a frozen block list runs under no_grad and "
                           "keeps no activation: there is nothing to recompute (set it to 0 or leave it out)")
-    if cfg.cuda_graphs and not torch.cuda.is_available():
+    if cfg.cuda_graphs and not (torch.cuda.is_available() if cuda is None else cuda):
         raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none)")
+
+
+def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
+    """Apply attention/FP8 swaps, AC, compile, FSDP and prefetch to `model` in place, as configured."""
+    check_parallel(model, cfg, world_size)
+    lists = tuple(model.BLOCK_LISTS)
+    fsdp = "none" if world_size == 1 and not cfg.fsdp_one_rank else cfg.fsdp
+    plan = ParallelPlan(frozen_lists=frozen_lists(model, lists), fsdp=fsdp)
     # 0. frozen parameters out of FSDP, in the compute dtype (on meta: materialised so)
     ignored = set()
     if cfg.frozen == "replicate":

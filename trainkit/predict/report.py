@@ -77,6 +77,28 @@ def plot(path: Path, episodes: list[Episode], names: list[str], every: int, titl
     matplotlib.use("Agg")  # headless: no display needed, nothing shown
     import matplotlib.pyplot as plt
 
+    fig = figure(episodes, names, every, title)
+    tmp = temp_path(path)
+    try:
+        fig.savefig(tmp, dpi=DPI, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+DPI, TITLE_PT = 110, 9
+TITLE_CHAR_W = 0.6  # a character's mean advance in the title font, in font sizes (DejaVu Sans: ~0.55-0.6)
+
+
+def figure(episodes: list[Episode], names: list[str], every: int, title: str) -> Any:
+    """The plot's matplotlib figure (`plot` saves it); the title wrapped to the figure's width and
+    the axes laid out below its lines, so a long run name never runs off the image."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
     shown, dims = episodes[:PLOT_EPISODES], min(PLOT_DIMS, len(names))
     fig, axes = plt.subplots(dims, len(shown), figsize=(max(6.0, 4.5 * len(shown)), 1.8 * dims + 0.8), squeeze=False,
                              sharex="col")
@@ -94,13 +116,9 @@ def plot(path: Path, episodes: list[Episode], names: list[str], every: int, titl
         axes[0][col].set_title(f"episode {e.episode_index}", fontsize=9)
         axes[-1][col].set_xlabel("frame", fontsize=8)
     axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    tmp = temp_path(path)
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return True
+    width_pt = fig.get_figwidth() * 72 * 0.96  # a margin either side
+    lines = textwrap.wrap(title, max(20, int(width_pt / (TITLE_CHAR_W * TITLE_PT))))
+    fig.suptitle("\n".join(lines), fontsize=TITLE_PT)
+    title_in = len(lines) * TITLE_PT * 1.3 / 72 + 0.1  # the title's lines, in inches from the top
+    fig.tight_layout(rect=(0, 0, 1, 1 - title_in / fig.get_figheight()))
+    return fig

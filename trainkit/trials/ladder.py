@@ -133,6 +133,9 @@ class Measured:
     exposed_comm_ms: float | None  # per step, from the profile window; None without one
     idle_ms: float | None  # per step, no kernel running (launch gaps, host waits); profile window
     micro_batch: int
+    # (slowest, fastest) samples/s/GPU of its measured intervals: two rungs whose spreads overlap differ
+    # by no more than the run's own noise (`compare`)
+    spread: tuple[float, float] | None = None
 
 
 @dataclass
@@ -149,6 +152,8 @@ class RungResult:
     parity: dict[str, Any] | None = None  # {"rule", "value", "tolerance", "ok"} vs baseline
     gain_prev: float | None = None  # samples/s over the previous rung that ran
     gain_base: float | None = None  # samples/s over baseline
+    noise_prev: bool = False  # gain_prev is noise: the two rungs' interval spreads overlap
+    noise_base: bool = False  # gain_base is noise, the same way
     out_dir: str = ""
 
 
@@ -268,7 +273,17 @@ def measure(result: TrialResult, spec: LadderSpec, micro_batch: int) -> Measured
                     mfu=mfu, peak_mem_gib=None if None in mem else max(mem),
                     data_wait_ms=1e3 * sum(h["data_wait_s"] * h["steps"] for h in rows) / steps,
                     exposed_comm_ms=prof.get("exposed_comm_ms"), idle_ms=prof.get("idle_ms"),
-                    micro_batch=micro_batch)
+                    micro_batch=micro_batch, spread=(min(h["samples_per_s_gpu"] for h in rows),
+                                                     max(h["samples_per_s_gpu"] for h in rows)))
+
+
+def compare(m: Measured, other: Measured) -> tuple[float, bool]:
+    """(samples/s of `m` over `other`'s, whether that ratio is noise: the ranges of the two rungs'
+    interval speeds overlap, so the run-to-run spread alone could give it)."""
+    ratio = m.samples_per_s_gpu / other.samples_per_s_gpu
+    if m.spread is None or other.spread is None:
+        return ratio, False
+    return ratio, m.spread[0] <= other.spread[1] and other.spread[0] <= m.spread[1]
 
 
 def parity(rung: Rung, losses: Mapping[int, float], base: Mapping[int, float], spec: LadderSpec) -> dict[str, Any]:
@@ -315,9 +330,9 @@ def run_ladder(spec: LadderSpec, rungs: Sequence[Rung], *, cuda: bool | None = N
             base = base or (res if i == 0 else None)
             if base is not None:
                 res.parity = parity(rung, res.losses, base.losses, spec) if i else None
-                res.gain_base = res.measured.samples_per_s_gpu / base.measured.samples_per_s_gpu
+                res.gain_base, res.noise_base = compare(res.measured, base.measured)
             if prev is not None:
-                res.gain_prev = res.measured.samples_per_s_gpu / prev.measured.samples_per_s_gpu
+                res.gain_prev, res.noise_prev = compare(res.measured, prev.measured)
             prev = res
         results.append(res)
         echo(_line(i, res))
@@ -349,7 +364,7 @@ def _line(i: int, r: RungResult) -> str:
     """One progress line per rung, as it finishes."""
     if r.status == "ok" and r.measured is not None:
         m = r.measured
-        gain = f", x{r.gain_base:.2f} baseline" if r.gain_base is not None and i else ""
+        gain = f", x{r.gain_base:.2f} baseline{' (noise)' if r.noise_base else ''}" if r.gain_base is not None and i else ""
         par = "" if not r.parity or r.parity["ok"] is None else \
             f", parity {'ok' if r.parity['ok'] else 'BROKEN'} ({r.parity['value']:.2e})"
         return (f"ladder: {i:2d} {r.name}: {m.step_time_s * 1e3:.0f} ms/step, {m.samples_per_s_gpu:.2f} "

@@ -42,9 +42,14 @@ def rows(results: list[RungResult]) -> list[tuple[str, ...]]:
         out.append((str(i), r.name, r.status, f"{m.step_time_s * 1e3:.1f}", f"{m.samples_per_s_gpu:.2f}",
                     "n/a" if m.mfu is None else f"{100 * m.mfu:.1f}%", _f(m.peak_mem_gib, ".1f"),
                     _f(m.exposed_comm_ms, ".1f"), _f(m.idle_ms, ".1f"), f"{m.data_wait_ms:.1f}",
-                    "" if r.gain_prev is None else f"x{r.gain_prev:.3f}", "" if r.gain_base is None or not i else
-                    f"x{r.gain_base:.3f}", _parity_text(r.parity)))
+                    _gain(r.gain_prev, r.noise_prev), "" if not i else _gain(r.gain_base, r.noise_base),
+                    _parity_text(r.parity)))
     return out
+
+
+def _gain(ratio: float | None, noise: bool) -> str:
+    """x1.023, or "x1.023 (noise)" when the two rungs' interval speeds overlap (ladder.compare)."""
+    return "" if ratio is None else f"x{ratio:.3f}" + (" (noise)" if noise else "")
 
 
 def _parity_text(par: dict[str, Any] | None) -> str:

@@ -31,9 +31,11 @@ memory cap, by short measured runs, each in its own process (trainkit/trials/run
    beside it), one folder per run; the ranked table on the terminal.
 
 The budget (`budget_s`, wall clock, start-ups and compiles included) is split so that repeats
-are paid for, not hoped for: a new setting is started only while the time left covers one more
-run (the mean wall time of the runs so far) plus the repeats the current top settings need ((repeats
-- 1) x their first runs' wall times); then the repeats run. A repeat is started only when its first
+are paid for, not hoped for: a new setting is started only while the time left covers its run (the
+mean wall time of the runs of its kind so far, compiled or eager, `expected_wall`) plus the repeats
+the current top settings need ((repeats - 1) x their first runs' wall times); a setting that cannot
+finish is skipped, and the table and tune.json say so ("late"), while shorter ones still run; then
+the repeats run. A repeat is started only when its first
 run's wall time fits the time left, so a budget that ends early leaves a setting with fewer runs
 (the table's `runs` column) rather than a run killed half-way. Every run's time limit is also the
 time left: one stopped by that limit, not by --trial-timeout-s, is recorded as "cut" and counts
@@ -237,6 +239,7 @@ class TuneResult:
     reference: Setting | None = None  # the config's own setting under the cap, run first
     stopped: str | None = None  # the signal that stopped the search ("SIGINT"); runs holds what finished
     ranked: list[Measured] = field(default_factory=list)  # `measured(runs)`
+    late: list[str] = field(default_factory=list)  # settings not started: they could not finish in the time left
 
 
 def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]:
@@ -335,7 +338,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
     best = next((m for m in ranked if m.status == "ok" and m.samples), None)
     return TuneResult(runs=runs, scale=trials.scale(), calibrated=bool(trials.ratios), settings=len(pool),
                       never_run_over_cap=never, best=best, reference=None if first is None else first.setting,
-                      stopped=stopped, ranked=ranked)
+                      stopped=stopped, ranked=ranked, late=trials.late)
 
 
 @dataclass
@@ -355,6 +358,19 @@ class _Trials:
     runs: list[Run] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)  # measured micro-batch part / estimated, per peak
     floor: float = 0.0  # what out-of-memory runs say the scale is at least
+    late: list[str] = field(default_factory=list)  # what was not started for lack of time, one line each
+
+    def note_late(self, late: list[Candidate], room: float, repeat: bool = False) -> None:
+        """Say which settings were not started because they could not finish in `room` seconds."""
+        kinds: dict[bool, list[Candidate]] = {}
+        for c in late:
+            kinds.setdefault(c.setting.compile, []).append(c)
+        for compiled, cs in kinds.items():
+            need = expected_wall(self.runs, cs[0].setting)
+            what = f"a repeat of {cs[0].setting.label()}" if repeat else \
+                f"{len(cs)} {'compiled' if compiled else 'eager'} setting(s)"
+            self.late.append(f"{what} not started: each needs ~{need:.0f} s (its kind's runs so far), "
+                             f"{max(room, 0.0):.0f} s of the budget left")
 
     def scale(self) -> float:
         return max(max(self.ratios, default=1.0), self.floor)
@@ -406,10 +422,12 @@ def _explore(trials: _Trials, by_setting: dict[Setting, Candidate], first: Candi
     seen: dict[tuple, int] = {}  # runs per core (settings equal up to grouping)
     pending = list(by_setting.values())
     while pending:
-        walls = [r.wall_s for r in trials.runs]
         reserve = (repeats - 1) * sum(r.wall_s for r in _to_repeat(trials, by_setting, top))
-        if trials.left() - reserve - (sum(walls) / len(walls) if walls else 0.0) <= 1:
-            break
+        room = trials.left() - reserve
+        late = [c for c in pending if expected_wall(trials.runs, c.setting) >= room - 1]
+        if late:  # cannot finish in the time left: not started (a run cut by the budget counts for nothing)
+            trials.note_late(late, room)
+            pending = [c for c in pending if c not in late]
         fits = undominated([c for c in pending if c.peak(trials.scale()) <= trials.cap_gib])
         if not fits:
             break
@@ -421,6 +439,14 @@ def _explore(trials: _Trials, by_setting: dict[Setting, Candidate], first: Candi
         if run.status in ("ok", "over_cap"):  # measured: more recompute at this point is never needed
             pending = [c for c in pending if _but_recompute(c.setting) != _but_recompute(pick.setting)
                        or c.speed > pick.speed]
+
+
+def expected_wall(runs: list[Run], setting: Setting) -> float:
+    """A setting's wall time, start-up and compile included, before it runs: the mean of the runs of
+    its kind (compiled or eager: the compile dominates a short run's time), else of every run (0: none)."""
+    same = [r.wall_s for r in runs if r.setting.compile == setting.compile]
+    walls = same or [r.wall_s for r in runs]
+    return sum(walls) / len(walls) if walls else 0.0
 
 
 def _repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int, repeats: int) -> None:
@@ -436,6 +462,7 @@ def _repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int, rep
             if any(r.status not in ("ok", "cut") for r in mine) or pick.peak(trials.scale()) > trials.cap_gib:
                 continue  # failed or went over the cap once; or now estimated over it
             if trials.left() - first_run.wall_s <= 1:
+                trials.note_late([pick], trials.left(), repeat=True)
                 return
             trials.measure(pick, repeat=round_)
 

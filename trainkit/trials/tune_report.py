@@ -54,6 +54,7 @@ def format_table(result: TuneResult, cap_gib: float, base: Setting | None = None
     repeats = sum(r.repeat > 0 for r in result.runs)
     lines.append(f"{len(result.runs)} run(s) ({repeats} repeat(s)) of {result.settings} settings; "
                  f"{result.never_run_over_cap} never run: estimated above the {cap_gib:g} GiB cap ({how})")
+    lines += result.late
     if result.stopped:
         lines.append(f"stopped by {result.stopped}: the run in progress was stopped and is not listed")
     return "\n".join(lines)
@@ -104,6 +105,7 @@ def write_outputs(result: TuneResult, out: Path, *, command: str, config: str | 
            "runs": [r.to_dict() for r in result.runs],
            "ranked": [m.to_dict() for m in result.ranked],
            "best": None if result.best is None else result.best.to_dict(), "stopped": result.stopped,
+           "late": result.late,
            "next_command": None if result.best is None else
            next_command(config, out / "best.toml", overrides, result.best.setting)}
     write_atomic(out / "tune.json", json_text(doc).encode())

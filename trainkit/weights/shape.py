@@ -52,7 +52,7 @@ def with_checkpoint_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[
     except WeightsError as e:
         raise CheckpointError(str(folder / e.file), str(e)) from None
     for name, (value, where) in fixed.items():
-        if name in given and given[name] != value:
+        if name in given and _plain(given[name]) != _plain(value):
             raise ConfigError(f"model.{name}", f"{given[name]!r} contradicts model.init_from's checkpoint, whose {name} "
                               f"is {value!r} ({folder}/{where}); drop model.{name}: the shape comes from the checkpoint")
     overrides = {**given, **{k: v for k, (v, _) in fixed.items()}}
@@ -64,6 +64,11 @@ def with_checkpoint_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[
                               f"model.init_from's checkpoint gives a shape no {fam.name} model has: {e} "
                               f"(read: {describe(fixed)})") from None
     return _with_overrides(cfg, overrides), fixed
+
+
+def _plain(value: Any) -> Any:
+    """A sequence as a tuple: `--set model.patch=[1, 2, 2]` agrees with a checkpoint's (1, 2, 2)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 def describe(fixed: Fixed) -> str:

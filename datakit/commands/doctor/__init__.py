@@ -1,6 +1,7 @@
 """`datakit doctor SRC`: audit a source dataset without converting it.
 
-    datakit doctor data/my_lerobot_ds                 # table of findings; exit 0 clean, 1 findings
+    datakit doctor data/my_lerobot_ds                 # table of findings; exit 1 on errors (0: warnings only)
+    datakit doctor data/my_lerobot_ds --strict        # exit 1 on warnings too (CI gates)
     datakit doctor data/droid --workers 8 --json report.json
     datakit doctor data/ds --json - --ignore blank_camera   # JSON on stdout, table on stderr
     datakit doctor --list-checks                      # every kind of finding: severity, meaning

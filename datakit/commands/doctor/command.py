@@ -2,7 +2,8 @@
 and the JSON it writes). `add_parser(sub)` / `run(args)` plug into `datakit.cli`; `main(argv)` runs
 it on its own (`python -m datakit.commands.doctor SRC`).
 
-Exit codes: 0 no findings, 1 findings (errors or warnings not `--ignore`d), 2 unusable input
+Exit codes: 0 no errors (warnings are printed and go into the JSON, but a dataset convert accepts
+passes), 1 errors not `--ignore`d (with `--strict`, for CI gates: warnings too), 2 unusable input
 (or a --json file that cannot be written), 130 interrupted.
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Decode every frame of every camera and read every table of a LeRobot (v2.0/v2.1/v3.0) or "
                     "raw DROID dataset, and list every defect convert would reject or that would silently hurt "
                     "training, each with its file, episode and frame.",
-        epilog="Exit code 0: no findings; 1: findings; 2: SRC is not a usable dataset folder.")
+        epilog="Exit code 0: no errors (warnings only: convert accepts it); 1: errors (--strict: any finding); "
+               "2: SRC is not a usable dataset folder.")
     p.add_argument("src", type=Path, nargs="?", help="source dataset folder")
     p.add_argument("--list-checks", action="store_true",
                    help="print every kind of finding the audit reports, its severity and meaning, and exit")
@@ -43,6 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    type=names_of(FINDING_KINDS, "finding kind"),
                    help="leave findings of this kind out (repeatable or comma list, e.g. blank_camera; the kinds "
                         "are listed by `datakit doctor --list-checks`)")
+    p.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on errors (CI gates)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -74,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"datakit doctor: error: cannot write {args.json}: {e}", file=sys.stderr)
             return EXIT_UNUSABLE
-    return EXIT_CLEAN if report.clean else EXIT_FINDINGS
+    failing = report.findings if args.strict else [f for f in report.findings if f.severity == "error"]
+    return EXIT_FINDINGS if failing else EXIT_CLEAN
 
 
 def list_checks() -> str:

@@ -39,7 +39,7 @@ def _mtime(info: dict[str, Any]) -> float | None:
 def list_source(url: str, *, storage_options: dict[str, Any] | None = None,
                 policy: RetryPolicy = DEFAULT_RETRY) -> dict[str, tuple[int, float | None]]:
     """{name relative to `url`: (bytes, mtime)} of every file under `url` (a fresh listing).
-    An offline Hub raises StorageError naming the repo id; no files at all raises naming the URL."""
+    An offline or unreachable Hub raises StorageError naming the repo id; no files at all raises naming the URL."""
     fs, base = filesystem(url, storage_options)
     base = base.rstrip("/")
 
@@ -51,6 +51,14 @@ def list_source(url: str, *, storage_options: dict[str, Any] | None = None,
         found = with_retries(find, url, "listing", policy)
     except FileNotFoundError:
         found = {}
+    except StorageError as e:
+        repo = repo_id_of(url)
+        if repo is None or e.__cause__ is None:
+            raise
+        cause = f"{type(e.__cause__).__name__}: {str(e.__cause__)[:160]}"
+        raise StorageError(repo, f"Hugging Face Hub dataset, but the Hub cannot be reached ({cause}, "
+                                 f"{policy.attempts} attempts); check the network, or download it where there is "
+                                 "one and pass the local folder") from None
     files = {p[len(base) + 1:]: (int(i.get("size") or 0), _mtime(i)) for p, i in found.items()
              if i.get("type", "file") == "file" and p.startswith(base + "/")}
     if not files:

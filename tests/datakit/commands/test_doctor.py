@@ -94,7 +94,7 @@ def test_constant_column(dataset):
         set_column(v2_table(src, e), source_paths.LEROBOT_ACTION_KEY, list(action))
         all_actions.append(action)
     oracle = np.flatnonzero(np.ptp(np.concatenate(all_actions), axis=0) == 0)  # numpy: which are constant
-    rc, rep = doctor(src)
+    rc, rep = doctor(src, "--strict")  # warnings: exit 1 with --strict only
     found = of_kind(rep, "constant_column")
     assert rc == 1 and list(oracle) == [2] and len(found) == 1
     assert "'motor_2'" in found[0]["message"] and found[0]["message"].startswith("action")
@@ -105,7 +105,7 @@ def test_unused_task(tmp_path):
     src = make_lerobot_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(8, 9), cameras=(TOP,),
                                blank_cameras=(), height=H, width=W, fps=FPS, codec="h264",
                                tasks=("pick", "place", "never done"))
-    rc, rep = doctor(src)
+    rc, rep = doctor(src, "--strict")
     [f] = rep["findings"]
     assert rc == 1 and f["kind"] == "unused_task" and "'never done'" in f["message"]
     assert f["path"] == str(src / source_paths.LEROBOT_V2_TASKS)
@@ -117,7 +117,7 @@ def test_blank_camera(tmp_path):
     side = "observation.images.side"
     src = make_lerobot_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(8, 9), cameras=(TOP, side),
                                blank_cameras=(side,), height=H, width=W, fps=FPS, codec="h264")
-    rc, rep = doctor(src)
+    rc, rep = doctor(src, "--strict")
     found = sorted((f["episode"], f["frame"], f["path"]) for f in of_kind(rep, "blank_camera"))
     assert rc == 1 and found == [(e, 0, str(v2_video(src, e, side))) for e in (0, 1)]
     assert doctor(src, "--ignore", "blank_camera")[0] == 0
@@ -128,7 +128,7 @@ def test_frozen_camera(dataset):
     path, k = v2_video(src, 2), 6
     frames = frames_of(2, LENGTHS[2])
     encode_video(path, frames[:k] + [frames[k]] * (LENGTHS[2] - k), FPS, "h264")  # stuck from frame k
-    rc, rep = doctor(src, "--frozen-seconds", "0.5")
+    rc, rep = doctor(src, "--frozen-seconds", "0.5", "--strict")
     [f] = of_kind(rep, "frozen_camera")
     assert rc == 1 and (f["path"], f["episode"], f["frame"]) == (str(path), 2, k)
     assert f"{LENGTHS[2] - k} identical frames" in f["message"]

@@ -96,6 +96,11 @@ class DreamZeroBatches:
             torch.zeros((1, cfg.text_len), dtype=torch.int64)
         self.standins = StandIns(cfg)
 
+    # said once at launch (BatchAdapter.note): frames train against fixed random maps, not the encoders
+    note = ("dreamzero on frame shards trains with stand-in encoders (fixed random maps in place of the VAE, umT5 "
+            "and CLIP: trainkit/models/dreamzero/standin.py); for real features encode the shards first "
+            "(datakit encode, docs/encode.md) and train on the feature folder")
+
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         return {**hb, "tokens": self.tokens[hb["task_index"]], **flow_extras(self.cfg, hb["action"].shape[0], generator)}
 

@@ -170,7 +170,7 @@ def config_json(cfg: DreamZeroConfig, info: Mapping[str, Any]) -> dict[str, Any]
 
 def config_from_checkpoint(ckpt: CheckpointFiles, preset: DreamZeroConfig, given: Mapping[str, Any]) -> Fixed:
     """Every DreamZeroConfig field the checkpoint fixes, with where it is read: widths, depth, FFN,
-    channels from the tensors' shapes; the head count from config.json (`num_heads`, Wan's and
+    the patch (patch_embedding's kernel), channels from the tensors' shapes; the head count from config.json (`num_heads`, Wan's and
     DreamZero's, or `num_attention_heads`, diffusers'), else the run's or the preset's head size kept."""
     fmt = detect(ckpt.shapes)
     prefix = DZ if fmt == "dreamzero" else ""
@@ -195,11 +195,15 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: DreamZeroConfig, given
         return f"model.safetensors {key(name)!r} {what}"
 
     out: Fixed = {}
-    dim, in_dim = shape("patch_embedding.weight")[:2]
+    embed = shape("patch_embedding.weight")
+    dim, in_dim = embed[:2]
     out["dim"] = (dim, at("patch_embedding.weight", "rows"))
-    patch_area = preset.patch[1] * preset.patch[2]
-    channels = shape("head.head.weight")[0] // patch_area
-    out["latent_channels"] = (channels, at("head.head.weight", f"rows / {patch_area}"))
+    patch = tuple(embed[2:]) if len(embed) == 5 else preset.patch  # Conv3d (frames, height, width) kernel
+    if len(embed) == 5:
+        out["patch"] = (patch, at("patch_embedding.weight", "kernel"))
+    patch_volume = patch[0] * patch[1] * patch[2]
+    channels = shape("head.head.weight")[0] // patch_volume
+    out["latent_channels"] = (channels, at("head.head.weight", f"rows / {patch_volume}"))
     out["first_frame_concat"] = (in_dim == 2 * channels + 4, at("patch_embedding.weight", f"columns {in_dim}"))
     if in_dim not in (channels, 2 * channels + 4):
         raise WeightsError(f"patch_embedding takes {in_dim} channels for {channels} latent ones: neither Wan2.2's "

@@ -19,7 +19,9 @@ What the mapping does (checked against LeRobot 0.6.1 by tests/trainkit/models/gr
   tied `lm_head` (the features are taken before them).
 The model's shape comes from config.json (`config_from_checkpoint`): Isaac-GR00T's class defaults
 and LeRobot's disagree (select_layer, DiT depth, VL self-attention blocks, state dropout), so the
-checkpoint's own values decide, each checked against the tensors where they hold it.
+checkpoint's own values decide, each checked against the tensors where they hold it. config.json
+names the backbone only, so its shapes (ViT, vocabulary, LLM widths and heads) come from the
+safetensors header (backbone_shape.py).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ import torch
 from trainkit.errors import WeightsError
 from trainkit.models.family import CheckpointFiles, Fixed
 from trainkit.models.gr00t.action_head import block_context
+from trainkit.models.gr00t.backbone_shape import backbone_from_header
 from trainkit.models.gr00t.batches import N17_CROP_FRACTION, eval_crop
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.qwen3_vl.backbone import BACKBONE_PREFIX
@@ -232,7 +235,11 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Ma
     if "dit_width" in out:
         out["dit_ff"] = (4 * out["dit_width"][0], "4 x config.json input_embedding_dim (diffusers' FeedForward)")
     _check_tensors(ckpt.shapes, out)
-    return out
+    backbone = backbone_from_header(ckpt.shapes, PREFIX[detect(ckpt.shapes)], preset, given)
+    if "lm_width" in out and out["lm_width"][0] != backbone["lm_width"][0]:
+        raise WeightsError(f"{out['lm_width'][1]} is {out['lm_width'][0]}, but {backbone['lm_width'][1]} is "
+                           f"{backbone['lm_width'][0]}")
+    return {**out, **backbone}
 
 
 def base_config(ckpt: CheckpointFiles) -> Mapping[str, Any]:

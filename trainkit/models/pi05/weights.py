@@ -360,7 +360,20 @@ def _head_dim(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any
         return preset.head_dim, "the preset's, whose lm_width and expert_width are the checkpoint's"
     raise WeightsError(f"cannot tell head_dim: the tensors hold heads x head_dim, config.json names no Gemma variant "
                        f"of width {lm_width}, and the preset's widths ({preset.lm_width}, {preset.expert_width}) are "
-                       f"not the checkpoint's ({lm_width}, {expert_width}); set model.head_dim")
+                       f"not the checkpoint's ({lm_width}, {expert_width}); set model.head_dim"
+                       + _fitting_presets(lambda c: (c.lm_width, c.expert_width) == (lm_width, expert_width), preset))
+
+
+def _fitting_presets(fits: Callable[[Pi05Config], bool], preset: Pi05Config) -> str:
+    """", or model.preset=NAME, whose widths are the checkpoint's" for the other presets that `fits`:
+    what a refusal offers beside the one field (a tiny export fine-tuned with pi05_finetune's `full`)."""
+    from trainkit.models.pi05.config import PRESETS
+
+    names = [name for name, make in PRESETS.items() if make() != preset and fits(make())]
+    if not names:
+        return ""
+    more = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
+    return f", or model.preset={names[0]}{more}, whose widths are the checkpoint's"
 
 
 def _vision_heads(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any], width: int) -> Fixed:
@@ -376,7 +389,8 @@ def _vision_heads(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str,
     if preset.vision_width == width:
         return {"vision_heads": (preset.vision_heads, "the preset's, whose vision_width is the checkpoint's")}
     raise WeightsError(f"cannot tell vision_heads: the vision width {width} is not So400m's {SO400M[0]} nor the "
-                       f"preset's {preset.vision_width}; set model.vision_heads")
+                       f"preset's {preset.vision_width}; set model.vision_heads"
+                       + _fitting_presets(lambda c: c.vision_width == width, preset))
 
 
 def _meta_int(metadata: Mapping[str, str], key: str) -> int:
