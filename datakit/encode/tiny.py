@@ -9,7 +9,7 @@ thousand weights drawn from a fixed seed and saved where `datakit encode` reads 
 The features are noise in the shape of the real ones: they prove the pipeline (plan, encode, commit,
 verify, load), not a model. Every weight, norms and biases included, is random (no scale left at 1,
 no bias at 0), so an oracle comparison that holds for these holds for any weights: the encode tests
-use the same ones (tests/encode_fixtures.py). Needs the `encode` extra (diffusers, transformers).
+use the same ones (tests/fixtures/encode_fixtures.py). Needs the `encode` extra (diffusers, transformers).
 """
 from __future__ import annotations
 
