@@ -55,12 +55,17 @@ class ModelConfig:
 class TrainConfig:
     steps: int = 0  # optimiser steps of the whole run (a resumed run stops at the same step)
     seed: int = 0  # one seed for init, sample order and flow noise, the same on every rank
-    micro_batch: int = 8  # samples per GPU per forward/backward
+    # samples per GPU per forward/backward, or "auto": the largest that splits global_batch evenly
+    # whose memory estimate fits the GPU less memory_headroom (trainkit/estimate/auto_batch.py)
+    micro_batch: int | str = 8
     # Samples per optimiser step over all ranks; 0 = micro_batch x world size. Must be a
     # multiple of micro_batch x world size (the rest is gradient accumulation).
     global_batch: int = 0
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
     memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
+    # the fraction of the GPU's memory micro_batch = "auto" leaves beyond the estimate (its error,
+    # the CUDA context, the allocator's reserve: trainkit/estimate/auto_batch.py says why 4%)
+    memory_headroom: float = 0.04
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
     # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/optim/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"
@@ -87,8 +92,12 @@ class TrainConfig:
             raise ConfigError("train.eval_batches", f"must be >= 1, got {self.eval_batches}")
         if self.steps < 1:
             raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
-        if self.micro_batch < 1:
-            raise ConfigError("train.micro_batch", f"must be >= 1, got {self.micro_batch}")
+        if isinstance(self.micro_batch, str) and self.micro_batch != "auto" or \
+                isinstance(self.micro_batch, int) and self.micro_batch < 1:
+            raise ConfigError("train.micro_batch", f"must be >= 1 or \"auto\", got {self.micro_batch!r}")
+        check_finite("train.memory_headroom", self.memory_headroom, low=0.0, high=1.0, what="a fraction in [0, 1)")
+        if self.memory_headroom == 1.0:
+            raise ConfigError("train.memory_headroom", "must be < 1 (1 leaves no memory to train in)")
         if self.global_batch < 0:
             raise ConfigError("train.global_batch",
                               f"must be >= 0 (0: micro_batch x world size), got {self.global_batch}")
@@ -316,6 +325,8 @@ def _replace_form(node: dict[str, Any], cls: Any, key: str) -> dict[str, Any]:
 
 def _parse(tp: Any, text: str) -> Any:
     if _is_union(tp):  # data.shards: a table {path = weight} or list as TOML, anything else a path
+        if int in typing.get_args(tp) and text.strip().lstrip("+-").isdigit():  # train.micro_batch=16 (or auto)
+            return int(text)
         tp = Any if text[:1] in "{[" else str
     if tp is str or typing.get_origin(tp) is Literal:
         return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text

@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
+from trainkit.estimate.auto_batch import AUTO
 from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
@@ -119,6 +120,18 @@ def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: n
                           f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
 
 
+def choose_micro_batch(cfg: RunConfig, world_size: int, device: torch.device, model: nn.Module) -> RunConfig:
+    """`cfg` with train.micro_batch = "auto" decided for `device`'s memory (on a CPU the host's),
+    the choice logged (trainkit/estimate/auto_batch.py); any other config as it is."""
+    from trainkit.estimate.auto_batch import resolve_micro_batch
+    from trainkit.estimate.inspect import device_memory
+    if cfg.train.micro_batch != AUTO:
+        return cfg
+    cfg, choice = resolve_micro_batch(cfg, world_size, device_memory(device), model)
+    say(choice.line())
+    return cfg
+
+
 class SigtermStop:
     """`with SigtermStop() as stop: run(cfg, stop)`: a SIGTERM (a scheduler's preemption, `kill`,
     torchrun passing one on) only sets `signum`; the loop reads it at the next step boundary, where
@@ -157,7 +170,8 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
     check_tracker(cfg.output.tracker)  # its package installed (an optional extra), before any work
     if cfg.train.eval_every and not cfg.data.holds_out:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
-    accum = grad_accumulation(cfg, world_size)
+    if cfg.train.micro_batch != AUTO:  # an "auto" one is checked once it is chosen, below
+        grad_accumulation(cfg, world_size)
     if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
         raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
                           "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
@@ -180,6 +194,8 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
             for part, root in shard_parts(shards, cfg.data):
                 check_dataset_stats(part.index, cfg.data.norm, root)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        cfg = choose_micro_batch(cfg, world_size, device, model)
+        accum = grad_accumulation(cfg, world_size)
         check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
