@@ -146,6 +146,10 @@ class ParallelConfig:
     # CUDA graphs: forward + backward of each micro-batch captured once per batch shape and
     # replayed, FSDP2 included (parallel/cudagraphs.py); CUDA only
     cuda_graphs: bool = False
+    # Where a graph without gradient accumulation puts the gradients: "zeroed" tensors allocated
+    # before the capture, zeroed after each step and added into; "owned": tensors of the graph's
+    # own pool it overwrites (no zeroing, no adds; the same losses: parallel/cudagraphs.py)
+    graph_grads: Literal["zeroed", "owned"] = "zeroed"
     # Frozen parameters: "shard" them with FSDP like the rest (gathered every step), or
     # "replicate" them in param_dtype on every rank, out of FSDP (parallel/frozen.py)
     frozen: Literal["shard", "replicate"] = "shard"
