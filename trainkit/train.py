@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import sys
@@ -39,13 +38,13 @@ from typing import Any, Self
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
 from trainkit.estimate.auto_batch import AUTO
 from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
+from trainkit.optim.clip import clip_grad_norm
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
@@ -172,6 +171,8 @@ def run(cfg: RunConfig, stop: SigtermStop | None = None) -> RunResult:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
     if cfg.train.micro_batch != AUTO:  # an "auto" one is checked once it is chosen, below
         grad_accumulation(cfg, world_size)
+    if cfg.optim.clip_in_step and not cfg.optim.fused:
+        raise ConfigError("optim.clip_in_step", "clips inside fused AdamW's step (its grad_scale): set optim.fused = true")
     if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
         raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
                           "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
@@ -313,7 +314,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
-            grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
+            grad_norm = clip_grad_norm(params, cfg.train.grad_clip, opt if cfg.optim.clip_in_step else None)
             # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM
             applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=bool(stop and stop.signum), opt=opt)
             if applied:  # deferred check: always, and the device skips a non-finite step's update itself
@@ -410,9 +411,3 @@ def init_process_group(device: torch.device, world_size: int, *, needed: bool) -
         dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-
-
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """The global gradient norm (a plain tensor even for FSDP's DTensor grads), clipped if max_norm > 0."""
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf, foreach=True)
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm
