@@ -98,13 +98,13 @@ def test_inspect_prints_the_choice_without_a_gpu(capsys):
     assert err.count("\n") == 1 and "nothing fits" in err
 
 
-@pytest.mark.parametrize("preset,gib,micro", [("pi05_optimised", 141, 48), ("pi05_optimised", 80, 16),
+@pytest.mark.parametrize("preset,gib,micro", [("pi05_optimised", 141, 48), ("pi05_optimised", 80, 12),
                                               ("gr00t_optimised", 80, 128), ("dreamzero_5b_optimised", 141, 2)])
 def test_optimised_presets_choose_from_the_card(preset, gib, micro):
     report = inspect_model(load_config(preset, required=False), world_size=1, gpu=("card", gib))
     chosen = report["auto_micro_batch"]
     assert chosen["micro_batch"] == micro == report["micro_batch"]
-    assert report["memory"]["peak_gib"] <= gib * 0.96
+    assert report["memory"]["peak_gib"] <= gib * 0.9
 
 
 def test_the_run_trains_the_chosen_micro_batch_bit_for_bit(shards_rgb, tmp_path, monkeypatch, capsys):  # noqa: F811

@@ -64,8 +64,8 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
     memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
     # the fraction of the GPU's memory micro_batch = "auto" leaves beyond the estimate (its error,
-    # the CUDA context, the allocator's reserve: trainkit/estimate/auto_batch.py says why 4%)
-    memory_headroom: float = 0.04
+    # the CUDA context, the allocator's reserve: trainkit/estimate/auto_batch.py says why 10%)
+    memory_headroom: float = 0.10
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
     # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/optim/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"

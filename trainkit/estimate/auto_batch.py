@@ -15,9 +15,13 @@ the powers of two up to `MOST` and the global batch is the choice x world size (
 
 The headroom is what the estimate does not count: its error (within 4.4% over the calibrated runs,
 bench/results/memory.md), the CUDA context and the caching allocator's reserve beyond the
-allocated peak. Its default, 4%, is the measured margin a run needed: pi05_optimised at
-micro-batch 24 on one H100 80GB (79.19 GiB) allocated 76.0 GiB at full speed (estimate 75.96), 4.0%
-free (../shared/gpu-runs/h100-9a836f8/pi05_mbs24.json). More headroom trades speed for safety.
+allocated peak, which grows where a run frees and reallocates much (gradient accumulation). Its
+default, 10%, is from one H100 80GB (79.19 GiB; bench/results/pi05_h100.md): pi05_optimised at
+micro-batch 16 x 3 accumulation, estimated 75.30 GiB (4.9% free), thrashed the allocator: 12.3 s
+steps, 3.9 samples/s; at 12 x 4 (68.9 GiB allocated, 13% free) 32.9 samples/s, as fast as
+micro-batch 24 without accumulation (32.7, 76.0 GiB: that one ran with 4% free). An H200 run
+at micro-batch 56 (132.7 of 139.8 GiB, 5% free) thrashed likewise (pi05/memory.py). More headroom
+trades speed for safety; less is for runs measured to fit.
 
 When no candidate fits, the launch is refused in one line naming the smallest candidate's estimate
 and the world size from which it would fit, before any GPU work. The trainer logs the choice, and
