@@ -284,8 +284,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     params = [p for p in model.parameters() if p.requires_grad]
     mixture = tuple(s.label for s in cfg.data.sources)  # a mixture's source names: their loss is logged apart
     # forward + backward, maybe a graph; with a mixture also the per-item losses
+    # owned graph gradients without FSDP only: FSDP2's sharded gradients under them are not measured yet
     step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture),
-                         grads=cfg.parallel.graph_grads)
+                         grads=cfg.parallel.graph_grads if plan.fsdp == "none" else "zeroed")
     per_source = SourceLoss(mixture, device) if mixture else None
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device, deferred=cfg.train.nonfinite_check == "deferred",
                            on_skip=metrics.discard)
