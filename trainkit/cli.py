@@ -198,6 +198,9 @@ def _inspect(cfg, args) -> int:
     from trainkit.weights.shape import with_checkpoint_shape
     cfg, fixed = with_checkpoint_shape(cfg)  # the shape the trainer would build from model.init_from
     report = inspect_model(cfg, world_size=world, gpu=gpu)
+    if chosen := report["auto_micro_batch"]:  # train.micro_batch = "auto": the loader's batch is the one chosen
+        from trainkit.estimate.auto_batch import with_micro_batch
+        cfg = with_micro_batch(cfg, chosen["micro_batch"], chosen["global_batch"])
     if fixed:
         report["init_from"] = {"folder": cfg.model.init_from,
                                "fields": {k: {"value": v, "from": where} for k, (v, where) in sorted(fixed.items())}}
@@ -275,6 +278,8 @@ def _tune_search(args) -> int:
                   compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
     from trainkit.weights.shape import with_checkpoint_shape
     cfg = with_checkpoint_shape(load_config(args.config, args.overrides))[0]  # estimates of init_from's model
+    from trainkit.estimate.auto_batch import resolve_micro_batch
+    cfg = resolve_micro_batch(cfg, args.nproc, ("--memory-cap", args.memory_cap))[0]  # the base setting's micro-batch
     out = Path(args.out or f"runs/tune-{Path(args.config).stem}")
     prepare_out(out)
     command = shlex.join(["trainkit", "tune", args.config, "--memory-cap", f"{args.memory_cap:g}", "--budget-min",

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import sys
@@ -39,12 +38,13 @@ from typing import Any, Self
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
+from trainkit.estimate.auto_batch import AUTO
 from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
+from trainkit.optim.clip import clip_grad_norm
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
@@ -120,6 +120,18 @@ def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: n
                           f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
 
 
+def choose_micro_batch(cfg: RunConfig, world_size: int, device: torch.device, model: nn.Module) -> RunConfig:
+    """`cfg` with train.micro_batch = "auto" decided for `device`'s memory (on a CPU the host's),
+    the choice logged (trainkit/estimate/auto_batch.py); any other config as it is."""
+    from trainkit.estimate.auto_batch import resolve_micro_batch
+    from trainkit.estimate.inspect import device_memory
+    if cfg.train.micro_batch != AUTO:
+        return cfg
+    cfg, choice = resolve_micro_batch(cfg, world_size, device_memory(device), model)
+    say(choice.line())
+    return cfg
+
+
 class StopSignals:
     """`with StopSignals() as stop: run(cfg, stop)`: the first SIGTERM (a scheduler's preemption,
     `kill`, torchrun passing one on) or SIGINT (Ctrl-C; torchrun passes it on too) only sets
@@ -167,7 +179,7 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
-    accum = check_settings(cfg, model, world_size)
+    check_settings(cfg, model, world_size)  # the micro-batches per step come once "auto" is chosen, below
     if cfg.model.init_from and not (cfg.output.resume and (out / "checkpoints").is_dir()):
         check_weights(model, fam, cfg.model.init_from)  # a fresh run: its keys and shapes, from the file's header
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
@@ -183,6 +195,8 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
             for part, root in shard_parts(shards, cfg.data):
                 check_dataset_stats(part.index, cfg.data.norm, root)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        cfg = choose_micro_batch(cfg, world_size, device, model)
+        accum = grad_accumulation(cfg, world_size)
         check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
@@ -196,12 +210,15 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
 
 def check_settings(cfg: RunConfig, model: nn.Module, world_size: int, *, cuda: bool | None = None) -> int:
     """The checks of the settings alone, no data and no device touched (`model` on the meta device):
-    what a launch refuses whatever the machine. Returns the micro-batches per step. `cuda`: whether
+    what a launch refuses whatever the machine. Returns the micro-batches per step (0 for micro_batch =
+    "auto", known once the card's memory chose it). `cuda`: whether
     the run has a CUDA device (None: this machine's answer); the preset test passes True, as a GPU
     host would run a shipped preset (tests/trainkit/config/test_trainkit_shipped_presets.py)."""
     if cfg.train.eval_every and not cfg.data.holds_out:
         raise ConfigError("train.eval_every", "needs held-out episodes: set data.val_episodes or data.val_fraction")
-    accum = grad_accumulation(cfg, world_size)
+    accum = grad_accumulation(cfg, world_size) if cfg.train.micro_batch != AUTO else 0  # "auto": once chosen
+    if cfg.optim.clip_in_step and not cfg.optim.fused:
+        raise ConfigError("optim.clip_in_step", "clips inside fused AdamW's step (its grad_scale): set optim.fused = true")
     if cfg.train.nonfinite_check == "deferred" and not cfg.optim.fused:
         raise ConfigError("train.nonfinite_check", "'deferred' skips a non-finite update on the device through "
                           "fused AdamW's found_inf: set optim.fused = true (or nonfinite_check = 'sync')")
@@ -277,7 +294,9 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     params = [p for p in model.parameters() if p.requires_grad]
     mixture = tuple(s.label for s in cfg.data.sources)  # a mixture's source names: their loss is logged apart
     # forward + backward, maybe a graph; with a mixture also the per-item losses
-    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture))
+    # owned graph gradients without FSDP only: FSDP2's sharded gradients under them are not measured yet
+    step_fn = micro_step(model, cast, accum, graphs=plan.cuda_graphs, per_item=bool(mixture),
+                         grads=cfg.parallel.graph_grads if plan.fsdp == "none" else "zeroed")
     per_source = SourceLoss(mixture, device) if mixture else None
     guard = NonFiniteGuard(cfg.train.on_nonfinite, device, deferred=cfg.train.nonfinite_check == "deferred",
                            on_skip=metrics.discard)
@@ -306,7 +325,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 samples += b
                 flops += b * fam.flops_per_sample(mcfg, slots)
                 tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
-            grad_norm = clip_grad_norm(params, cfg.train.grad_clip)
+            grad_norm = clip_grad_norm(params, cfg.train.grad_clip, opt if cfg.optim.clip_in_step else None)
             # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
             applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
             if applied:  # deferred check: always, and the device skips a non-finite step's update itself
@@ -437,9 +456,3 @@ def init_process_group(device: torch.device, world_size: int, *, needed: bool) -
         dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-
-
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """The global gradient norm (a plain tensor even for FSDP's DTensor grads), clipped if max_norm > 0."""
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf, foreach=True)
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm

@@ -50,7 +50,7 @@ def test_plan_refuses_unknown_keys_and_dangling_names(tmp_path):
     good = (ROOT / "bench" / "gpu" / "plans" / "gr00t.toml").read_text()
     cases = {"unknown key": good.replace("steps = 14", "steps = 14\nstpes = 3"),
              "not another variant": good.replace('compare = "optimised_mbs16_graphs"', 'compare = "nope"'),
-             "is set by the harness": good.replace('overrides = ["train.micro_batch=16"]\nprofile',
+             "is set by the harness": good.replace('overrides = ["train.micro_batch=16", "train.global_batch=0"]\nprofile',
                                                    'overrides = ["train.steps=3"]\nprofile', 1),
              "not a setting of": good.replace('args = ["compile_mbs16", "compile_mbs64"]', 'args = ["mbs_9000"]')}
     for why, text in cases.items():

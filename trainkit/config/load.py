@@ -127,6 +127,8 @@ def _replace_form(node: dict[str, Any], cls: Any, key: str) -> dict[str, Any]:
 
 def _parse(tp: Any, text: str) -> Any:
     if is_union(tp):  # data.shards: a table {path = weight} or list as TOML, anything else a path
+        if int in typing.get_args(tp) and text.strip().lstrip("+-").isdigit():  # train.micro_batch=16 (or auto)
+            return int(text)
         tp = Any if text[:1] in "{[" else str
     if tp is str or typing.get_origin(tp) is Literal:
         return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text

@@ -47,12 +47,17 @@ class ModelConfig:
 class TrainConfig:
     steps: int = 0  # optimiser steps of the whole run (a resumed run stops at the same step)
     seed: int = 0  # one seed for init, sample order and flow noise, the same on every rank
-    micro_batch: int = 8  # samples per GPU per forward/backward
+    # samples per GPU per forward/backward, or "auto": the largest that splits global_batch evenly
+    # whose memory estimate fits the GPU less memory_headroom (trainkit/estimate/auto_batch.py)
+    micro_batch: int | str = 8
     # Samples per optimiser step over all ranks; 0 = micro_batch x world size. Must be a
     # multiple of micro_batch x world size (the rest is gradient accumulation).
     global_batch: int = 0
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping (the norm is still logged)
     memory_cap_gib: float = 0.0  # refuse to start when inspect's per-GPU estimate exceeds it; 0 = off
+    # the fraction of the GPU's memory micro_batch = "auto" leaves beyond the estimate (its error,
+    # the CUDA context, the allocator's reserve: trainkit/estimate/auto_batch.py says why 10%)
+    memory_headroom: float = 0.10
     # A step whose loss or gradient norm is NaN/inf: "stop" the run with one line naming the step
     # and its rows; "skip" leaves the step out (no update) and counts it (trainkit/optim/nonfinite.py).
     on_nonfinite: Literal["stop", "skip"] = "stop"
@@ -79,8 +84,12 @@ class TrainConfig:
             raise ConfigError("train.eval_batches", f"must be >= 1, got {self.eval_batches}")
         if self.steps < 1:
             raise ConfigError("train.steps", f"must be >= 1, got {self.steps}")
-        if self.micro_batch < 1:
-            raise ConfigError("train.micro_batch", f"must be >= 1, got {self.micro_batch}")
+        if isinstance(self.micro_batch, str) and self.micro_batch != "auto" or \
+                isinstance(self.micro_batch, int) and self.micro_batch < 1:
+            raise ConfigError("train.micro_batch", f"must be >= 1 or \"auto\", got {self.micro_batch!r}")
+        check_finite("train.memory_headroom", self.memory_headroom, low=0.0, high=1.0, what="a fraction in [0, 1)")
+        if self.memory_headroom == 1.0:
+            raise ConfigError("train.memory_headroom", "must be < 1 (1 leaves no memory to train in)")
         if self.global_batch < 0:
             raise ConfigError("train.global_batch",
                               f"must be >= 0 (0: micro_batch x world size), got {self.global_batch}")
@@ -95,6 +104,11 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     eps: float = 1e-8
     fused: bool = False  # fused AdamW kernel (one launch for all parameters)
+    # train.grad_clip applied inside fused AdamW (its grad_scale: the kernel divides each gradient
+    # by max(1, norm / grad_clip) as it reads it) instead of a separate pass that rescales every
+    # gradient in place (GR00T N1.7 at micro-batch 16: ~3.8 ms of an 88 ms step on one H100);
+    # needs fused. The same update up to rounding (x / s for x * (1 / s)): trainkit/optim/clip.py
+    clip_in_step: bool = False
     warmup_steps: int = 0  # linear warm-up from 0
     schedule: Literal["cosine", "constant"] = "cosine"  # after warm-up: cosine down to min_lr_ratio x lr, or flat
     min_lr_ratio: float = 0.1  # in [0, 1]: the cosine's floor as a fraction of lr
@@ -129,6 +143,11 @@ class ParallelConfig:
     # CUDA graphs: forward + backward of each micro-batch captured once per batch shape and
     # replayed, FSDP2 included (parallel/cudagraphs.py); CUDA only
     cuda_graphs: bool = False
+    # Where a graph without gradient accumulation puts the gradients: "zeroed" tensors allocated
+    # before the capture, zeroed after each step and added into; "owned": tensors of the graph's
+    # own pool it overwrites (no zeroing, no adds; the same losses: parallel/cudagraphs.py). Without
+    # FSDP only (one rank with fsdp_one_rank = false); under FSDP the graph keeps "zeroed"
+    graph_grads: Literal["zeroed", "owned"] = "zeroed"
     # Frozen parameters: "shard" them with FSDP like the rest (gathered every step), or
     # "replicate" them in param_dtype on every rank, out of FSDP (parallel/frozen.py)
     frozen: Literal["shard", "replicate"] = "shard"

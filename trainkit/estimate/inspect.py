@@ -23,6 +23,9 @@ the family's record (trainkit/models/family.py) gives its FLOPs, tokens and save
   all_gathers_forward, all_gathers_backward, all_gathers_per_microbatch,
   reduce_scatters_per_microbatch, grad_accum_steps, all_gathers_per_step,
   sharded_all_gathers_per_microbatch.
+- `auto_micro_batch`: with train.micro_batch = "auto", the choice for the GPU compared with
+  (trainkit/estimate/auto_batch.py: micro_batch, accum, global_batch, peak_gib, budget_gib, ...;
+  the rest of the report is of that micro-batch), else None.
 - `recompute`: the recomputed block indices per block list (`i % stride == 0`, as parallel/checkpointing).
 - `memory` (GiB per GPU, an ESTIMATE of the allocated peak; trainkit/estimate/memory.py has the model):
   fp32 parameters and AdamW states, with train.ema_decay the weight EMA in optimizer_gib too
@@ -60,6 +63,8 @@ from typing import Any
 
 import torch
 
+from trainkit.estimate.auto_batch import AUTO, Choice, resolve_micro_batch
+from trainkit.models import build_model
 from trainkit.errors import ModelConfigError
 from trainkit.estimate.inputs import MemoryInputs, estimate_setting, memory_inputs
 from trainkit.estimate.memory import block_params, recompute_map
@@ -121,6 +126,13 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
     if world_size < 1:
         raise ModelConfigError(f"world_size must be >= 1, got {world_size}")
     par, train = cfg.parallel, cfg.train
+    choice = None
+    if train.micro_batch == AUTO:  # the card's micro-batch first (auto_batch.py): the rest is of that run
+        if model is None:
+            with torch.device("meta"):
+                model = build_model(cfg.model.family, cfg.model.preset, getattr(cfg.model, "overrides", {}))
+        cfg, choice = resolve_micro_batch(cfg, world_size, gpu or gpu_memory(), model)
+        par, train = cfg.parallel, cfg.train
     inp = memory_inputs(cfg, world_size, model)  # the estimate's inputs, as tune and the trainer's check read them
     fam, model_cfg, model = inp.family, inp.model_cfg, inp.model
     total, trainable, mode = inp.total, inp.trainable, inp.mode
@@ -164,6 +176,7 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
                   peak_gib_at_fits_from=None if fits_from is None else memory_at(fits_from)["peak_gib"])
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
+        "auto_micro_batch": None if choice is None else choice.as_dict(),
         "config": dataclasses.asdict(model_cfg),  # every shape the estimate is of (preset + model.* overrides)
         "params": {"total": total, "trainable": trainable, "by_part": parts},
         "slots_max": slots_max,
@@ -226,6 +239,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"FSDP {f['mode']}: {f['units']} units, all-gathers {f['all_gathers_forward']} fwd + "
                      f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
                      f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
+    if report.get("auto_micro_batch"):
+        lines.append(Choice(**{**report["auto_micro_batch"], "larger": tuple(map(tuple, report["auto_micro_batch"]["larger"]))}).line())
     lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
     summed = ("params", "optimizer", "grads", "gathered_params", "activations", "backward_transient")
     turn = " + ".join(f"{k} {_mem(m[k + '_gib'])}" for k in summed)

@@ -75,7 +75,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung("cuda_graphs", "CUDA graphs", {"parallel.cuda_graphs": True}, needs_cuda=True),
     Rung("fp8", "FP8", {"parallel.float8_modules": FROM_TARGET}, needs_cuda=True, parity="rel", skip_empty=True),
     Rung("micro_batch", "larger micro-batch, recompute re-tuned",
-         {"train.micro_batch": FROM_TARGET, "parallel.ac_stride": FROM_TARGET}, parity="none"),
+         {"train.micro_batch": FROM_TARGET, "train.global_batch": FROM_TARGET, "parallel.ac_stride": FROM_TARGET}, parity="none"),
 )
 BY_NAME = {r.name: r for r in RUNGS}
 

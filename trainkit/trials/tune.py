@@ -252,7 +252,8 @@ def candidates(cfg: RunConfig, space: Space, world_size: int) -> list[Candidate]
     # 85%; by FLOPs 11% / 89%): close enough to order settings, and the same for any family
     share = {n: sum(blocks[n]) / max(1, sum(sum(v) for v in blocks.values())) for n in lists}
 
-    micro = sorted(set(space.micro_batches) | {cfg.train.micro_batch})
+    own = {cfg.train.micro_batch} if isinstance(cfg.train.micro_batch, int) else set()  # not "auto"
+    micro = sorted(set(space.micro_batches) | own)
     if cfg.train.global_batch:  # the optimiser's batch stays; micro-batches must divide it
         micro = [b for b in micro if cfg.train.global_batch % (b * world_size) == 0]
     stride_sets = itertools.product(*[sorted(set(space.strides) | {par.ac_stride.get(n, 0)}) for n in lists])

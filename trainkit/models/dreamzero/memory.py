@@ -17,7 +17,7 @@ from __future__ import annotations
 from trainkit.models.family import MemoryCalibration, MemoryMeasurement
 
 MEASURED = (
-    MemoryMeasurement(config="dreamzero_5b_optimised.toml", world_size=1, peak_gib=109.24,
+    MemoryMeasurement(config="dreamzero_5b_optimised.toml", sets=("train.micro_batch=2",), world_size=1, peak_gib=109.24,
                       source="bench/results/gpu_dreamzero_real_2026-12-02.json: optimised"),
 )
 

@@ -271,7 +271,7 @@ def test_configs_and_inspect_of_the_5b_and_14b_presets():
     assert base["flops_per_sample"]["3"] == opt["flops_per_sample"]["3"] == flops_per_sample(PRESETS["5b"]())
     m = opt["memory"]
     assert m["fits"] and m["peak_gib"] < 0.9 * m["gpu_memory_gib"], m
-    sets = ["model.preset=14b", "train.micro_batch=1", "parallel.ac_stride={blocks = 1}"]
+    sets = ["model.preset=14b", "train.micro_batch=1", "train.global_batch=0", "parallel.ac_stride={blocks = 1}"]
     reports = {w: inspect_model(load_config(CONFIGS / "dreamzero_5b_optimised.toml", sets, required=False), world_size=w)
                for w in (1, 2, 8)}
     trainable = reports[1]["params"]["trainable"]
@@ -288,7 +288,9 @@ def test_tune_searches_the_optimised_config_under_a_memory_cap():
     cap, micro-batch 4 without recompute does not, and recomputing every other block brings it under."""
     from trainkit.trials.tune import Space, candidates
 
-    cfg = load_config(CONFIGS / "dreamzero_5b_optimised.toml", required=False)
+    # the micro-batch the preset chooses on an H200 (train.micro_batch = "auto"), without its global batch's limit
+    cfg = load_config(CONFIGS / "dreamzero_5b_optimised.toml", ["train.micro_batch=2", "train.global_batch=0"],
+                      required=False)
     pool = {(c.setting.micro_batch, dict(c.setting.ac_stride)["blocks"], c.setting.compile): c.peak(1.0)
             for c in candidates(cfg, Space(micro_batches=(2, 4), strides=(0, 2), groups=(1,), compile=(True,)), 1)}
     assert pool[(2, 0, True)] < 125 < pool[(4, 0, True)]
