@@ -200,7 +200,8 @@ def _inspect(cfg, args) -> int:
     report = inspect_model(cfg, world_size=world, gpu=gpu)
     if chosen := report["auto_micro_batch"]:  # train.micro_batch = "auto": the loader's batch is the one chosen
         from trainkit.estimate.auto_batch import with_micro_batch
-        cfg = with_micro_batch(cfg, chosen["micro_batch"], chosen["global_batch"])
+        micro = report["micro_batch"]  # chosen, or the smallest when none fits (chosen["refused"] says so)
+        cfg = with_micro_batch(cfg, micro, chosen.get("global_batch") or cfg.train.global_batch or micro * world)
     if fixed:
         report["init_from"] = {"folder": cfg.model.init_from,
                                "fields": {k: {"value": v, "from": where} for k, (v, where) in sorted(fixed.items())}}

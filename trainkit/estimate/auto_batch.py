@@ -84,29 +84,38 @@ def with_micro_batch(cfg: Any, micro: int, global_batch: int) -> Any:
 
 def choose_micro_batch(cfg: Any, world_size: int, gpu: tuple[str, float], model: Any = None) -> Choice:
     """The largest candidate whose estimate fits `gpu` = (name, GiB) less train.memory_headroom;
-    LaunchError (one line) when none does. `model`: the config's model on the meta device, if built."""
-    from trainkit.estimate.inspect import inspect_model
+    LaunchError (one line) when none does. `model`: the config's model on the meta device, if built.
+    The estimate is inspect's (estimate/inputs.py: one home for its inputs), built once for all candidates."""
+    from trainkit.estimate.inputs import estimate_setting, memory_inputs
     name, gib = gpu
     headroom = cfg.train.memory_headroom
     budget = gib * (1.0 - headroom)
+    par = cfg.parallel
+    inp = memory_inputs(cfg, world_size, model)
+
+    def peak(micro: int, global_batch: int, world: int) -> float:
+        accum = max(1, global_batch // (micro * world))
+        return estimate_setting(inp, micro=micro, world=world, accum=accum, group=dict(par.group),
+                                stride=dict(par.ac_stride), compiled=bool(getattr(par, "compile", False)),
+                                graphs=bool(getattr(par, "cuda_graphs", False)))["peak_gib"]
+
     refused: list[tuple[int, float]] = []
-    last: dict[str, Any] = {}
     for micro in candidates(cfg.train.global_batch, world_size):
         global_batch = cfg.train.global_batch or micro * world_size
-        report = inspect_model(with_micro_batch(cfg, micro, global_batch), world_size=world_size, gpu=gpu, model=model)
-        last = report["memory"]
-        if last["peak_gib"] <= budget:
+        est = peak(micro, global_batch, world_size)
+        if est <= budget:
             return Choice(micro_batch=micro, accum=global_batch // (micro * world_size), global_batch=global_batch,
-                          world_size=world_size, peak_gib=last["peak_gib"], budget_gib=round(budget, 2), gpu=name,
+                          world_size=world_size, peak_gib=est, budget_gib=round(budget, 2), gpu=name,
                           gpu_memory_gib=round(gib, 2), headroom=headroom, larger=tuple(refused))
-        refused.append((micro, last["peak_gib"]))
-    smallest, peak = refused[-1]
-    more = last.get("fits_from_world_size")
+        refused.append((micro, est))
+    smallest, est = refused[-1]
+    global_batch = cfg.train.global_batch or smallest * world_size
+    more = next((w for w in (2 ** i for i in range(11)) if peak(smallest, global_batch, w) <= gib), None)
     hint = (f"it fits from world size {more} (at the card's full memory)" if more and more > world_size else
             "recompute blocks (parallel.ac_stride), shrink the model or use a larger card")
     raise LaunchError(f"train.micro_batch auto: nothing fits {name} ({gib:.2f} GiB less {headroom:.0%} headroom = "
                       f"{budget:.2f} GiB) at world size {world_size}: micro-batch {smallest} is estimated at "
-                      f"{peak:.2f} GiB; {hint} (see `trainkit inspect`)")
+                      f"{est:.2f} GiB; {hint} (see `trainkit inspect`)")
 
 
 def resolve_micro_batch(cfg: Any, world_size: int, gpu: tuple[str, float],

@@ -63,9 +63,9 @@ from typing import Any
 
 import torch
 
-from trainkit.estimate.auto_batch import AUTO, Choice, resolve_micro_batch
+from trainkit.estimate.auto_batch import AUTO, Choice, candidates, resolve_micro_batch, with_micro_batch
 from trainkit.models import build_model
-from trainkit.errors import ModelConfigError
+from trainkit.errors import LaunchError, ModelConfigError
 from trainkit.estimate.inputs import MemoryInputs, estimate_setting, memory_inputs
 from trainkit.estimate.memory import block_params, recompute_map
 from trainkit.parallel.fsdp import all_gathers_per_step
@@ -131,7 +131,12 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
         if model is None:
             with torch.device("meta"):
                 model = build_model(cfg.model.family, cfg.model.preset, getattr(cfg.model, "overrides", {}))
-        cfg, choice = resolve_micro_batch(cfg, world_size, gpu or gpu_memory(), model)
+        try:
+            cfg, choice = resolve_micro_batch(cfg, world_size, gpu or gpu_memory(), model)
+        except LaunchError as e:  # nothing fits this world size: report the smallest, where it fits from
+            smallest = candidates(train.global_batch, world_size)[-1]
+            cfg = with_micro_batch(cfg, smallest, train.global_batch or smallest * world_size)
+            choice = e
         par, train = cfg.parallel, cfg.train
     inp = memory_inputs(cfg, world_size, model)  # the estimate's inputs, as tune and the trainer's check read them
     fam, model_cfg, model = inp.family, inp.model_cfg, inp.model
@@ -176,7 +181,10 @@ def inspect_model(cfg: Any, world_size: int = 1, gpu: tuple[str, float] | None =
                   peak_gib_at_fits_from=None if fits_from is None else memory_at(fits_from)["peak_gib"])
     return {
         "family": cfg.model.family, "preset": cfg.model.preset, "world_size": world_size, "micro_batch": micro,
-        "auto_micro_batch": None if choice is None else choice.as_dict(),
+        # the card's choice; {"refused": its one line} when no micro-batch fits this world size (the
+        # report is then of the smallest, with fits_from_world_size), None for a micro-batch set by number
+        "auto_micro_batch": None if choice is None else {"refused": str(choice)} if isinstance(choice, LaunchError)
+        else choice.as_dict(),
         "config": dataclasses.asdict(model_cfg),  # every shape the estimate is of (preset + model.* overrides)
         "params": {"total": total, "trainable": trainable, "by_part": parts},
         "slots_max": slots_max,
@@ -239,7 +247,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"FSDP {f['mode']}: {f['units']} units, all-gathers {f['all_gathers_forward']} fwd + "
                      f"{f['all_gathers_backward']} bwd = {f['all_gathers_per_microbatch']} per micro-batch, "
                      f"{f['all_gathers_per_step']} per step ({f['grad_accum_steps']} micro-batches)")
-    if report.get("auto_micro_batch"):
+    if report.get("auto_micro_batch") and "refused" in report["auto_micro_batch"]:
+        lines.append(report["auto_micro_batch"]["refused"])
+    elif report.get("auto_micro_batch"):
         lines.append(Choice(**{**report["auto_micro_batch"], "larger": tuple(map(tuple, report["auto_micro_batch"]["larger"]))}).line())
     lines.append("recompute: " + ", ".join(f"{k} {len(v)} blocks" for k, v in report["recompute"].items()))
     summed = ("params", "optimizer", "grads", "gathered_params", "activations", "backward_transient")

@@ -42,7 +42,7 @@ def test_every_dreamzero_preset_shows_a_setting_that_fits(name, gib):
 def test_lora_presets_fit_one_80_gb_card_at_micro_batch_two_or_more(name):
     cfg = load_config(CONFIGS / f"{name}.toml", ["model.init_from=", "data.shards=unused"])
     report = inspect(name, 80.0)
-    assert cfg.train.micro_batch >= 2 and cfg.parallel.frozen == "replicate"
+    assert report["micro_batch"] >= 2 and cfg.parallel.frozen == "replicate"
     assert report["memory"]["fits"], report["memory"]["peak_gib"]
     params = report["params"]
     frozen, trained = params["total"] - params["trainable"], params["trainable"]
