@@ -31,15 +31,52 @@ def _dataset(root: str, delta: str | None, backend: str | None, uint8: bool = Fa
                           video_backend=backend, return_uint8=uint8)
 
 
+def _v30_root(args: argparse.Namespace) -> str:
+    """args.root, or with --v21 a v3.0 copy of it made by LeRobot's own converter (LeRobot 0.6.1
+    reads v3.0 only), once per --v21 folder."""
+    if not args.v21:
+        return args.root
+    import shutil
+    from pathlib import Path
+
+    from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset
+
+    work = Path(args.v21)
+    if not (work / "meta" / "info.json").exists() or json.loads((work / "meta" / "info.json").read_text()).get(
+            "codebase_version") != "v3.0":
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(args.root, work)
+        convert_dataset("synthetic/oracle", root=str(work), push_to_hub=False)
+    return str(work)
+
+
+def _policy_delta(policy: str, meta) -> dict | None:
+    """lerobot-train's delta_timestamps for a policy type at its default config."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.policies import make_policy_config
+
+    return resolve_delta_timestamps(make_policy_config(policy), meta)
+
+
 def items(args: argparse.Namespace) -> None:
-    """ds[i] for each of --indices (every index with --all), keys "i/key", in `out` (npz)."""
+    """ds[i] for each of --indices (every index with --all), keys "i/key", in `out` (npz); with
+    --policies, under each policy's delta_timestamps as "policy/i/key" (and "policy/delta", JSON)."""
     import numpy as np
 
-    ds = _dataset(args.root, args.delta, args.backend, args.uint8)
+    root = _v30_root(args)
     out = {}
-    for i in (range(len(ds)) if args.all else args.indices):
-        for k, v in ds[i].items():
-            out[f"{i}/{k}"] = np.asarray(v) if not isinstance(v, str) else np.array(v)
+    for policy in args.policies or [None]:
+        delta = args.delta
+        if policy is not None:
+            from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+            delta = json.dumps(_policy_delta(policy, LeRobotDatasetMetadata("synthetic/oracle", root=root)))
+            out[f"{policy}/delta"] = np.array(delta)
+        ds = _dataset(root, delta, args.backend, args.uint8)
+        prefix = f"{policy}/" if policy else ""
+        for i in (range(len(ds)) if args.all else args.indices):
+            for k, v in ds[i].items():
+                out[f"{prefix}{i}/{k}"] = np.asarray(v) if not isinstance(v, str) else np.array(v)
     np.savez(args.out, **out)
 
 
@@ -71,7 +108,7 @@ def meta(args: argparse.Namespace) -> None:
     from lerobot.datasets.compute_stats import aggregate_stats, get_feature_stats, sample_indices, \
         auto_downsample_height_width
 
-    ds = _dataset(args.root, None, args.backend, True)
+    ds = _dataset(_v30_root(args), None, args.backend, True)
     m = ds.meta
     json.dump({"fps": m.fps, "features": m.features, "camera_keys": m.camera_keys, "video_keys": m.video_keys,
                "robot_type": m.robot_type, "tasks": m.tasks.index.tolist(), "total_episodes": m.total_episodes,
@@ -122,6 +159,8 @@ def main() -> None:
     p.add_argument("--indices", type=int, nargs="*", default=[0])
     p.add_argument("--delta", default=None, help="delta_timestamps as JSON")
     p.add_argument("--all", action="store_true", help="items: every index")
+    p.add_argument("--policies", nargs="*", default=None, help="items: under these policies' delta_timestamps")
+    p.add_argument("--v21", default=None, help="ROOT is v2.1: read the v3.0 copy LeRobot's converter makes here")
     p.add_argument("--uint8", action="store_true", help="items: return_uint8=True, as lerobot-train asks")
     p.add_argument("--backend", default=None, help="lerobot video backend (default: its own choice)")
     p.add_argument("--batch-size", type=int, default=32)
