@@ -17,8 +17,10 @@ stock (`--dataset.root=SRC --dataset.video_backend=pyav`) and through `datakit.l
 Timing: `update_policy` is wrapped to note when each step's update starts and ends; the time
 from one update's end to the next one's start is exactly what lerobot-train counts as
 `dataloading_s` (next batch, uint8 -> float, preprocessor), the rest is the update (the real
-policy step, or with --stand-in-ms a sleep of that length). After --warmup steps: samples/s =
-batch / mean step time; data share = mean data wait / mean step time. Output: one JSON object
+policy step, or with --stand-in-ms a sleep of that length). lerobot-train's `cycle` is wrapped
+too: the time in next(dataloader) alone is the loader's wait. After --warmup steps: samples/s =
+batch / mean step time; data share = mean data wait / mean step time (lerobot-train's data_s);
+loader share = mean loader wait / mean step time. Output: one JSON object
 (arguments, machine, per policy and dataset the numbers), rewritten after each run.
 """
 from __future__ import annotations
@@ -81,6 +83,18 @@ def child(args: argparse.Namespace) -> None:
         return out
 
     lerobot_train.update_policy = timed
+    fetches: list[float] = []  # time in next(dataloader) alone, the loader's share of the data wait
+    cycle = lerobot_train.cycle
+
+    def timed_cycle(iterable):
+        it = cycle(iterable)
+        while True:
+            t = time.perf_counter()
+            batch = next(it)
+            fetches.append(time.perf_counter() - t)
+            yield batch
+
+    lerobot_train.cycle = timed_cycle
     flags = [f"--policy.type={args.policy}", f"--policy.device={args.device}", f"--batch_size={args.batch_size}",
              f"--num_workers={args.workers}", f"--steps={args.steps}", "--policy.push_to_hub=false",
              f"--output_dir={args.run_dir}", "--save_checkpoint=false", "--log_freq=0", "--wandb.enable=false",
@@ -98,8 +112,11 @@ def child(args: argparse.Namespace) -> None:
     step = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
     wait = [b[0] - a[1] for a, b in zip(steps, steps[1:])]
     mean_step, mean_wait = sum(step) / len(step), sum(wait) / len(wait)
+    fetch = fetches[args.warmup + 1 : args.warmup + 1 + len(step)]
+    mean_fetch = sum(fetch) / len(fetch)
     Path(args.json).write_text(json.dumps({
         "samples_per_s": args.batch_size / mean_step, "data_share": mean_wait / mean_step,
+        "loader_share": mean_fetch / mean_step, "loader_wait_s": mean_fetch,
         "step_s": mean_step, "data_wait_s": mean_wait, "update_s": mean_step - mean_wait, "steps_timed": len(step)}))
 
 
