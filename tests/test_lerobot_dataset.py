@@ -168,3 +168,20 @@ def test_episodes_subset_and_pickling(tmp_path):
         ShardLeRobotDataset(tmp_path / "out", delta_timestamps={"action": [0, 0.05]}, stats=full.meta.stats)
     with pytest.raises(ValueError, match="not in"):
         ShardLeRobotDataset(tmp_path / "out", episodes=[7], stats=full.meta.stats)
+
+
+def test_remote_root_reads_like_the_local_folder(converted, uploaded, tmp_path):
+    """An s3:// shard root (moto, real HTTP) through the download cache, as ShardLoader reads it:
+    every item equal to the local folder's, in the main process and in DataLoader workers."""
+    pytest.importorskip("s3fs")
+    delta = {"action": [0, 0.1, 0.2], "observation.state": [-0.1, 0]}
+    local = ShardLeRobotDataset(converted, delta_timestamps=delta, return_uint8=True)
+    remote = ShardLeRobotDataset(uploaded, delta_timestamps=delta, return_uint8=True, cache_dir=tmp_path / "cache",
+                                 cache_bytes=1 << 30, stats=local.meta.stats)
+    assert len(remote) == len(local) and remote.meta.features == local.meta.features
+    for i in range(len(local)):
+        a, b = local[i], remote[i]
+        assert all(a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]) for k in a), i
+    got = next(iter(torch.utils.data.DataLoader(remote, batch_size=len(remote), num_workers=2)))
+    assert torch.equal(got["observation.images.top"], torch.stack([local[i]["observation.images.top"]
+                                                                   for i in range(len(local))]))
