@@ -20,8 +20,9 @@ from one update's end to the next one's start is exactly what lerobot-train coun
 policy step, or with --stand-in-ms a sleep of that length). lerobot-train's `cycle` is wrapped
 too: the time in next(dataloader) alone is the loader's wait. After --warmup steps: samples/s =
 batch / mean step time; data share = mean data wait / mean step time (lerobot-train's data_s);
-loader share = mean loader wait / mean step time. Output: one JSON object
-(arguments, machine, per policy and dataset the numbers), rewritten after each run.
+loader share = mean loader wait / mean step time. Each dataset runs --repeats
+times, interleaved; the speedup is the ratio of the median samples/s. Output: one JSON object
+(arguments, machine, per policy and dataset each run's numbers), rewritten after each run.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -130,6 +132,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=4, help="DataLoader workers, the same for both")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=2, help="runs of each dataset, interleaved (a shared machine drifts)")
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--length", type=int, default=150, help="frames per episode")
     p.add_argument("--size", type=int, nargs=2, default=(240, 320), help="camera height width")
@@ -153,7 +156,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1"}
     for policy in args.policies:
-        for mode in ("lerobot", "shards"):
+        for rep, mode in [(r, m) for r in range(args.repeats) for m in ("lerobot", "shards")]:  # interleaved
             js = work / f"{policy}_{mode}.json"
             cmd = [sys.executable, __file__, "--child", mode, "--policy", policy, "--device", args.device,
                    "--stand-in-ms", str(args.stand_in_ms), "--batch-size", str(args.batch_size),
@@ -163,16 +166,23 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(work / f"run_{policy}_{mode}")], check=True)
             r = subprocess.run(cmd, env=env, capture_output=True, text=True)
             run = json.loads(js.read_text()) if r.returncode == 0 else {"error": r.stderr[-2000:]}
-            result["runs"][f"{policy}/{mode}"] = run
-            print(policy, mode, json.dumps(run)[:300], flush=True)
+            run["load_after"] = os.getloadavg()[0]
+            result["runs"].setdefault(f"{policy}/{mode}", []).append(run)
+            print(policy, mode, rep, json.dumps(run)[:300], flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))
-        a, b = result["runs"][f"{policy}/lerobot"], result["runs"][f"{policy}/shards"]
-        if "samples_per_s" in a and "samples_per_s" in b:
-            result["runs"][f"{policy}/speedup"] = b["samples_per_s"] / a["samples_per_s"]
+        med = {m: _median([r["samples_per_s"] for r in result["runs"][f"{policy}/{m}"] if "samples_per_s" in r])
+               for m in ("lerobot", "shards")}
+        if all(med.values()):
+            result["runs"][f"{policy}/median_samples_per_s"] = med
+            result["runs"][f"{policy}/speedup"] = med["shards"] / med["lerobot"]
     result["machine"]["load_after"] = os.getloadavg()
     if torch_cuda := _cuda_name():
         result["machine"]["gpu"] = torch_cuda
     Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
 
 
 def _cuda_name() -> str | None:

@@ -187,12 +187,12 @@ class ShardLeRobotDataset(torch.utils.data.Dataset):
 
     def _frame(self, row: int, cam: str) -> torch.Tensor:
         """(C, H, W) of one stored frame: uint8, or float in [0, 1] as LeRobot's decoders give it."""
-        raw = self.reader.read_raw(row, cam)
-        hwc = torch.from_numpy(np.array(raw))
+        raw = self.reader.read_raw(row, cam)  # a read-only view of the mapped shard
         if self.reader.index.layout == "nv12":
-            hwc = nv12_to_rgb(hwc[None])[0]
-        chw = hwc.permute(2, 0, 1)
-        return chw.contiguous() if self.return_uint8 else chw.float().div_(255.0)
+            chw = nv12_to_rgb(torch.from_numpy(np.array(raw))[None])[0].permute(2, 0, 1).contiguous()
+        else:  # one copy: the transposing gather out of the map
+            chw = torch.from_numpy(np.ascontiguousarray(raw.transpose(2, 0, 1)))
+        return chw if self.return_uint8 else chw.float().div_(255.0)
 
     # -- statistics -----------------------------------------------------------------------------
     def _compute_stats(self, eps) -> dict[str, dict[str, np.ndarray]]:
