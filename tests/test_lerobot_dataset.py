@@ -185,3 +185,32 @@ def test_remote_root_reads_like_the_local_folder(converted, uploaded, tmp_path):
     got = next(iter(torch.utils.data.DataLoader(remote, batch_size=len(remote), num_workers=2)))
     assert torch.equal(got["observation.images.top"], torch.stack([local[i]["observation.images.top"]
                                                                    for i in range(len(local))]))
+
+
+def test_statistics_are_cached_per_conversion(tmp_path, monkeypatch):
+    """The second dataset of a conversion reads the statistics the first computed; a damaged cache
+    entry is computed again; another conversion does not get them."""
+    from datakit.convert import convert
+    from datakit.convert.config import ConvertConfig
+    from datakit.lerobot import dataset as dataset_mod
+    from datakit.synth import make_lerobot_dataset
+
+    outs = []
+    for n, lengths in enumerate(((5, 4), (6, 4))):
+        src = make_lerobot_dataset(tmp_path / f"src{n}", version="v3.0", episode_lengths=lengths, height=32, width=64,
+                                   cameras=CAMS[:1], blank_cameras=())
+        convert(src, tmp_path / f"out{n}", ConvertConfig(workers=1, progress=False))
+        outs.append(tmp_path / f"out{n}")
+    cache = tmp_path / "stats"
+    first = ShardLeRobotDataset(outs[0], stats_dir=cache).meta.stats
+    (entry,) = cache.glob("*.json")
+    calls = []
+    real = dataset_mod.lerobot_stats
+    monkeypatch.setattr(dataset_mod, "lerobot_stats", lambda *a: calls.append(1) or real(*a))
+    again = ShardLeRobotDataset(outs[0], stats_dir=cache).meta.stats
+    assert calls == [] and all(np.allclose(first[k][s], again[k][s]) for k in first for s in first[k])
+    entry.write_text("{not json")
+    ShardLeRobotDataset(outs[0], stats_dir=cache)
+    assert calls == [1] and json.loads(entry.read_text())
+    other = ShardLeRobotDataset(outs[1], stats_dir=cache).meta.stats
+    assert calls == [1, 1] and other["action"]["count"][0] == 10

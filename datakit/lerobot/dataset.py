@@ -31,7 +31,7 @@ import torch
 import torch.utils.data
 
 from datakit.lerobot.meta import ACTION, STATE, ShardMeta, episodes_table, lerobot_features
-from datakit.lerobot.stats import lerobot_stats
+from datakit.lerobot.stats import cached, default_stats_dir, lerobot_stats
 from datakit.reader import ShardReader, open_shards
 from datakit.shards.index import column
 from datakit.stages.colour import nv12_to_rgb
@@ -43,11 +43,14 @@ class ShardLeRobotDataset(torch.utils.data.Dataset):
     def __init__(self, root: str | Path, episodes: list[int] | None = None,
                  delta_timestamps: dict[str, list[float]] | None = None, image_transforms: Callable | None = None,
                  *, tolerance_s: float = 1e-4, return_uint8: bool = False, repo_id: str | None = None,
-                 stats: dict[str, dict[str, Any]] | None = None, verify: str = "size",
+                 stats: dict[str, dict[str, Any]] | None = None, stats_dir: str | Path | None | bool = True,
+                 verify: str = "size",
                  cache_dir: str | Path | None = None, cache_bytes: int = 0,
                  storage_options: dict[str, Any] | None = None):
         """`stats`: LeRobot statistics to use instead of computing them from the shards (a dataset
-        built again from the same folder, e.g. a training split, passes the full set's)."""
+        built again from the same folder, e.g. a training split, passes the full set's).
+        `stats_dir`: where computed statistics are cached per conversion (True: the default
+        folder, `stats.default_stats_dir`; None or False: no cache)."""
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError("image_transforms must be callable or None")
         self.root = root
@@ -60,7 +63,8 @@ class ShardLeRobotDataset(torch.utils.data.Dataset):
         index = self.reader.index
         eps = episodes_table(index)
         if stats is None:
-            stats = self._compute_stats(eps)
+            where = default_stats_dir() if stats_dir is True else (Path(stats_dir) if stats_dir else None)
+            stats = cached(index.to_json(), lambda: self._compute_stats(eps), where)
         name = Path(str(root).rstrip("/")).name
         described = index.source.get("described") or {}
         self.meta = ShardMeta(repo_id=repo_id or f"datakit/{name}", root=str(root), fps=_fps(index.fps),

@@ -18,18 +18,29 @@ the camera frames before video encoding; the shards hold the decoded frames (wha
 Against LeRobot's algorithm run on LeRobotDataset's own decoded frames the image statistics agree
 to the decoders' rounding (`tests/test_lerobot_dataset.py` states the bound); numeric ones agree
 to float32 rounding.
+
+The camera statistics read ~100 frames per episode and camera, minutes on a large dataset, so
+they are cached per conversion (`cached`: keyed by the sha256 of index.json, which names every
+shard's sha256) in $XDG_CACHE_HOME/datakit/lerobot-stats (~/.cache/...), written atomically.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
+
+from datakit.durable import write_atomic
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 QUANTILE_KEYS = tuple(f"q{int(q * 100):02d}" for q in QUANTILES)
 HIST_BINS = 5000  # LeRobot's RunningQuantileStats default
 SAMPLE_MIN, SAMPLE_MAX, SAMPLE_POWER = 100, 10_000, 0.75
 DOWNSAMPLE_TARGET, DOWNSAMPLE_THRESHOLD = 150, 300
+CACHE_VERSION = 1  # part of the cache key: bump when what is computed changes
 
 
 def vector_stats(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -122,3 +133,30 @@ def lerobot_stats(columns: dict[str, np.ndarray], episodes: Iterable[tuple[int, 
         out[key] = aggregate([image_stats(np.stack([read(start + i) for i in sampled_frames(n)]))
                               for start, n in episodes])
     return out
+
+
+def default_stats_dir() -> Path:
+    """$XDG_CACHE_HOME/datakit/lerobot-stats, else ~/.cache/datakit/lerobot-stats."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "datakit" / "lerobot-stats"
+
+
+def cached(index_json: str, compute: Callable[[], dict[str, dict[str, np.ndarray]]],
+           stats_dir: Path | None) -> dict[str, dict[str, np.ndarray]]:
+    """`compute()`'s statistics of the conversion whose manifest is `index_json`, from the cache in
+    `stats_dir` when there (an unreadable entry is computed again); `stats_dir` None: no cache."""
+    if stats_dir is None:
+        return compute()
+    key = hashlib.sha256(f"{CACHE_VERSION}\n{index_json}".encode()).hexdigest()
+    path = Path(stats_dir) / f"{key}.json"
+    try:
+        return {k: {s: np.asarray(v) for s, v in st.items()} for k, st in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    stats = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({k: {s: np.asarray(v).tolist() for s, v in st.items()}
+                                       for k, st in stats.items()}).encode(), durable=False)
+    except OSError:
+        pass  # a read-only home: no cache, the statistics are still right
+    return stats
