@@ -13,7 +13,7 @@ listed. An index written before the description was kept gets features built fro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,7 +57,6 @@ class ShardMeta:
     task_list: list[str]
     episodes: EpisodesTable
     robot_type: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def camera_keys(self) -> list[str]:
