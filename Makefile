@@ -55,7 +55,7 @@ lerobot-oracle:
 	@[ -n "$(PYTHON312)" ] || { echo "lerobot-oracle: no working python3.12 (set PYTHON312=...)" >&2; exit 2; }
 	[ -x $(LEROBOT_VENV)/bin/python ] || $(PYTHON312) -m venv $(LEROBOT_VENV)
 	rm -f $(LEROBOT_VENV)/.ready
-	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,pi]==0.6.1' 'diffusers==0.42.1' 'dm-tree==0.1.10'
+	$(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,pi]==0.6.1' 'diffusers==0.42.1' 'dm-tree==0.1.10' 'accelerate>=1.0'
 	touch $(LEROBOT_VENV)/.ready
 
 clean:

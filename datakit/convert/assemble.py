@@ -82,6 +82,8 @@ def build_index(spec: DatasetSpec, cfg: ConvertConfig, journals: list[Journal],
         arrays.append(pa.array(np.concatenate(offs).astype(np.int64)))
     table = pa.Table.from_arrays(arrays, schema=frames_schema(cams, sd, ad))
     source: dict[str, Any] = {"format": spec.format, "version": spec.version, "name": spec.root.name}
+    if spec.described:
+        source["described"] = spec.described
     if fingerprint is not None:
         source["fingerprint"] = fingerprint
     index = ShardIndex(

@@ -75,6 +75,9 @@ class DatasetSpec:
     tasks: list[str]  # task_index -> text
     episodes: list[EpisodeRef]
     total_episodes: int | None = None  # as the metadata declares it (LeRobot info.json), if it does
+    # what the source says of itself that readers may give back (LeRobot: robot_type and info.json's
+    # features, for datakit.lerobot's meta); recorded in the index as source["described"]
+    described: dict = field(default_factory=dict)
 
 
 def task_text(tasks: list[str], task_index: int) -> str:

@@ -90,7 +90,14 @@ def scan_lerobot(root: Path) -> DatasetSpec:
     total = total if isinstance(total, int) and not isinstance(total, bool) else None
     return DatasetSpec(root=root, format="lerobot", version=version, fps=fps, cameras=cameras,
                        state_names=state_names, action_names=action_names, tasks=tasks, episodes=episodes,
-                       total_episodes=total)
+                       total_episodes=total, described=_described(info, features))
+
+
+def _described(info: dict, features: dict) -> dict:
+    """LeRobot's own description of the dataset that the shards keep for LeRobot readers
+    (`datakit.lerobot`): robot_type and info.json's features as they are."""
+    robot = info.get("robot_type")
+    return {"robot_type": robot if isinstance(robot, str) else None, "features": features}
 
 
 def _template(info: dict, key: str, default: str) -> str:
