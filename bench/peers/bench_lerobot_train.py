@@ -1,10 +1,10 @@
 """LeRobot's own training step on LeRobotDataset (video decoded in workers) vs datakit's ShardLeRobotDataset.
 
     # the CPU machine: a fixed stand-in model step (a sleep in place of lerobot-train's update_policy)
-    /tmp/lerobot-venv/bin/python bench/bench_lerobot_train.py --stand-in-ms 100 --policies act \\
+    /tmp/lerobot-venv/bin/python bench/peers/bench_lerobot_train.py --stand-in-ms 100 --policies act \\
         --workers 2 --batch-size 8 --out bench/results/lerobot_train_cpu.json
     # a GPU: the real ACT and diffusion steps at LeRobot's default batch (8) and widths
-    python bench/bench_lerobot_train.py --device cuda --policies act diffusion --workers 8 --out $OUT/lt.json
+    python bench/peers/bench_lerobot_train.py --device cuda --policies act diffusion --workers 8 --out $OUT/lt.json
 
 Needs lerobot 0.6.1 (+ accelerate) importable; video decoding uses LeRobot's `pyav` backend, so
 PyAV's wheel is all the FFmpeg it needs. It writes a synthetic LeRobot v3.0 dataset (AV1 as
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 
