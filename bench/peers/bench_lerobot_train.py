@@ -2,7 +2,7 @@
 
     # the CPU machine: a fixed stand-in model step (a sleep in place of lerobot-train's update_policy)
     /tmp/lerobot-venv/bin/python bench/peers/bench_lerobot_train.py --stand-in-ms 100 --policies act \\
-        --workers 2 --batch-size 8 --out bench/results/lerobot_train_cpu.json
+        --workers 2 --batch-size 8 --out bench/results/lerobot_train_cpu_2026-12-07.json
     # a GPU: the real ACT and diffusion steps at LeRobot's default batch (8) and widths
     python bench/peers/bench_lerobot_train.py --device cuda --policies act diffusion --workers 8 --out $OUT/lt.json
 
