@@ -218,8 +218,8 @@ def check_lora_fields(cls_name: str, rank: Any, alpha: Any, targets: tuple[str, 
     """The first problem of a config's LoRA fields (a family's __post_init__ raises it), else None."""
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         return f"{cls_name}.lora_rank must be an int >= 0, got {rank!r}"
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0:
-        return f"{cls_name}.lora_alpha must be > 0, got {alpha!r}"
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
+        return f"{cls_name}.lora_alpha must be a finite number > 0, got {alpha!r}"
     unknown = sorted(set(targets) - set(known))
     if unknown or not targets:
         return f"{cls_name}.lora_targets {list(targets)}: each one of {', '.join(known)}"

@@ -122,6 +122,11 @@ class Candidate:
     def peak(self, scale: float) -> float:
         return self.static_gib + scale * self.dynamic_gib
 
+    def fits(self, scale: float, cap_gib: float) -> bool:
+        """Its estimate at `scale` is under the cap, float rounding aside: the scale calibrated on a run
+        measured exactly at the cap gives that run's setting back at the cap to the last bit or two."""
+        return self.peak(scale) <= cap_gib * (1 + 1e-9)
+
 
 @dataclass
 class Run:
@@ -334,7 +339,7 @@ def search(cfg: RunConfig, config_path: str | Path, *, cap_gib: float, budget_s:
         stopped = stop.name
     runs = trials.runs
     ran = {r.setting for r in runs}
-    never = sum(1 for c in pool if c.setting not in ran and c.peak(trials.scale()) > cap_gib)
+    never = sum(1 for c in pool if c.setting not in ran and not c.fits(trials.scale(), cap_gib))
     ranked = measured(runs)
     best = next((m for m in ranked if m.status == "ok" and m.samples), None)
     return TuneResult(runs=runs, scale=trials.scale(), calibrated=bool(trials.ratios), settings=len(pool),
@@ -410,7 +415,7 @@ def _to_repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int) 
     """The first runs of the `top` fastest settings by that first run, in the order they ran; only
     settings still estimated under the cap (an out-of-memory run since may have raised the scale):
     no run, repeat or not, starts above it."""
-    fit = {s for s, c in by_setting.items() if c.peak(trials.scale()) <= trials.cap_gib}
+    fit = {s for s, c in by_setting.items() if c.fits(trials.scale(), trials.cap_gib)}
     firsts = [(i, r) for i, r in enumerate(trials.runs) if r.repeat == 0 and r.speed is not None and r.setting in fit]
     fastest = sorted(firsts, key=lambda ir: -ir[1].speed)[:top]
     return [r for _, r in sorted(fastest, key=lambda ir: ir[0])]
@@ -429,7 +434,7 @@ def _explore(trials: _Trials, by_setting: dict[Setting, Candidate], first: Candi
         if late:  # cannot finish in the time left: not started (a run cut by the budget counts for nothing)
             trials.note_late(late, room)
             pending = [c for c in pending if c not in late]
-        fits = undominated([c for c in pending if c.peak(trials.scale()) <= trials.cap_gib])
+        fits = undominated([c for c in pending if c.fits(trials.scale(), trials.cap_gib)])
         if not fits:
             break
         pick = first if first is not None and not trials.runs else \
@@ -460,7 +465,7 @@ def _repeat(trials: _Trials, by_setting: dict[Setting, Candidate], top: int, rep
         for first_run in order:
             mine = [r for r in trials.runs if r.setting == first_run.setting]
             pick = by_setting[first_run.setting]
-            if any(r.status not in ("ok", "cut") for r in mine) or pick.peak(trials.scale()) > trials.cap_gib:
+            if any(r.status not in ("ok", "cut") for r in mine) or not pick.fits(trials.scale(), trials.cap_gib):
                 continue  # failed or went over the cap once; or now estimated over it
             if trials.left() - first_run.wall_s <= 1:
                 trials.note_late([pick], trials.left(), repeat=True)
