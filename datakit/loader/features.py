@@ -38,7 +38,8 @@ from datakit.loader.shm_pool import FEATURE_BYTES
 from datakit.shards.features import (
     DTYPES, FeatureIndex, check_clip_reads, is_feature_folder, load_clips, load_features, torch_dtype,
 )
-from datakit.shards.index import FRAMES_NAME, OFFSET_PREFIX, column
+from datakit.shards.index import OFFSET_PREFIX, column
+from datakit.shards.names import FRAMES_NAME
 from datakit.shards.open_files import OpenShards
 
 META = ("episode_index", "start", "task_index", "prompt")
