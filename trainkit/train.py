@@ -51,8 +51,8 @@ from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
-from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
-from trainkit.weights.shape import describe, with_checkpoint_shape
+from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_weights_stats
+from trainkit.weights.shape import describe, with_weights_shape
 from trainkit.weights.tokenizer_source import describe_tokenizer, keep_tokenizer, tokenizer_source
 from trainkit.parallel import ParallelPlan, check_parallel, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
@@ -176,7 +176,7 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker, out)  # its package installed, its folder not a file (an optional extra), before any work
     fam = family(cfg.model.family)
-    cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
+    cfg, fixed = with_weights_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
@@ -186,11 +186,11 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
     try:
         for part, root in shard_parts(shards, cfg.data):
-            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_checkpoint=set(fixed))
+            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_weights=set(fixed))
         if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with (one folder)
             if not cfg.model.init_from:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
-            shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
+            shards.index, source = with_weights_stats(shards.index, cfg.model.init_from, cfg.data.norm)
             say(f"normalisation statistics from {source}")
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
             for part, root in shard_parts(shards, cfg.data):
