@@ -195,8 +195,8 @@ def _inspect(cfg, args) -> int:
     if args.samples_per_s is not None and not args.samples_per_s > 0:
         raise LaunchError(f"--samples-per-s: must be > 0, got {args.samples_per_s:g}")
     from trainkit.estimate.loader import loader_needs, loader_toml
-    from trainkit.weights.shape import with_checkpoint_shape
-    cfg, fixed = with_checkpoint_shape(cfg)  # the shape the trainer would build from model.init_from
+    from trainkit.weights.shape import with_weights_shape
+    cfg, fixed = with_weights_shape(cfg)  # the shape the trainer would build from model.init_from
     report = inspect_model(cfg, world_size=world, gpu=gpu)
     if chosen := report["auto_micro_batch"]:  # train.micro_batch = "auto": the loader's batch is the one chosen
         from trainkit.estimate.auto_batch import with_micro_batch
@@ -277,8 +277,8 @@ def _tune_search(args) -> int:
     space = Space(micro_batches=_ints("--micro-batches", args.micro_batches, MICRO_BATCHES, 1),
                   strides=_ints("--strides", args.strides, STRIDES, 0), groups=_ints("--groups", args.groups, GROUPS, 1),
                   compile={"both": (False, True), "on": (True,), "off": (False,)}[args.compile])
-    from trainkit.weights.shape import with_checkpoint_shape
-    cfg = with_checkpoint_shape(load_config(args.config, args.overrides))[0]  # estimates of init_from's model
+    from trainkit.weights.shape import with_weights_shape
+    cfg = with_weights_shape(load_config(args.config, args.overrides))[0]  # estimates of init_from's model
     from trainkit.estimate.auto_batch import resolve_micro_batch
     cfg = resolve_micro_batch(cfg, args.nproc, ("--memory-cap", args.memory_cap))[0]  # the base setting's micro-batch
     out = Path(args.out or f"runs/tune-{Path(args.config).stem}")

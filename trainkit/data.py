@@ -48,6 +48,7 @@ from datakit.loader.features import FeatureDataset
 from datakit.loader.mixture_dataset import MixtureDataset, source_config
 from datakit.shards.features import FeatureIndex, is_feature_folder, load_features
 from datakit.shards.index import ShardIndex, is_finished, load_index
+from datakit.shards.names import MANIFEST_NAME
 from datakit.storage.cache import ShardCache
 from datakit.storage.roots import open_root
 from trainkit.config import DataConfig
@@ -157,13 +158,13 @@ def _checked_index(dcfg: DataConfig, root: Path, max_slots: int,
                    slots: tuple[str | None, ...] | None) -> tuple[ShardIndex, tuple[str | None, ...]]:
     if not root.is_dir():
         raise DataError(str(root), "data.shards is not a folder")
-    if not (root / "index.json").exists() or not is_finished(root):
+    if not (root / MANIFEST_NAME).exists() or not is_finished(root):
         raise DataError(str(root), "not a finished datakit shard folder (no index.json/checksums.json); "
                         "make one with `datakit convert SRC OUT`")
     try:
         index = load_index(root)
     except (ValueError, KeyError, TypeError) as e:
-        raise DataError(str(root / "index.json"), f"unreadable datakit index ({e})") from None
+        raise DataError(str(root / MANIFEST_NAME), f"unreadable datakit index ({e})") from None
     what = "data.slots" if slots is None else "the source's slots"
     slots = slots or tuple(s or None for s in dcfg.slots) or tuple(index.cameras)
     for cam in slots:

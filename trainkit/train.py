@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -43,20 +44,20 @@ from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
 from trainkit.estimate.auto_batch import AUTO
-from trainkit.data import MixtureShards, Shards, TrainData, read_mixture_shards, read_run_shards
+from trainkit.data import MixtureShards, Shards, StepBatch, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.clip import clip_grad_norm
 from trainkit.optim.ema import WeightEMA
 from trainkit.errors import BatchDataError, ConfigError, LaunchError, Stopped
 from trainkit.observe.metrics import CollectiveCounter, Metrics, StepRecord
 from trainkit.models import Family, Fixed, build_model, family
 from trainkit.optim.nonfinite import NonFiniteGuard, check_state
-from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_checkpoint_stats
-from trainkit.weights.shape import describe, with_checkpoint_shape
+from trainkit.weights.norm_stats import check_dataset_stats, check_robot_dims, with_weights_stats
+from trainkit.weights.shape import describe, with_weights_shape
 from trainkit.weights.tokenizer_source import describe_tokenizer, keep_tokenizer, tokenizer_source
 from trainkit.parallel import ParallelPlan, check_parallel, compute_dtype, parallelize
 from trainkit.parallel.allocator import set_expandable_segments
 from trainkit.parallel.init import init_weights
-from trainkit.parallel.cudagraphs import micro_step
+from trainkit.parallel.cudagraphs import EagerStep, micro_step
 from trainkit.optim.optimizer import build_optimizer, build_scheduler
 from trainkit.parallel.precision import autocast
 from trainkit.observe.profile import StepProfiler
@@ -175,7 +176,7 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     out = check_output_dir(cfg.output.dir, cfg.data.roots)
     check_tracker(cfg.output.tracker, out)  # its package installed, its folder not a file (an optional extra), before any work
     fam = family(cfg.model.family)
-    cfg, fixed = with_checkpoint_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
+    cfg, fixed = with_weights_shape(cfg, out if cfg.output.resume else None)  # init_from's widths, heads...
     cfg = keep_tokenizer(cfg, fixed, out)  # init_from's tokenizer file, kept in output.dir for resume and export
     with torch.device("meta"):
         model = build_model(fam.name, cfg.model.preset, cfg.model.overrides)
@@ -185,11 +186,11 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
     shards = open_shards(cfg.data, fam.max_slots(model.cfg))  # the index (each source's), read once for the run
     try:
         for part, root in shard_parts(shards, cfg.data):
-            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_checkpoint=set(fixed))
+            check_robot_dims(part.index, fam.robot_dims, model.cfg, root, from_weights=set(fixed))
         if cfg.data.norm_from == "checkpoint":  # the statistics the checkpoint was trained with (one folder)
             if not cfg.model.init_from:
                 raise ConfigError("data.norm_from", "'checkpoint' needs model.init_from (the folder to read them from)")
-            shards.index, source = with_checkpoint_stats(shards.index, cfg.model.init_from, cfg.data.norm)
+            shards.index, source = with_weights_stats(shards.index, cfg.model.init_from, cfg.data.norm)
             say(f"normalisation statistics from {source}")
         else:  # the same rule for the dataset's own (a hand-edited index, a dimension q01 == q99 cannot scale)
             for part, root in shard_parts(shards, cfg.data):
@@ -277,19 +278,11 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     if getattr(data.adapter, "note", ""):  # what the family's batches stand on (BatchAdapter.note)
         say(data.adapter.note)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
-    identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
-    record = RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
-                       dataset=identity[0] if not cfg.data.sources else {"sources": identity})
+    record = run_record(cfg, shards, global_batch)
     start = resume(found, record, world_size, model, opt, sched, cfg, ema, data) if found is not None else 0
-    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})  # never a silent one: said before the first step
-    if tokenizer is not None and rank == 0:  # on stdout with the run's log: stderr is for notes and refusals
-        print(f"trainkit: {describe_tokenizer(tokenizer)}", flush=True)
+    tokenizer = say_tokenizer(cfg, mcfg, fixed, rank)
     # --- loop ---------------------------------------------------------------------------------------
-    counter = CollectiveCounter().install()
-    metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
-                      first_step=start,
-                      tracker=open_tracker(cfg.output.tracker, out, rank=rank, start_step=start, config=cfg.to_dict()))
-    profiler = StepProfiler(out, cfg.output.profile_steps, device, rank)
+    counter, metrics, profiler = observers(cfg, out, rank, device, start)
     cast = autocast(cfg.parallel.param_dtype, device, enabled=plan.fsdp == "none")
     params = [p for p in model.parameters() if p.requires_grad]
     mixture = tuple(s.label for s in cfg.data.sources)  # a mixture's source names: their loss is logged apart
@@ -306,28 +299,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     try:
         for step in range(start, cfg.train.steps):
             profiler.before_step(step - start)
-            wait, flops, tokens, samples, loss_sum = 0.0, 0.0, 0, 0, 0.0
-            for micro in range(accum):
-                t0 = time.perf_counter()
-                try:
-                    batch = next(batches)
-                except BatchDataError as e:  # a NaN state: the prompt cannot be built
-                    raise guard.data_error(step, e) from None
-                wait += time.perf_counter() - t0
-                if sample_log is not None:
-                    sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
-                guard.add(batch.rows, batch.actions)
-                b, slots = batch.samples, batch.slots
-                loss, items = step_fn(batch.model)
-                loss_sum = loss_sum + loss / accum
-                if per_source is not None:
-                    per_source.add(items, batch.sources)
-                samples += b
-                flops += b * fam.flops_per_sample(mcfg, slots)
-                tokens += b * fam.tokens_per_sample(mcfg, slots)["sequence"]
+            tally = accumulate(step, accum, batches, step_fn, guard, fam, mcfg, sample_log, per_source)
             grad_norm = clip_grad_norm(params, cfg.train.grad_clip, opt if cfg.optim.clip_in_step else None)
             # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
-            applied = guard.step_ok(step, loss_sum, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
+            applied = guard.step_ok(step, tally.loss, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
             if applied:  # deferred check: always, and the device skips a non-finite step's update itself
                 opt.step()
                 if ema is not None:
@@ -338,8 +313,8 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                 per_source.end_step(applied)
             if applied:
                 metrics.record(StepRecord(step=step, loss=guard.mean_loss, grad_norm=grad_norm, lr=sched.get_last_lr()[0],
-                                          data_wait_s=wait, samples=samples, flops=flops, tokens=tokens,
-                                          image_slots=slots))
+                                          data_wait_s=tally.wait, samples=tally.samples, flops=tally.flops,
+                                          tokens=tally.tokens, image_slots=tally.slots))
             profiler.after_step(step - start)
             stopping = bool(guard.stop_signal) and step + 1 < cfg.train.steps  # the last step just ends the run
             if (step + 1) % cfg.output.log_every == 0 or step + 1 == cfg.train.steps or stopping:
@@ -374,6 +349,73 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                             tokenizer, fam, mcfg, sum(p.numel() for p in model.parameters()))
     return RunResult(losses=dict(metrics.losses), history=metrics.history, plan=plan, start_step=start,
                      profile=profiler.summary, summary=summary)
+
+
+def run_record(cfg: RunConfig, shards: Shards | MixtureShards, global_batch: int) -> RunRecord:
+    """What a resume of this run checks against (resume_rules.py): the config, the global batch and the
+    dataset's identity (a mixture: each source's)."""
+    identity = [dataset_identity(part.folder) for part, _ in shard_parts(shards, cfg.data)]
+    return RunRecord(config=recorded_config(cfg.to_dict()), global_batch=global_batch,
+                     dataset=identity[0] if not cfg.data.sources else {"sources": identity})
+
+
+def say_tokenizer(cfg: RunConfig, mcfg: Any, fixed: Fixed | None, rank: int) -> dict[str, str] | None:
+    """The run's prompt tokenizer (tokenizer_source.py; None: the family has none), never a silent one:
+    rank 0 says it on stdout with the run's log before the first step (stderr is for notes and refusals)."""
+    tokenizer = tokenizer_source(cfg, mcfg, fixed or {})
+    if tokenizer is not None and rank == 0:
+        print(f"trainkit: {describe_tokenizer(tokenizer)}", flush=True)
+    return tokenizer
+
+
+def observers(cfg: RunConfig, out: Path, rank: int, device: torch.device,
+              start: int) -> tuple[CollectiveCounter, Metrics, StepProfiler]:
+    """The loop's observers from step `start`: the collective counter (installed: uninstall it), the metrics
+    with their tracker, the profiler of output.profile_steps."""
+    counter = CollectiveCounter().install()
+    metrics = Metrics(out, rank, cfg.train.steps, device, progress=cfg.output.progress, counter=counter,
+                      first_step=start,
+                      tracker=open_tracker(cfg.output.tracker, out, rank=rank, start_step=start, config=cfg.to_dict()))
+    return counter, metrics, StepProfiler(out, cfg.output.profile_steps, device, rank)
+
+
+@dataclass
+class StepTally:
+    """What one optimiser step's micro-batches add up to (its `StepRecord`)."""
+
+    loss: Any = 0.0  # the mean of the micro-batch losses: a tensor once one is added
+    wait: float = 0.0  # host seconds blocked on the loader
+    flops: float = 0.0
+    tokens: int = 0
+    samples: int = 0
+    slots: int = 0  # image slots the last micro-batch carried
+
+
+def accumulate(step: int, accum: int, batches: Iterator[StepBatch], step_fn: EagerStep, guard: NonFiniteGuard, fam: Family,
+               mcfg: Any, sample_log: SampleLog | None, per_source: SourceLoss | None) -> StepTally:
+    """Forward and backward of `accum` micro-batches (`step_fn`), gradients accumulated; the step's tally.
+    Each batch's rows go to the non-finite guard, the sample log and, with a mixture, its per-item losses
+    to `per_source`."""
+    tally = StepTally()
+    for micro in range(accum):
+        t0 = time.perf_counter()
+        try:
+            batch = next(batches)
+        except BatchDataError as e:  # a NaN state: the prompt cannot be built
+            raise guard.data_error(step, e) from None
+        tally.wait += time.perf_counter() - t0
+        if sample_log is not None:
+            sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
+        guard.add(batch.rows, batch.actions)
+        b, tally.slots = batch.samples, batch.slots
+        loss, items = step_fn(batch.model)
+        tally.loss = tally.loss + loss / accum
+        if per_source is not None:
+            per_source.add(items, batch.sources)
+        tally.samples += b
+        tally.flops += b * fam.flops_per_sample(mcfg, tally.slots)
+        tally.tokens += b * fam.tokens_per_sample(mcfg, tally.slots)["sequence"]
+    return tally
 
 
 def resume(found: Found, record: RunRecord, world_size: int, model: nn.Module, opt: torch.optim.Optimizer,

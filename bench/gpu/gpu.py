@@ -132,7 +132,7 @@ def make_shards(work: Path, data: Data) -> Path:
     return out
 
 
-def random_checkpoint(folder: Path, cfg: Any, fmt: str, data: Data) -> dict[str, Any]:
+def random_weights(folder: Path, cfg: Any, fmt: str, data: Data) -> dict[str, Any]:
     """A random model of run config `cfg` (family, preset, model.*) in checkpoint format `fmt`
     (bfloat16), written through the family's export path, as `trainkit export` writes one. Every
     parameter init leaves at one constant (norm scales at 1, modulations at 0) is perturbed, so no
@@ -171,7 +171,7 @@ def random_checkpoint(folder: Path, cfg: Any, fmt: str, data: Data) -> dict[str,
             "bytes": sum(f.stat().st_size for f in folder.iterdir()), "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def checkpoint_for(call: Call, v: Variant, sets: list[str]) -> str:
+def weights_for(call: Call, v: Variant, sets: list[str]) -> str:
     """The folder of variant `v`'s `init_from = "random:<format>"` checkpoint, written once per call."""
     from trainkit.config import load_config
 
@@ -183,7 +183,7 @@ def checkpoint_for(call: Call, v: Variant, sets: list[str]) -> str:
         folder = call.work / "checkpoints" / key
         shutil.rmtree(folder, ignore_errors=True)
         try:
-            book[key] = random_checkpoint(folder, cfg, fmt, call.plan.cpu.data if call.cpu else call.plan.data)
+            book[key] = random_weights(folder, cfg, fmt, call.plan.cpu.data if call.cpu else call.plan.data)
         except Exception as e:  # noqa: BLE001 - recorded; the variant reports it
             book[key] = {"error": f"{type(e).__name__}: {e}"}
     if "error" in book[key]:
@@ -285,7 +285,7 @@ def run_variant(call: Call, v: Variant) -> dict[str, Any]:
     sets = variant_sets(plan, v, cpu=call.cpu, shards=call.shards, extra=call.extra)
     if v.init_from:
         try:
-            folder = checkpoint_for(call, v, sets)
+            folder = weights_for(call, v, sets)
         except Exception as e:  # noqa: BLE001 - the variant cannot start: its record says why
             return {**rec, "status": "crash", "error": {"kind": "crash", "type": type(e).__name__,
                                                         "message": str(e), "rank": None}}

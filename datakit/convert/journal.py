@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from datakit.durable import file_sha256, write_atomic
-from datakit.shards.index import CAMERA_STATUSES, SHARD_PATTERN
+from datakit.shards.index import CAMERA_STATUSES
+from datakit.shards.names import JOURNAL, SHARD_PATTERN, STAGING
 from datakit.sources.episode import EpisodeRef
 
-STAGING = ".datakit-staging"
-JOURNAL = "shard-{index:06d}.journal"
 JOURNAL_FORMAT = "datakit-journal"
 JOURNAL_VERSION = 2  # 1 was a pickle (never loaded any more)
 

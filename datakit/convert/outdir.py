@@ -26,17 +26,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from datakit.convert.fingerprint import fingerprint_diff
-from datakit.convert.journal import STAGING
 from datakit.durable import file_size, write_atomic
 from datakit.errors import OutputError, Problem, output_error
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, is_finished, load_index
+from datakit.shards.index import is_finished, load_index
+from datakit.shards.names import (
+    CHECKSUMS_NAME, FINGERPRINT_NAME, FRAMES_NAME, LOCK_NAME, MANIFEST_NAME, OPTIONS_NAME, STAGING,
+)
 from datakit.sources.episode import DatasetSpec
 from datakit.verify.folder import checksum_problems
 from datakit.verify.quick import shard_size_problems
 
-OPTIONS_NAME = "options.json"
-FINGERPRINT_NAME = "source.json"
-LOCK_NAME = ".datakit.lock"
 DEAD_HOLDER_WAIT_S = 10.0  # a killed run's workers get SIGKILL with it; give them this long to go
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from datakit.convert.config import ConvertConfig
 from datakit.convert.assemble import build_index, empty_shards
 from datakit.convert.fingerprint import source_fingerprint
-from datakit.convert.journal import STAGING, load_journals
+from datakit.convert.journal import load_journals
 from datakit.convert.engines.local import run_shards
 from datakit.convert.outdir import claim_output, open_output, output_lock, remove_ours
 from datakit.convert.plan import plan_shards, plan_workers
@@ -31,7 +31,8 @@ from datakit.convert.engines.ray import run_shards_ray  # imports ray only when 
 from datakit.convert.shard import check_committed
 from datakit.decoders import describe_choice
 from datakit.errors import output_error
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_index, write_index
+from datakit.shards.index import ShardIndex, load_index, write_index
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, INDEX_FILES, MANIFEST_NAME, SHARD_TMP_GLOB, STAGING
 from datakit.sources import scan
 
 @dataclass
@@ -46,13 +47,10 @@ class ConvertSummary:
     traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
 
 
-INDEX_FILES = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # in the order write_index writes them
-
-
 def _remove_unfinished(out: Path) -> None:
     """What a stopped run left in OUT: temporary files, and index files without the checksums
     file that would make them a finished conversion."""
-    for pattern in ("shard-*.tar.tmp", "frames.arrow.tmp", "index.json.*.tmp", "checksums.json.*.tmp"):
+    for pattern in (SHARD_TMP_GLOB, f"{FRAMES_NAME}.tmp", f"{MANIFEST_NAME}.*.tmp", f"{CHECKSUMS_NAME}.*.tmp"):
         for tmp in out.glob(pattern):
             tmp.unlink(missing_ok=True)
     for name in INDEX_FILES:

@@ -20,7 +20,7 @@ from datakit.convert.journal import Journal, PlacedEpisode, SkippedEpisode, jour
 from datakit.convert.episode import EpisodeResult, convert_episode
 from datakit.durable import discard
 from datakit.errors import OutputError, output_error
-from datakit.shards.index import SHARD_PATTERN
+from datakit.shards.names import SHARD_PATTERN
 from datakit.shards.writer import ShardFile
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 

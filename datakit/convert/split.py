@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from datakit.convert.config import ConvertConfig
-from datakit.convert.journal import STAGING, Journal
+from datakit.convert.journal import Journal
 from datakit.convert.shard import OutputShard, ShardTally
 from datakit.convert.episode import EpisodeResult, convert_episode
 from datakit.errors import output_error
-from datakit.shards.index import SHARD_PATTERN
+from datakit.shards.names import SHARD_PATTERN, STAGING
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 SCRATCH = "tasks"  # OUT/.datakit-staging/tasks/<attempt>/: one private folder per task attempt

@@ -30,6 +30,7 @@ from datakit.encode.shard import ClipSource, encode_clips, encode_prompts
 from datakit.errors import DatakitError
 from datakit.progress import Progress
 from datakit.reader import open_shards
+from datakit.shards.names import SHARD_TMP_GLOB
 
 
 @dataclass
@@ -122,7 +123,7 @@ def run_pool(src: Path, cfg: EncodeConfig, cameras: tuple[str, ...], out: Path, 
         pool.shutdown(wait=True)
     except BaseException:
         stop_workers(pool, workers | ({c.pid for c in mp.active_children()} - before))
-        for tmp in Path(out).glob("shard-*.tar.tmp"):
+        for tmp in Path(out).glob(SHARD_TMP_GLOB):
             discard(tmp)
         raise
     return done

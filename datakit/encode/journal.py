@@ -13,7 +13,7 @@ from typing import Any
 
 from datakit.convert.journal import journal_path
 from datakit.durable import file_sha256, write_atomic
-from datakit.shards.index import SHARD_PATTERN
+from datakit.shards.names import SHARD_PATTERN
 
 JOURNAL_FORMAT = "datakit-encode-journal"
 JOURNAL_VERSION = 1

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datakit.convert.journal import STAGING
-from datakit.convert.outdir import OPTIONS_NAME, claim_output, output_lock, remove_ours
+from datakit.convert.outdir import claim_output, output_lock, remove_ours
 from datakit.convert.run import _remove_unfinished
 from datakit.durable import write_atomic
 from datakit.encode.canvas import canvas_size, resolve_slots
@@ -37,6 +36,7 @@ from datakit.shards.features import (
     FeatureIndex, FieldEntry, PromptEntry, clips_schema, load_features, torch_dtype, write_features,
 )
 from datakit.shards.index import ShardEntry, ShardIndex, column, conversion_id, is_finished, load_frames, load_index
+from datakit.shards.names import OPTIONS_NAME, STAGING
 from datakit.verify.folder import checksum_problems
 
 

@@ -28,7 +28,8 @@ from datakit.loader.normalise import Normaliser
 from datakit.convert.journal import journal_path
 from datakit.reader import ShardReader
 from datakit.shards.features import PROMPT_KEY
-from datakit.shards.index import FRAME_KEY, SHARD_PATTERN
+from datakit.shards.index import FRAME_KEY
+from datakit.shards.names import SHARD_PATTERN
 from datakit.shards.writer import FrameWriter
 
 

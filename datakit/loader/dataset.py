@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -37,29 +35,19 @@ import torch.utils.data
 
 from datakit.errors import ShardError
 from datakit.loader.anchors import EpisodeRows, Window, anchor_rows, window_rows
-from datakit.loader.config import LoaderConfig
+from datakit.loader.folder import FolderDataset, drop_failed, keep_episodes
 from datakit.loader.normalise import Normaliser
-from datakit.loader.reads import ReadPlan, ShardFiles, read_frames
+from datakit.loader.reads import ReadPlan
 from datakit.loader.slots import IMAGES, kept_slots, slot_frame_shapes, slot_key, slot_map
 from datakit.shards.frames_check import check_reads
 from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column, load_frames, load_index
 from datakit.shards.open_files import OpenShards
 from datakit.stages.colour import blank_frames
-from datakit.storage.cache import ShardCache
-from datakit.storage.roots import open_root
 
 
-class ShardDataset(torch.utils.data.Dataset):
-    """Map-style dataset: position i is the i-th valid anchor; batches via `__getitems__`."""
-
-    def __init__(self, root: str | Path, cfg: LoaderConfig, *,
-                 opened: tuple[Path, ShardCache | None, ShardIndex] | None = None):
-        """`opened`: (folder, cache, index) of `root` as the caller already opened it
-        (`open_root`, `load_index`), so a trainer that checks the index first opens it once."""
-        self.cfg = cfg
-        self.folder, self.cache, index = opened if opened is not None else (*open_loader_root(root, cfg), None)
-        self.root = root_name(self.folder, self.cache)
-        self._open(index)
+class ShardDataset(FolderDataset):
+    """Map-style dataset: position i is the i-th valid anchor; batches via `__getitems__`.
+    `opened`: (folder, cache, index) of `root` as the caller already opened it (`FolderDataset`)."""
 
     def _open(self, index: ShardIndex | None = None) -> None:
         cfg, self.index = self.cfg, index if index is not None else load_index(self.folder)
@@ -112,34 +100,12 @@ class ShardDataset(torch.utils.data.Dataset):
     def _selected(self, anchors: np.ndarray) -> np.ndarray:
         """The anchors of `cfg.episodes` (all without it); ValueError naming episodes the index lacks."""
         wanted = self.cfg.episodes
-        if wanted is None:
-            return anchors
         have = self.episodes.episode_index
-        missing = sorted(set(wanted) - set(have.tolist()))
+        missing = sorted(set(wanted) - set(have.tolist())) if wanted is not None else []
         if missing:
             raise ValueError(f"episodes {missing[:8]} are not in the index (it has {have.size} episodes, "
                              f"episode_index {int(have.min())}..{int(have.max())})")
-        kept = anchors[np.isin(have[self.ep_of_row[anchors]], np.asarray(wanted, np.int64))]
-        if not kept.size:
-            raise ValueError(f"episodes {list(wanted)[:8]} hold no sample anchor for this window")
-        return kept
-
-    def __getstate__(self) -> dict[str, Any]:
-        # workers re-map the files; nothing big is pickled (the cache travels without its thread)
-        return {"root": self.root, "folder": self.folder, "cache": self.cache, "cfg": self.cfg}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.root, self.folder, self.cache, self.cfg = state["root"], state["folder"], state["cache"], state["cfg"]
-        self._open()
-
-    def close(self) -> None:
-        """Close this process's shard files and stop the cache's download thread."""
-        self.files.close()
-        if self.cache is not None:
-            self.cache.close()
-
-    def __len__(self) -> int:
-        return int(self.anchors.shape[0])
+        return keep_episodes(anchors, have[self.ep_of_row[anchors]], wanted, "sample anchor for this window")
 
     @property
     def slot_names(self) -> tuple[str, ...]:
@@ -155,9 +121,6 @@ class ShardDataset(torch.utils.data.Dataset):
         if batch["row"].numel() == 0:
             raise ShardError(self.root, f"sample {i} was skipped: its shard is damaged or missing")
         return {k: (v[0] if v.dim() and k not in ("slot_index", "num_skipped") else v) for k, v in batch.items()}
-
-    def __getitems__(self, positions: list[int]) -> dict[str, torch.Tensor]:
-        return self.read_batch(positions)
 
     def read_batch(self, positions: list[int] | np.ndarray, prune: bool | None = None,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -231,20 +194,6 @@ class ShardDataset(torch.utils.data.Dataset):
                         owner=np.concatenate(owners) if owners else empty)
         return image_is_pad, plan, np.concatenate(sizes) if sizes else empty
 
-    def read_planned(self, files: ShardFiles, plan: ReadPlan, frame_bytes: np.ndarray, b: int) -> np.ndarray:
-        """Run `plan` (`reads.read_frames`); (b,) ok: False for a batch row whose shard failed
-        (`on_error="skip"`; "raise" raises). `files`: what maps the plan's shard numbers to files."""
-        # one frame size: the scalar lets read_frames skip a gather
-        sizes = int(frame_bytes[0]) if frame_bytes.size and (frame_bytes == frame_bytes[0]).all() else frame_bytes
-        failed = read_frames(files, plan, sizes, self.cfg.coalesce_gap)
-        ok = np.ones(b, bool)
-        if failed:
-            if self.cfg.on_error == "raise":
-                raise next(iter(failed.values()))
-            ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
-            self.num_skipped += int((~ok).sum())
-        return ok
-
     def numeric(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The batch's table columns for anchor `rows`: state and action windows with their pad masks, and
         the row's own episode, frame, task, timestamp."""
@@ -254,18 +203,6 @@ class ShardDataset(torch.utils.data.Dataset):
         ra, pad_a = window_rows(rows, self.action_offsets, start, length)
         return {"state": self.state[rs], "state_is_pad": pad_s, "action": self.action[ra], "action_is_pad": pad_a,
                 "row": rows, **{k_: np.ascontiguousarray(v[rows]) for k_, v in self.meta.items()}}
-
-
-def open_loader_root(root: str | Path, cfg: LoaderConfig) -> tuple[Path, ShardCache | None]:
-    """(local folder of the index files, download cache or None) of a loader's root, path or URL,
-    with `cfg`'s cache settings (`storage.roots.open_root`): frame and feature folders alike."""
-    return open_root(root, verify=cfg.verify, cache_dir=cfg.cache_dir, cache_bytes=cfg.cache_bytes,
-                     storage_options=cfg.storage_options)
-
-
-def root_name(folder: Path, cache: ShardCache | None) -> str | Path:
-    """What errors name: the local folder, or the URL of a remote root."""
-    return cache.root_url if cache is not None else folder
 
 
 def batch_images(b: int, t: int, shapes: list[tuple[int, ...]], stacked: bool,
@@ -289,15 +226,6 @@ def batch_images(b: int, t: int, shapes: list[tuple[int, ...]], stacked: bool,
             cells.append((flat_np[block : block + b * t * fb].reshape(b, t, fb), block))
             block += b * t * fb
     return flat, _carve(flat, layout), cells
-
-
-def drop_failed(batch: dict[str, torch.Tensor], ok: np.ndarray) -> dict[str, torch.Tensor]:
-    """The batch without the items whose shard failed (`on_error="skip"`), and their count `num_skipped`."""
-    if not ok.all():
-        sel = torch.from_numpy(np.flatnonzero(ok))
-        batch = {k_: (v if k_ == "slot_index" else v.index_select(0, sel)) for k_, v in batch.items()}
-    batch["num_skipped"] = torch.tensor(int((~ok).sum()))
-    return batch
 
 
 def _carve(flat: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:

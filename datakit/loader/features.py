@@ -5,7 +5,7 @@ rank split, resume, workers, shared-memory ring and lent batches are the frame l
 a position is a clip (a row of the clip table) instead of an anchor frame. A batch's tensors are
 read with the frame loader's coalesced `preadv` (`reads.read_frames`) straight into one lent
 buffer, then viewed at their dtype and shape (`host_view`): no copy, no parse. A remote root
-(`s3://...`, `gs://...`) is opened as a frame folder's is (`dataset.open_loader_root`): index files
+(`s3://...`, `gs://...`) is opened as a frame folder's is (`folder.open_loader_root`): index files
 from the node-local cache folder, each shard from the download cache.
 
 Batch keys (B clips; C, T', H', W' the latent shape; L the longest prompt of the batch):
@@ -24,38 +24,31 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
-from datakit.loader.dataset import ShardDataset, open_loader_root, root_name
+from datakit.loader.dataset import ShardDataset
+from datakit.loader.folder import FolderDataset, drop_failed, keep_episodes, open_loader_root
 from datakit.loader.normalise import affine_from_stats
-from datakit.loader.reads import ReadPlan, read_frames
+from datakit.loader.reads import ReadPlan
 from datakit.loader.shm_pool import FEATURE_BYTES
 from datakit.shards.features import (
     DTYPES, FeatureIndex, check_clip_reads, is_feature_folder, load_clips, load_features, torch_dtype,
 )
-from datakit.shards.index import FRAMES_NAME, OFFSET_PREFIX, column
+from datakit.shards.index import OFFSET_PREFIX, column
+from datakit.shards.names import FRAMES_NAME
 from datakit.shards.open_files import OpenShards
-from datakit.storage.cache import ShardCache
 
 META = ("episode_index", "start", "task_index", "prompt")
 
 
-class FeatureDataset(torch.utils.data.Dataset):
-    """Map-style dataset over a feature folder: position i is the i-th clip (of `cfg.episodes`)."""
-
-    def __init__(self, root: str | Path, cfg: LoaderConfig, *,
-                 opened: tuple[Path, ShardCache | None, FeatureIndex | None] | None = None):
-        """`root`: a folder or a URL (`s3://...`), opened as `ShardDataset` opens one (`open_loader_root`);
-        `opened`: (folder, cache, index or None) of `root` as the caller already opened it."""
-        self.cfg = cfg
-        self.folder, self.cache, index = opened if opened is not None else (*open_loader_root(root, cfg), None)
-        self.root = root_name(self.folder, self.cache)
-        self._open(index)
+class FeatureDataset(FolderDataset):
+    """Map-style dataset over a feature folder: position i is the i-th clip (of `cfg.episodes`). `root`: a
+    folder or a URL (`s3://...`), opened as `ShardDataset` opens one; `opened`: (folder, cache, index or
+    None) of `root` as the caller already opened it (`FolderDataset`)."""
 
     def _open(self, index: FeatureIndex | None = None) -> None:
         cfg = self.cfg
@@ -68,11 +61,8 @@ class FeatureDataset(torch.utils.data.Dataset):
         self.meta = {k: column(table, k) for k in META}
         self.state = column(table, "state")
         self.action = column(table, "action")
-        self.anchors = np.arange(self.index.num_clips, dtype=np.int64)
-        if cfg.episodes is not None:
-            self.anchors = self.anchors[np.isin(self.meta["episode_index"], np.asarray(cfg.episodes, np.int64))]
-            if not self.anchors.size:
-                raise ValueError(f"episodes {list(cfg.episodes)[:8]} hold no clip of {self.folder}")
+        self.anchors = keep_episodes(np.arange(self.index.num_clips, dtype=np.int64), self.meta["episode_index"],
+                                     cfg.episodes, f"clip of {self.folder}")
         self.field_bytes = [self.index.fields[f].bytes for f in self.fields]
         self.num_frames, self.slot_bytes = 1, (sum(self.field_bytes),)  # what the shared-memory ring is sized by
         self.files = OpenShards(self.folder, self.index.shards, verify=cfg.verify, max_open=cfg.max_open_shards,
@@ -91,29 +81,9 @@ class FeatureDataset(torch.utils.data.Dataset):
             out.append(torch.from_numpy(data).view(dtype).view(p.tokens, self.index.text_width))
         return out
 
-    def __getstate__(self) -> dict[str, Any]:
-        # workers re-map the files; a remote root's cache travels without its download thread
-        return {"root": self.root, "folder": self.folder, "cache": self.cache, "cfg": self.cfg}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.root, self.folder, self.cache, self.cfg = state["root"], state["folder"], state["cache"], state["cfg"]
-        self._open()
-
-    def close(self) -> None:
-        """Close this process's shard files and stop the cache's download thread."""
-        self.files.close()
-        if self.cache is not None:
-            self.cache.close()
-
-    def __len__(self) -> int:
-        return int(self.anchors.shape[0])
-
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         batch = self.host_view(self.read_batch([int(i)]))
         return {k: (v[0] if v.dim() and k != "num_skipped" else v) for k, v in batch.items()}
-
-    def __getitems__(self, positions: list[int]) -> dict[str, torch.Tensor]:
-        return self.read_batch(positions)
 
     def read_batch(self, positions: list[int] | np.ndarray,
                    alloc: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -135,13 +105,7 @@ class FeatureDataset(torch.utils.data.Dataset):
             at += b * n
         plan = ReadPlan(shard=np.concatenate(shards), offset=np.concatenate(offs), dest=dests,
                         owner=np.concatenate(owners))
-        failed = read_frames(self.files, plan, np.concatenate(sizes), self.cfg.coalesce_gap)
-        ok = np.ones(b, bool)
-        if failed:
-            if self.cfg.on_error == "raise":
-                raise next(iter(failed.values()))
-            ok[np.unique(plan.owner[np.isin(plan.shard, list(failed))])] = False
-            self.num_skipped += int((~ok).sum())
+        ok = self.read_planned(self.files, plan, np.concatenate(sizes), b)
         a = len(self.index.action_names)
         batch = {**raw, "state": torch.from_numpy(self.state[rows]),
                  "action": torch.from_numpy(self.action[rows].reshape(b, self.index.span, a)),
@@ -149,11 +113,7 @@ class FeatureDataset(torch.utils.data.Dataset):
                  **{k: torch.from_numpy(np.ascontiguousarray(v[rows])) for k, v in self.meta.items()}}
         if self.texts:
             batch.update(self._text(self.meta["prompt"][rows]))
-        if not ok.all():
-            sel = torch.from_numpy(np.flatnonzero(ok))
-            batch = {k: v.index_select(0, sel) for k, v in batch.items()}
-        batch["num_skipped"] = torch.tensor(int((~ok).sum()))
-        return batch
+        return drop_failed(batch, ok)
 
     def _text(self, prompts: np.ndarray) -> dict[str, torch.Tensor]:
         """(B, L, width) zero-padded to the batch's longest prompt, and its mask; a clip without a

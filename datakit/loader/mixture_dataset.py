@@ -40,7 +40,8 @@ import torch
 import torch.utils.data
 
 from datakit.loader.config import LoaderConfig
-from datakit.loader.dataset import ShardDataset, batch_images, drop_failed
+from datakit.loader.dataset import ShardDataset, batch_images
+from datakit.loader.folder import drop_failed
 from datakit.loader.reads import ReadPlan
 from datakit.loader.mixture import MixtureSource, SourceOrders, normalised_weights
 from datakit.loader.sampler import block_ids

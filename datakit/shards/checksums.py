@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 
 from datakit.errors import IndexFileError
+from datakit.shards.names import CHECKSUMS_NAME
 
-CHECKSUMS_NAME = "checksums.json"  # sha256 of index.json and frames.arrow; written last = finished
 _HEX = re.compile(r"[0-9a-f]{64}")
 # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) -> sha256 of a file hashed in this process;
 # ctime cannot be set from user space, so any write to the file gives a new key

@@ -31,10 +31,11 @@ import torch
 from datakit.errors import IndexFileError
 from datakit.shards import checksums
 from datakit.shards.index import (
-    FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, ShardEntry, _fields, _reject_constant, _NotStrict, load_frames,
+    OFFSET_PREFIX, ShardEntry, _fields, _reject_constant, _NotStrict, load_frames,
     write_checksums, write_frames, write_atomic,
 )
-from datakit.shards.manifest_check import SHA256_HEX, SHARD_NAME, _Check
+from datakit.shards.manifest_check import SHA256_HEX, _Check
+from datakit.shards.names import FRAMES_NAME, MANIFEST_NAME, SHARD_NAME
 
 FEATURES_FORMAT = "datakit-features"
 FEATURES_VERSION = 1

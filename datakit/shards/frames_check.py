@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.errors import IndexFileError
-from datakit.shards.index import FRAMES_NAME, OFFSET_PREFIX, ShardIndex, column
+from datakit.shards.index import OFFSET_PREFIX, ShardIndex, column
+from datakit.shards.names import FRAMES_NAME
 
 CHUNK_ROWS = 1 << 22  # rows per block of the vectorised checks (bounded temporaries)
 

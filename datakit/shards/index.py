@@ -36,14 +36,11 @@ import pyarrow.ipc as ipc
 from datakit.durable import atomic_path, file_sha256, write_atomic  # noqa: F401  (write_atomic re-exported)
 from datakit.errors import IndexFileError, Problem
 from datakit.shards import checksums
-from datakit.shards.checksums import CHECKSUMS_NAME
 from datakit.shards.manifest_check import CAMERA_STATUSES, check_manifest
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 
 FORMAT_NAME = "datakit-shards"
 FORMAT_VERSION = 2  # 2: checksums.json, camera `status` (was `slot`), source fingerprint
-MANIFEST_NAME = "index.json"
-FRAMES_NAME = "frames.arrow"
-SHARD_PATTERN = "shard-{index:06d}.tar"
 FRAME_KEY = "{episode:06d}/{frame:06d}"  # tar member key; members are <key>.<field>
 OFFSET_PREFIX = "offset/"
 STATUS_REAL, STATUS_BLANK, STATUS_MISSING = CAMERA_STATUSES  # a camera in an episode

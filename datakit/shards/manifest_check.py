@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import IndexFileError, Problem
+from datakit.shards.names import SHARD_NAME
 from datakit.shards.stats import STAT_NAMES  # the ones readers use; others are left alone
 
 # what each camera is in an episode (and, over all episodes, in the dataset); the index's vocabulary
 CAMERA_STATUSES = ("real", "blank", "missing")
 
-SHARD_NAME = re.compile(r"shard-[0-9]{6,}\.tar")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 LAYOUTS = ("rgb", "nv12")
 Fields = tuple[set[str], set[str]]  # (required, optional) keys of one object

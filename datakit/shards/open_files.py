@@ -59,7 +59,8 @@ import numpy as np
 from datakit.durable import check_size, fd_sha256
 from datakit.errors import IndexFileError, ResourceLimitError, ShardError
 from datakit.shards import checksums
-from datakit.shards.index import CHECKSUMS_NAME, ShardEntry, conversion_id
+from datakit.shards.index import ShardEntry, conversion_id
+from datakit.shards.names import CHECKSUMS_NAME
 
 VERIFY_MODES = ("size", "sha256")
 DEFAULT_MAX_OPEN = 64  # shards open at once per process (each costs 1-2 descriptors)

@@ -51,7 +51,8 @@ from typing import Any
 from datakit.durable import fd_sha256, file_sha256, fsync_dir, write_atomic
 from datakit.errors import ResourceLimitError, ShardError, StorageError
 from datakit.shards import checksums
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry, load_index
+from datakit.shards.index import ShardEntry, load_index
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage import cache_disk
 from datakit.storage.cache_disk import FOLDER_LOCK, LOCKS, flock
 from datakit.storage.download_ahead import DownloadAhead

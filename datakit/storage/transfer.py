@@ -25,12 +25,11 @@ from typing import Any
 
 from datakit.durable import atomic_path, temp_path
 from datakit.errors import DatakitError, ResourceLimitError, ShardError, StorageError, output_error
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
+from datakit.shards.names import CHECKSUMS_NAME, INDEX_FILES, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.urls import deadline, filesystem, join, repo_id_of, resolve, scheme
 
 COPY_CHUNK = 8 << 20  # bytes per read of a remote stream
-INDEX_FILES_IN_ORDER = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # upload order; the last = finished
 
 
 def temp_name(dest: Path) -> Path:
@@ -218,7 +217,7 @@ def upload_output(local_out: Path, url: str, *, storage_options: dict[str, Any] 
         target = join(url, shard["name"])
         if remote_size(target, storage_options=storage_options, policy=policy) != shard["bytes"]:
             raise StorageError(target, "shard missing or of the wrong size after upload; index not uploaded")
-    for name in INDEX_FILES_IN_ORDER:
+    for name in INDEX_FILES:  # upload order; the last = finished
         upload(local_out / name, join(url, name), storage_options=storage_options, policy=policy)
         uploaded.append(name)
     return uploaded

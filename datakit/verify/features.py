@@ -17,7 +17,8 @@ from datakit.errors import IndexFileError, Problem
 from datakit.shards.features import (
     DTYPES, PROMPT_KEY, FeatureIndex, check_clip_reads, load_clips, load_features,
 )
-from datakit.shards.index import FRAME_KEY, FRAMES_NAME, OFFSET_PREFIX, column
+from datakit.shards.index import FRAME_KEY, OFFSET_PREFIX, column
+from datakit.shards.names import FRAMES_NAME
 from datakit.shards.writer import npy_header
 from datakit.verify.folder import ShardFile, VerifyReport, _tar_members, checksum_problems, shard_intact
 

@@ -39,9 +39,9 @@ from datakit.durable import check_size, file_sha256
 from datakit.errors import IndexFileError, Problem, ShardError
 from datakit.shards.frames_check import table_problems
 from datakit.shards.index import (
-    CHECKSUMS_NAME, FRAME_KEY, FRAMES_NAME, MANIFEST_NAME, OFFSET_PREFIX, ShardEntry, check_frames_schema, column,
-    load_frames, load_index,
+    FRAME_KEY, OFFSET_PREFIX, ShardEntry, check_frames_schema, column, load_frames, load_index,
 )
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.shards.writer import npy_header
 
 

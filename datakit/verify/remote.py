@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from datakit.errors import IndexFileError, Problem
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardEntry
+from datakit.shards.index import ShardEntry
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy
 from datakit.storage.transfer import download, remote_size
 from datakit.storage.urls import join

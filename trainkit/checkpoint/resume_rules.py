@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datakit.shards.index import CHECKSUMS_NAME
+from datakit.shards.names import CHECKSUMS_NAME
 from trainkit.config import RunConfig, SourceConfig
 from trainkit.errors import CheckpointError, DataError
 

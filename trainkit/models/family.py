@@ -82,13 +82,14 @@ class BatchAdapter(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointFiles:
-    """What a checkpoint folder says about the model's shape, read without any tensor's data."""
+class WeightsFiles:
+    """What a weights folder (model.init_from, an export) says about the model's shape, read without any
+    tensor's data."""
 
     shapes: Mapping[str, tuple[int, ...]]  # model.safetensors' header: key -> shape
     config: Mapping[str, Any]  # config.json (LeRobot's PI05Config, openpi's converter's, ...)
     metadata: Mapping[str, str]  # model.safetensors' __metadata__ (trainkit's export: what tensors cannot say)
-    folder: str = ""  # the checkpoint folder (a family reads its other files there: gr00t's tokenizer); "": none
+    folder: str = ""  # the weights folder (a family reads its other files there: gr00t's tokenizer); "": none
 
 
 # config field -> (its value, where the checkpoint says so: "model.safetensors 'key' rows 128 / ...")
@@ -139,7 +140,7 @@ class Weights:
     # (checkpoint, the preset's config, the run's own model.* settings) -> every config field the
     # checkpoint fixes (`model.init_from` builds that shape: trainkit/weights/shape.py); None: the
     # family's shape always comes from its preset
-    config_from: Callable[[CheckpointFiles, Any, Mapping[str, Any]], Fixed] | None = None
+    config_from: Callable[[WeightsFiles, Any, Mapping[str, Any]], Fixed] | None = None
     # (config, trainkit module path, part of a fused linear or "") -> that module's name in this family's
     # checkpoints: the names `trainkit export --format peft` writes LoRA adapters under (adapters.py);
     # None: trainkit's own module names are the checkpoint's

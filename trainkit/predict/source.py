@@ -35,7 +35,7 @@ from trainkit.errors import CheckpointError, DataError, LaunchError
 from trainkit.models import Family, build_model, family
 from trainkit.weights.export import load_run_model
 from trainkit.weights.load import CONFIG_NAME, WEIGHTS_NAME, load_weights
-from trainkit.weights.norm_stats import LEROBOT_MODE, read_checkpoint_stats, with_checkpoint_stats
+from trainkit.weights.norm_stats import LEROBOT_MODE, read_weights_stats, with_weights_stats
 
 
 @dataclass
@@ -93,15 +93,15 @@ def training_stats(source: Source, index: ShardIndex, shards: Path) -> tuple[Sha
     dcfg = source.cfg.data
     if source.step is None:  # a checkpoint folder
         try:
-            read_checkpoint_stats(source.path)
+            read_weights_stats(source.path)
         except CheckpointError:
             print(f"trainkit: {source.path} carries no statistics; the actions are unnormalised with "
                   f"{shards}'s own", file=sys.stderr)
             return index, f"{shards} (the checkpoint carries none)"
-        index, found = with_checkpoint_stats(index, source.path, dcfg.norm)
+        index, found = with_weights_stats(index, source.path, dcfg.norm)
         return index, str(found)
     if dcfg.norm_from == "checkpoint":
-        index, found = with_checkpoint_stats(index, source.cfg.model.init_from, dcfg.norm)
+        index, found = with_weights_stats(index, source.cfg.model.init_from, dcfg.norm)
         return index, str(found)
     if same_dataset(source, shards):
         return index, f"{shards} (the run's dataset)"

@@ -61,8 +61,8 @@ from trainkit.models import build_model, family
 from trainkit.models.lora import lora_layers, merged_state, without_lora
 from trainkit.weights.adapters import adapter_files, write_adapters
 from trainkit.weights.export_source import chosen_source, source_notes
-from trainkit.weights.load import WEIGHTS_NAME, read_checkpoint, read_tensors, write_weights
-from trainkit.weights.norm_stats import LEROBOT_MODE, with_checkpoint_stats
+from trainkit.weights.load import WEIGHTS_NAME, read_weights_folder, read_tensors, write_weights
+from trainkit.weights.norm_stats import LEROBOT_MODE, with_weights_stats
 from trainkit.weights.publish import DATA_WHY, check_out, refuse_overlap, seal, staged
 from trainkit.weights.servable import servable_problem
 from trainkit.weights.serving import README, serving_files
@@ -193,7 +193,7 @@ def _dataset(cfg: RunConfig, max_slots: int, source: SourceConfig | None = None)
         print(f"trainkit: {root}: dataset index unreadable ({type(e).__name__}); {said}", file=sys.stderr)
         return generic
     if cfg.data.norm_from == "checkpoint":  # one folder only (a mixture's config refuses it)
-        index, _ = with_checkpoint_stats(index, cfg.model.init_from, cfg.data.norm)
+        index, _ = with_weights_stats(index, cfg.model.init_from, cfg.data.norm)
     # the loader's slots (trainkit/data.py): the source's, else data.slots, else the index's cameras;
     # a slot left empty ("") is not a camera the robot gives (LeRobot masks what the observation lacks)
     cams = [c for c in slots if c] or list(index.cameras)
@@ -208,7 +208,7 @@ def _start_tensors(cfg: RunConfig, fam: Any, model_cfg: Any) -> dict[str, torch.
         print("trainkit: the run started from a random init (no model.init_from): the export's tensors of "
               "other embodiments / parts it never trained are zeros", file=sys.stderr)
         return {}
-    keys = read_checkpoint(cfg.model.init_from).shapes
+    keys = read_weights_folder(cfg.model.init_from).shapes
     try:
         wanted = fam.weights.start_keys(model_cfg, set(keys))
     except WeightsError as e:

@@ -41,10 +41,10 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from datakit.durable import write_atomic
 from trainkit.errors import CheckpointError, WeightsError
-from trainkit.models import CheckpointFiles, Family
+from trainkit.models import WeightsFiles, Family
 from trainkit.models.lora import lora_layers, rename_plan, without_lora
 from trainkit.parallel.names import clean_name
-from trainkit.weights.norm_stats import inside_checkpoint
+from trainkit.weights.norm_stats import inside_weights_folder
 from trainkit.weights.publish import check_export_folder
 from trainkit.weights.safetensors_file import FLOAT_DTYPES, Entry, read_header_and_metadata
 
@@ -59,7 +59,7 @@ def weight_files(folder: Path) -> tuple[list[Path], Path | None, dict[str, str]]
     folder (a symlink out is refused; a Hugging Face snapshot's links into its blobs/ are not)."""
     for name in WEIGHT_STEMS:
         if (folder / name).is_file():
-            return [inside_checkpoint(folder, name, folder, "weight file")], None, {}
+            return [inside_weights_folder(folder, name, folder, "weight file")], None, {}
         index = folder / f"{name}.index.json"
         if index.is_file():
             try:
@@ -70,11 +70,11 @@ def weight_files(folder: Path) -> tuple[list[Path], Path | None, dict[str, str]]
             for n in names:
                 if not isinstance(n, str) or "/" in n or not (folder / n).is_file():
                     raise CheckpointError(str(index), f"names shard {str(n)[:200]!r}, which the folder lacks")
-            return [inside_checkpoint(folder, n, index, "shard") for n in names], index, weight_map
+            return [inside_weights_folder(folder, n, index, "shard") for n in names], index, weight_map
     return None
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[str, Path]]:
+def _read_folder(folder: Path) -> tuple[dict[str, Entry], WeightsFiles, dict[str, Path]]:
     """(the checked header of the folder's weights, what the folder says about the model's shape,
     the file holding each key)."""
     found = weight_files(folder)
@@ -103,12 +103,12 @@ def _read_folder(folder: Path) -> tuple[dict[str, Entry], CheckpointFiles, dict[
             if index is not None and weight_map.get(key) != path.name:
                 raise CheckpointError(str(index), f"maps tensor {key!r} to {weight_map.get(key)!r}; it is in "
                                       f"{path.name}")
-    return header, CheckpointFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
+    return header, WeightsFiles(shapes={k: e.shape for k, e in header.items()}, config=config,
                                    metadata=metadata, folder=str(folder)), where
 
 
-def read_checkpoint(folder: str | Path) -> CheckpointFiles:
-    """What the checkpoint folder says about the model's shape (no tensor data read), checked:
+def read_weights_folder(folder: str | Path) -> WeightsFiles:
+    """What the weights folder says about the model's shape (no tensor data read), checked:
     trainkit/weights/shape.py builds the model from it."""
     return _read_folder(Path(folder))[1]
 

@@ -7,7 +7,7 @@ dataset's statistics (`data.norm_from = "dataset"`, the default: the shard index
   of `observation.state.<stat>` and `action.<stat>` tensors (mean, std, min, max, q01, q99);
 - openpi: `assets/<asset id>/norm_stats.json`, `{"norm_stats": {"state": {...}, "actions": {...}}}`
   (mean, std, q01, q99).
-The statistics replace the index's in the run's `ShardIndex` (`with_checkpoint_stats`), so the
+The statistics replace the index's in the run's `ShardIndex` (`with_weights_stats`), so the
 loader, the host normaliser and the prompt's state bins all use them; the robot's state and action
 sizes must match the dataset's. A resumed run reads them again from `model.init_from`.
 
@@ -21,7 +21,7 @@ statistics, `data.norm_from = "dataset"`, pass the same rule, `check_dataset_sta
   accepted: real datasets have them (a gripper never used), and LeRobot and datakit map its one
   value to 0 (or -1) through the same floor. A dimension whose q01 == q99 but whose values still
   span [min, max] (it moves in under 1% of frames) is refused under quantile normalisation.
-Dims (`check_robot_dims`, `with_checkpoint_stats`): the dataset's state / action channels must be
+Dims (`check_robot_dims`, `with_weights_stats`): the dataset's state / action channels must be
 at most the model's (`Family.robot_dims`), and every statistic a checkpoint holds for them must
 have the dataset's channels; a dataset's own statistics are held to its channels by datakit's
 index check.
@@ -64,8 +64,8 @@ class _Found:
     key: KeyName  # how `values` names each statistic
 
 
-def read_checkpoint_stats(folder: str | Path) -> tuple[Stats, Path]:
-    """(statistics, the file they came from) of a checkpoint folder; CheckpointError if it has none."""
+def read_weights_stats(folder: str | Path) -> tuple[Stats, Path]:
+    """(statistics, the file they came from) of a weights folder; CheckpointError if it has none."""
     found = _find(Path(folder))
     return found.stats, found.source
 
@@ -82,7 +82,7 @@ def _find(folder: Path) -> _Found:
                           "assets/*/norm_stats.json (openpi) in model.init_from")
 
 
-def inside_checkpoint(folder: Path, name: str, named_in: Path, what: str) -> Path:
+def inside_weights_folder(folder: Path, name: str, named_in: Path, what: str) -> Path:
     """`folder / name`, refused (naming `named_in`, the file that names it) unless it stays in `folder`
     (resolved: a symlink out is refused, but a Hugging Face cache snapshot's links into its `blobs/`)."""
     rel = PurePosixPath(name)
@@ -110,7 +110,7 @@ def _lists(d: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def _read_openpi(folder: Path, path: Path) -> _Found:
-    path = inside_checkpoint(folder, path.relative_to(folder).as_posix(), folder, "statistics file")
+    path = inside_weights_folder(folder, path.relative_to(folder).as_posix(), folder, "statistics file")
     try:
         raw = json.loads(path.read_text())["norm_stats"]
         stats = {"state": _lists(raw["state"]), "action": _lists(raw["actions"])}
@@ -129,7 +129,7 @@ def _read_lerobot(folder: Path, path: Path) -> _Found:
         raise CheckpointError(str(path), f"unreadable LeRobot processor ({type(e).__name__}: {e})") from None
     if not isinstance(step["state_file"], str):
         raise CheckpointError(str(path), f"state_file {step['state_file']!r} is not a file name")
-    values = inside_checkpoint(folder, step["state_file"], path, "state_file")
+    values = inside_weights_folder(folder, step["state_file"], path, "state_file")
     out: Stats = {"state": {}, "action": {}}
     for key, tensor in load_checked(values).items():
         feature, _, stat = key.rpartition(".")
@@ -190,15 +190,15 @@ def _range_problem(part: str, per: dict[str, list[float]], data: dict[str, list[
 
 
 def check_robot_dims(index: ShardIndex, robot_dims: Mapping[str, str], model_cfg: Any, shards: str,
-                     from_checkpoint: Collection[str] = ()) -> None:
+                     from_weights: Collection[str] = ()) -> None:
     """Refuse a dataset whose state or action has more channels than the model takes
     (`Family.robot_dims`: the config field bounding each; the robot's are zero-padded up to it,
     and a longer one would fail in the first batch, after the model is built), naming its
-    index.json and the key; `from_checkpoint`: the fields model.init_from's checkpoint set."""
+    index.json and the key; `from_weights`: the fields model.init_from's checkpoint set."""
     for part, field in robot_dims.items():
         have, most = len(getattr(index, f"{part}_names")), getattr(model_cfg, field)
         if have > most:
-            whose = " from model.init_from's checkpoint" if field in from_checkpoint else ""
+            whose = " from model.init_from's checkpoint" if field in from_weights else ""
             raise DataError(f"{shards.rstrip('/')}/index.json", f"{part}_names has {have} channels; the model takes "
                             f"at most {most} (model.{field}{whose})")
 
@@ -211,8 +211,8 @@ def check_dataset_stats(index: ShardIndex, norm: str, shards: str) -> None:
         raise DataError(f"{shards.rstrip('/')}/index.json", problem)
 
 
-def with_checkpoint_stats(index: ShardIndex, folder: str | Path, norm: str) -> tuple[ShardIndex, Path]:
-    """`index` with its state/action statistics replaced by the checkpoint's (those `norm` needs
+def with_weights_stats(index: ShardIndex, folder: str | Path, norm: str) -> tuple[ShardIndex, Path]:
+    """`index` with its state/action statistics replaced by the weights folder's (those `norm` needs
     must be there, at the dataset's sizes, and pass `stats_problem` against the dataset's range);
     the file they came from."""
     found = _find(Path(folder))

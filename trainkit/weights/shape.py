@@ -1,9 +1,9 @@
 """The model's shape from `model.init_from`'s checkpoint: a fine-tune names the checkpoint, not its widths.
 
-    cfg, fixed = with_checkpoint_shape(cfg, run_dir)   # before the model is built (the trainer, inspect)
+    cfg, fixed = with_weights_shape(cfg, run_dir)   # before the model is built (the trainer, inspect)
 
 The family reads every config field the checkpoint fixes from its folder, without reading any
-tensor's data (`Weights.config_from`; pi05: trainkit/models/pi05/weights.py `config_from_checkpoint`):
+tensor's data (`Weights.config_from`; pi05: trainkit/models/pi05/weights.py `config_from_weights`):
 widths, depths, heads, vocab, patch and image size, action channels from model.safetensors'
 header, chunk and prompt length from config.json. LeRobot's config.json names Gemma variants
 ("gemma_2b"), not widths, so a tiny or custom checkpoint is described by its tensors alone.
@@ -25,13 +25,13 @@ from trainkit.checkpoint.manifest import DamagedCheckpoint, read_manifest
 from trainkit.config import RunConfig
 from trainkit.errors import CheckpointError, ConfigError, ModelConfigError, WeightsError
 from trainkit.models import Fixed, build_config, family
-from trainkit.weights.load import read_checkpoint
+from trainkit.weights.load import read_weights_folder
 
 # sources of a field that the checkpoint itself states; any other source is an assumption, said so
 _STATED = ("model.safetensors", "config.json")
 
 
-def with_checkpoint_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[RunConfig, Fixed]:
+def with_weights_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[RunConfig, Fixed]:
     """`cfg` with every model field model.init_from's checkpoint fixes in `model.overrides`, and
     those fields with where each was read. Unchanged ({}) without init_from; when `run_dir` holds a
     checkpoint that recorded the same init_from (a resume), the model it recorded ({} too)."""
@@ -46,7 +46,7 @@ def with_checkpoint_shape(cfg: RunConfig, run_dir: Path | None = None) -> tuple[
     if fam.weights is None or fam.weights.config_from is None:
         raise CheckpointError(str(folder), f"model.init_from: family {fam.name!r} has no checkpoint mapping "
                               "(it trains from random weights only)")
-    files = read_checkpoint(folder)
+    files = read_weights_folder(folder)
     try:
         fixed = fam.weights.config_from(files, build_config(fam.name, cfg.model.preset), given)
     except WeightsError as e:

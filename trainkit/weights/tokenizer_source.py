@@ -7,7 +7,7 @@
 Prompts tokenized another way than a checkpoint was trained with give a model that is wrong and
 looks fine, so the run says which tokenizer it took, in its first lines and in summary.json. The
 choice itself is the family's (its config's `tokenizer` field; `model.init_from`'s folder is read by
-its `Weights.config_from`, which names where it found one: pi05 `checkpoint_tokenizer`, gr00t's
+its `Weights.config_from`, which names where it found one: pi05 `weights_tokenizer`, gr00t's
 tokenizer.json); this module only reports it, for any family with a `tokenizer` field, and keeps a
 tokenizer file taken from init_from's folder in output.dir (`keep_tokenizer`): a resume, an export
 or a predict of the run never reads init_from's folder, which may have moved since.

@@ -33,7 +33,7 @@ from datakit.convert.shard import commit_shard, write_shard
 from datakit.convert.split import split_below_shard
 from datakit.durable import discard
 from datakit.errors import DatakitError, OutputError
-from datakit.shards.index import SHARD_PATTERN
+from datakit.shards.names import SHARD_PATTERN, SHARD_TMP_GLOB
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 
@@ -156,7 +156,7 @@ def _run_pool(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
         pool.shutdown(wait=True)  # the workers' exit waits for their pending commits
     except BaseException:
         stop_workers(pool, workers)
-        for tmp in Path(out).glob("shard-*.tar.tmp"):
+        for tmp in Path(out).glob(SHARD_TMP_GLOB):
             discard(tmp)
         raise
     if (failed := _commit_failure(out, jobs, board)) is not None:  # the last commits, at the workers' exit

@@ -32,6 +32,7 @@ from datakit.convert.shard import commit_shard
 from datakit.convert.split import EpisodePart, join_parts, new_scratch, shm_scratch, write_part
 from datakit.durable import discard
 from datakit.errors import DatakitError
+from datakit.shards.names import SHARD_TMP_GLOB
 from datakit.sources.episode import DatasetSpec, EpisodeRef
 
 _WORKER: dict = {}
@@ -113,7 +114,7 @@ def run_split(spec: DatasetSpec, cfg: ConvertConfig, out: Path, jobs: list[Job],
         pool.shutdown(wait=True)
     except BaseException:
         stop_workers(pool, workers)  # returns once no worker runs: none writes a part after this
-        for tmp in Path(out).glob("shard-*.tar.tmp"):
+        for tmp in Path(out).glob(SHARD_TMP_GLOB):
             discard(tmp)
         raise
     finally:

@@ -24,15 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from datakit.convert.journal import STAGING
 from datakit.durable import write_atomic
 from datakit.errors import ShardError, StorageError
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, INDEX_FILES, JOURNAL_GLOB, MANIFEST_NAME, STAGING
 from datakit.storage.retry import DEFAULT_RETRY, RetryPolicy, with_retries
 from datakit.storage.transfer import remote_size, upload
 from datakit.storage.urls import filesystem, join
 
-INDEX_ORDER = (FRAMES_NAME, MANIFEST_NAME, CHECKSUMS_NAME)  # upload order; the last = finished
 _SHARD = re.compile(r"^shard-\d+\.tar$")
 
 
@@ -131,7 +129,7 @@ def publish(local_out: Path, url: str, record: Path, *, storage_options: dict[st
         target = join(url, shard["name"])
         if remote_size(target, **opts) != shard["bytes"]:
             raise StorageError(target, "shard missing or of the wrong size after upload; index not uploaded")
-    for name in INDEX_ORDER:
+    for name in INDEX_FILES:  # upload order; the last = finished
         _put(local_out / name, join(url, name), opts)
         uploaded.append(name)
     named = {s["name"] for s in shards}
@@ -172,7 +170,7 @@ class ShardStreamer:
     def _committed(self) -> list[tuple[str, str]]:
         """(shard name, sha256) of shards journaled by this run and not handled yet."""
         found = []
-        for journal in sorted((self.local_out / STAGING).glob("shard-*.journal")):
+        for journal in sorted((self.local_out / STAGING).glob(JOURNAL_GLOB)):
             try:
                 if journal.name in self._seen or journal.stat().st_mtime < self._since:
                     continue

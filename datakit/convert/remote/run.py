@@ -34,12 +34,13 @@ from pathlib import Path
 from datakit.convert.config import ConvertConfig
 from datakit.convert.outdir import is_ours, open_output, output_lock, remove_ours
 from datakit.convert.remote.publish import (
-    INDEX_ORDER, ShardStreamer, publish, remote_names, remote_sizes, remove_remote,
+    ShardStreamer, publish, remote_names, remote_sizes, remove_remote,
 )
 from datakit.convert.remote.source import fetch_source
 from datakit.convert.run import ConvertSummary, convert_local
 from datakit.errors import IndexFileError, OutputError, SourceError
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, load_index
+from datakit.shards.index import load_index
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, INDEX_FILES, MANIFEST_NAME
 from datakit.storage.retry import DEFAULT_RETRY, with_retries
 from datakit.storage.roots import CACHE_ENV, remote_url
 from datakit.storage.transfer import download
@@ -125,7 +126,7 @@ def _finished(url: str, local_src: Path, cfg: ConvertConfig):
     spec = scan(local_src, cfg.format)
     fingerprint = source_fingerprint(spec)
     with tempfile.TemporaryDirectory(prefix="datakit-index-") as tmp:
-        for name in INDEX_ORDER:
+        for name in INDEX_FILES:
             try:
                 download(join(url, name), Path(tmp) / name)
             except FileNotFoundError:

@@ -28,7 +28,8 @@ from datakit.loader.throughput.model import ThroughputPlan, plan_throughput
 from datakit.errors import IndexFileError
 from datakit.loader.config import LoaderConfig
 from datakit.loader.mixture import MixtureSource, normalised_weights
-from datakit.shards.index import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME, ShardIndex, load_frames, load_index
+from datakit.shards.index import ShardIndex, load_frames, load_index
+from datakit.shards.names import CHECKSUMS_NAME, FRAMES_NAME, MANIFEST_NAME
 
 
 @dataclass

@@ -150,7 +150,8 @@ def test_verify_catches_wrong_offset(datasets, tmp_path):
     """A shard with the right hash but an index pointing at the wrong place is also caught."""
     import pyarrow as pa
 
-    from datakit.shards.index import FRAMES_NAME, load_frames, write_frames
+    from datakit.shards.index import load_frames, write_frames
+    from datakit.shards.names import FRAMES_NAME
     from datakit.verify import verify
 
     out = tmp_path / "o"

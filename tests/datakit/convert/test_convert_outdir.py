@@ -21,8 +21,9 @@ import datakit.convert.run as convert_pkg
 from datakit.cli import main
 from datakit.convert.config import ConvertConfig
 from datakit.convert import convert
-from datakit.convert.journal import STAGING, JournalInvalid, journal_from_json
+from datakit.convert.journal import JournalInvalid, journal_from_json
 from datakit.shards.index import load_frames, load_index, write_index
+from datakit.shards.names import STAGING
 from datakit.synth import make_lerobot_dataset
 from helpers import tree_bytes
 

@@ -17,7 +17,7 @@ import datakit.convert.run as convert_run
 from datakit.cli import main
 from datakit.convert import convert
 from datakit.convert.config import ConvertConfig
-from datakit.convert.journal import STAGING
+from datakit.shards.names import STAGING
 from datakit.synth import make_lerobot_dataset
 from helpers import tree_bytes
 

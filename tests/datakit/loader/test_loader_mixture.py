@@ -13,7 +13,7 @@ import torch
 from damage import rehash
 from datakit.loader import LoaderConfig, MixtureSource, ShardLoader
 from datakit.loader.mixture import SourceOrders, schedule
-from datakit.shards.index import FRAMES_NAME, MANIFEST_NAME
+from datakit.shards.names import FRAMES_NAME, MANIFEST_NAME
 from loader_fixtures import shards_b, shards_rgb  # noqa: F401 - session fixtures
 
 def sources(a, b, **b_kw):

@@ -34,10 +34,10 @@ def _settings_checked(name: str, shards: Path, out: Path) -> None:
     from trainkit.config import load_config
     from trainkit.models import build_model
     from trainkit.train import check_settings
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
     cfg = load_config(name, [f"data.shards={shards}", f"output.dir={out}"])
-    cfg, _ = with_checkpoint_shape(cfg)
+    cfg, _ = with_weights_shape(cfg)
     with torch.device("meta"):
         model = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides)
     check_settings(cfg, model, world_size=1, cuda=True)

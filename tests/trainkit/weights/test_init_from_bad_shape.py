@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from trainkit.config import load_config
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
-from trainkit.weights.shape import with_checkpoint_shape
+from trainkit.weights.shape import with_weights_shape
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,11 +43,11 @@ def test_a_head_count_that_does_not_divide_the_width_names_the_file(tmp_path, na
     folder = _checkpoint(tmp_path, name)
     cfg = load_config(ROOT / f"trainkit/configs/{name}_tiny.toml",
                       [f"model.init_from={folder}", "data.shards=/d", "output.dir=/o"])
-    _, fixed = with_checkpoint_shape(cfg)  # the intact checkpoint: its shape
+    _, fixed = with_weights_shape(cfg)  # the intact checkpoint: its shape
     assert fixed
     _edit(folder, name)
     with pytest.raises(CheckpointError) as e:
-        with_checkpoint_shape(cfg)
+        with_weights_shape(cfg)
     message = str(e.value)
     assert message.startswith(f"{folder / 'config.json'}: model.init_from's checkpoint gives a shape no {name} "
                               "model has: ") and "\n" not in message, message

@@ -12,7 +12,7 @@ from trainkit.config import load_config
 from trainkit.errors import CheckpointError
 from trainkit.models import build_model, family
 from trainkit.weights.load import write_weights
-from trainkit.weights.shape import with_checkpoint_shape
+from trainkit.weights.shape import with_weights_shape
 
 
 def _plain_tiny_export(folder):
@@ -31,10 +31,10 @@ def test_the_head_dim_refusal_names_the_preset_that_fits(tmp_path):
     folder = _plain_tiny_export(tmp_path / "ckpt")
     cfg = load_config("pi05_finetune", [f"model.init_from={folder}", "data.shards=x"], required=False)
     with pytest.raises(CheckpointError) as e:
-        with_checkpoint_shape(cfg)
+        with_weights_shape(cfg)
     line = str(e.value)
     assert "cannot tell head_dim" in line and "set model.head_dim, or model.preset=tiny" in line, line
     assert "model.preset=tiny (or tiny_deep), whose widths" in line and "\n" not in line, line  # same widths
-    cfg, fixed = with_checkpoint_shape(load_config("pi05_finetune", [f"model.init_from={folder}", "data.shards=x",
+    cfg, fixed = with_weights_shape(load_config("pi05_finetune", [f"model.init_from={folder}", "data.shards=x",
                                                                      "model.preset=tiny"], required=False))
     assert fixed["head_dim"][0] == build_model("pi05", "tiny").cfg.head_dim  # the preset that fits loads it

@@ -155,10 +155,10 @@ def full_header(tmp_path_factory) -> Path:
 
 def _finetune(folder: Path, *sets: str):
     from trainkit.config import load_config
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
     cfg = load_config(FINETUNE, [f"model.init_from={folder}", "data.shards=unused", *sets])
-    return cfg, with_checkpoint_shape(cfg)
+    return cfg, with_weights_shape(cfg)
 
 
 def test_a_full_width_checkpoint_without_a_tokenizer_is_refused_unless_builtin(full_header):

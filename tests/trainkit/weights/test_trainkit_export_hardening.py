@@ -154,7 +154,7 @@ def test_a_killed_export_leaves_no_out_that_looks_finished(run, tmp_path, capsys
     from trainkit.errors import CheckpointError
     from trainkit.models import build_model, family
     from trainkit.weights.load import check_weights
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     out = tmp_path / "out"
     old = None
@@ -177,7 +177,7 @@ def test_a_killed_export_leaves_no_out_that_looks_finished(run, tmp_path, capsys
         with pytest.raises(CheckpointError, match="unfinished|superseded"):
             check_weights(build_model("pi05", "tiny"), family("pi05"), folder)
         with pytest.raises(CheckpointError, match="unfinished|superseded"):
-            read_checkpoint_stats(folder)
+            read_weights_stats(folder)
     code, err = export(capsys, run, out, "--force")  # a rerun finishes it and clears the leftovers
     assert code == 0 and not working(out) and (out / MARKER).is_file(), err
 
@@ -187,14 +187,14 @@ def test_readers_require_a_complete_marker_and_read_a_folder_without_one(run, sh
     from trainkit.errors import CheckpointError
     from trainkit.models import build_model, family
     from trainkit.weights.load import check_weights, load_weights
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     fam = family("pi05")
     out = tmp_path / "out"
     code, err = export(capsys, run, out)
     assert code == 0, err
     load_weights(build_model("pi05", "tiny"), fam, out, lambda m: None)
-    read_checkpoint_stats(out)
+    read_weights_stats(out)
 
     incomplete = shutil.copytree(out, tmp_path / "incomplete")
     marker = json.loads((incomplete / MARKER).read_text())
@@ -208,7 +208,7 @@ def test_readers_require_a_complete_marker_and_read_a_folder_without_one(run, sh
         with pytest.raises(CheckpointError, match=why):
             check_weights(build_model("pi05", "tiny"), fam, folder)
         with pytest.raises(CheckpointError, match=why):
-            read_checkpoint_stats(folder)
+            read_weights_stats(folder)
     code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'ft'}",
                         f"model.init_from={incomplete}", "train.steps=1")
     line = one_line(err)
@@ -217,7 +217,7 @@ def test_readers_require_a_complete_marker_and_read_a_folder_without_one(run, sh
     foreign = shutil.copytree(out, tmp_path / "lerobot_saved")  # what LeRobot's save_pretrained leaves: no marker
     (foreign / MARKER).unlink()
     load_weights(build_model("pi05", "tiny"), fam, foreign, lambda m: None)
-    read_checkpoint_stats(foreign)
+    read_weights_stats(foreign)
 
 
 # --- 9: one line each -----------------------------------------------------------------------------
@@ -433,7 +433,7 @@ def test_the_weights_file_has_the_mode_of_its_siblings(run, tmp_path, capsys):
 
 def test_the_manifest_records_data_shards_resolved(shards_rgb, tmp_path, capsys, monkeypatch):  # noqa: F811
     """A run given a relative data.shards, exported from another directory, keeps its statistics."""
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     monkeypatch.chdir(shards_rgb.parent)
     run_dir = tmp_path / "run"
@@ -445,7 +445,7 @@ def test_the_manifest_records_data_shards_resolved(shards_rgb, tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     code, err = export(capsys, run_dir, tmp_path / "out")
     assert code == 0 and "unreadable" not in err, err
-    read_checkpoint_stats(tmp_path / "out")
+    read_weights_stats(tmp_path / "out")
 
 
 def test_an_old_manifest_with_a_relative_data_shards_still_resumes(run, shards_rgb, tmp_path, capsys,  # noqa: F811

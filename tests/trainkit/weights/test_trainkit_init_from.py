@@ -160,13 +160,13 @@ def test_norm_from_checkpoint_refuses_other_sizes_or_no_init_from(source, shards
 def test_an_openpi_export_carries_the_runs_statistics(shards_rgb, tmp_path, capsys):  # noqa: F811
     from datakit.shards.index import load_index
     from trainkit.cli import main
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'run'}", "train.steps=1",
                         "output.checkpoint_every=1", "parallel.fsdp=none", "parallel.ac_stride={}")
     assert code == 0, err
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--format", "openpi"]) == 0
-    stats, path = read_checkpoint_stats(tmp_path / "out")
+    stats, path = read_weights_stats(tmp_path / "out")
     index = load_index(shards_rgb)
     assert path == tmp_path / "out" / "assets" / "trainkit" / "norm_stats.json"
     assert {p: {k: stats[p][k] for k in ("mean", "std", "q01", "q99")} for p in ("state", "action")} == \

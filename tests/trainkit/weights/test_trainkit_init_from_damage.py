@@ -319,7 +319,7 @@ def test_an_openpi_assets_folder_linked_outside_is_refused(model, shards_rgb, tm
 def test_a_hugging_face_cache_snapshot_is_read(model, shards_rgb, tmp_path):  # noqa: F811
     """huggingface_hub's cache: `snapshots/<revision>/<file>` are symlinks into the repo's
     `blobs/`, outside the snapshot folder but inside the repo's cache folder: accepted."""
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     plain = with_stats(export(model, tmp_path / "plain"), shards_rgb)
     repo = tmp_path / "hub" / "models--lerobot--pi05_tiny"
@@ -329,6 +329,6 @@ def test_a_hugging_face_cache_snapshot_is_read(model, shards_rgb, tmp_path):  # 
     for i, f in enumerate(sorted(plain.iterdir())):
         shutil.copy(f, repo / "blobs" / f"blob{i}")
         (snapshot / f.name).symlink_to(Path("..", "..", "blobs", f"blob{i}"))
-    stats, source = read_checkpoint_stats(snapshot)
+    stats, source = read_weights_stats(snapshot)
     assert source == snapshot / "policy_preprocessor.json"
-    assert stats == read_checkpoint_stats(plain)[0]
+    assert stats == read_weights_stats(plain)[0]

@@ -24,7 +24,7 @@ from trainkit.errors import CheckpointError, ConfigError
 from trainkit.models import build_model, family
 from trainkit.models.pi05.config import full, tiny
 from trainkit.models.pi05 import weights as pi05_weights
-from trainkit.weights.shape import with_checkpoint_shape
+from trainkit.weights.shape import with_weights_shape
 from trainkit_fixtures import cli_run, shards_rgb  # noqa: F401 - fixture
 from trainkit_harness import TINY
 
@@ -107,7 +107,7 @@ def test_without_the_shape_reading_the_issues_shape_mismatch_returns(exported, s
     """Positive control: the trainer building the preset's shape, as before, fails on this checkpoint."""
     import trainkit.train
 
-    monkeypatch.setattr(trainkit.train, "with_checkpoint_shape", lambda cfg, run_dir=None: (cfg, {}))
+    monkeypatch.setattr(trainkit.train, "with_weights_shape", lambda cfg, run_dir=None: (cfg, {}))
     code, err = cli_run(capsys, *base(shards_rgb, tmp_path / "run"),
                         f"model.init_from={exported / 'lerobot'}", "train.steps=1")
     assert code == 2 and "shape mismatch" in err and len(err.splitlines()) == 1, err
@@ -125,9 +125,9 @@ def test_a_contradicting_setting_is_refused_naming_both_values_and_the_file(expo
     toml = tmp_path / "heads.toml"
     toml.write_text(TINY.read_text().replace('preset = "tiny"', 'preset = "tiny"\nheads_q = 4'))
     with pytest.raises(ConfigError, match=r"model.heads_q: 4 contradicts .* heads_q is 6 .*q_proj.weight' rows 48"):
-        with_checkpoint_shape(_config(folder, toml=toml))
+        with_weights_shape(_config(folder, toml=toml))
     # a setting that agrees with the checkpoint is accepted
-    cfg, fixed = with_checkpoint_shape(_config(folder, "model.lm_width=96", "model.head_dim=8"))
+    cfg, fixed = with_weights_shape(_config(folder, "model.lm_width=96", "model.head_dim=8"))
     assert cfg.model.overrides["lm_width"] == 96 and fixed["vocab"][0] == 700
 
 
@@ -166,8 +166,8 @@ def test_a_head_size_no_file_states_is_refused_not_guessed(exported, shards_rgb,
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"{folder / 'model.safetensors'}: cannot tell head_dim" in err and "set model.head_dim" in err, err
     with pytest.raises(CheckpointError, match="cannot tell vision_heads.*set model.vision_heads"):
-        with_checkpoint_shape(_config(folder, "model.head_dim=8"))
-    cfg, fixed = with_checkpoint_shape(_config(folder, "model.head_dim=8", "model.vision_heads=3"))
+        with_weights_shape(_config(folder, "model.head_dim=8"))
+    cfg, fixed = with_weights_shape(_config(folder, "model.head_dim=8", "model.vision_heads=3"))
     assert (fixed["heads_q"][0], fixed["heads_kv"][0]) == (6, 2)
     assert {k: cfg.model.overrides[k] for k in SHAPE} == SHAPE
 
@@ -186,22 +186,22 @@ def test_a_config_json_that_contradicts_the_tensors_is_refused(exported, tmp_pat
     edit(config)
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError) as e:
-        with_checkpoint_shape(_config(folder))
+        with_weights_shape(_config(folder))
     assert f"{folder}/{says}" in str(e.value), e.value
 
 
 def test_full_size_shape_from_the_names_alone():
     """pi05_base's case: no trainkit metadata, full widths; head_dim 256 from config.json's Gemma
     variants, 16 SigLIP heads from So400m's width: exactly the `full` preset, from a tiny one."""
-    from trainkit.models import CheckpointFiles
+    from trainkit.models import WeightsFiles
 
     with torch.device("meta"):
         model = build_model("pi05", "full")
     for fmt in pi05_weights.FORMATS:
         tensors = pi05_weights.export_tensors(model.cfg, model.state_dict(), fmt)
         config = pi05_weights.policy_config(model.cfg, {"cameras": ["a"], "state_dim": 8, "action_dim": 7})
-        ckpt = CheckpointFiles(shapes={k: tuple(v.shape) for k, v in tensors.items()}, config=config, metadata={})
-        fixed = pi05_weights.config_from_checkpoint(ckpt, tiny(), {})
+        ckpt = WeightsFiles(shapes={k: tuple(v.shape) for k, v in tensors.items()}, config=config, metadata={})
+        fixed = pi05_weights.config_from_weights(ckpt, tiny(), {})
         assert {k: v for k, (v, _) in fixed.items()} == {k: getattr(full(), k) for k in fixed}, fmt
         assert "gemma_2b" in fixed["head_dim"][1] and "So400m" in fixed["vision_heads"][1]
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from trainkit.errors import CheckpointError
-from trainkit.weights.load import read_checkpoint
+from trainkit.weights.load import read_weights_folder
 
 TENSORS = {"a.weight": torch.ones(2, 3), "b.weight": torch.zeros(4)}
 INDEX = "model.safetensors.index.json"
@@ -36,7 +36,7 @@ def test_a_shard_symlinked_out_of_the_folder_is_refused(tmp_path):
     (folder / "model-00002-of-00002.safetensors").symlink_to(outside)
     with pytest.raises(CheckpointError, match=rf"^{folder / INDEX}: shard 'model-00002-of-00002.safetensors' is "
                                               r"outside the checkpoint folder \(it resolves to "):
-        read_checkpoint(folder)
+        read_weights_folder(folder)
 
 
 def test_one_weight_file_symlinked_out_is_refused(tmp_path):
@@ -46,7 +46,7 @@ def test_one_weight_file_symlinked_out_is_refused(tmp_path):
     save_file(TENSORS, str(tmp_path / "real.safetensors"))
     (folder / "model.safetensors").symlink_to(tmp_path / "real.safetensors")
     with pytest.raises(CheckpointError, match="weight file 'model.safetensors' is outside the checkpoint folder"):
-        read_checkpoint(folder)
+        read_weights_folder(folder)
 
 
 def test_a_hugging_face_snapshot_s_links_into_its_blobs_are_read(tmp_path):
@@ -57,19 +57,19 @@ def test_a_hugging_face_snapshot_s_links_into_its_blobs_are_read(tmp_path):
     for i, f in enumerate(sorted(folder.iterdir())):
         f.rename(repo / "blobs" / f"hash{i}")
         f.symlink_to(Path("../../blobs") / f"hash{i}")
-    assert read_checkpoint(folder).shapes == {"a.weight": (2, 3), "b.weight": (4,)}
+    assert read_weights_folder(folder).shapes == {"a.weight": (2, 3), "b.weight": (4,)}
 
 
 def test_a_deeply_nested_index_is_one_line(tmp_path):
     folder = _sharded(tmp_path / "ckpt")
     (folder / INDEX).write_text("[" * 50000)
     with pytest.raises(CheckpointError, match=rf"^{folder / INDEX}: not a safetensors index \(RecursionError"):
-        read_checkpoint(folder)
+        read_weights_folder(folder)
     (folder / INDEX).write_text(json.dumps({"weight_map": {"a.weight": "model-00001-of-00002.safetensors",
                                                            "b.weight": "model-00002-of-00002.safetensors"}}))
     (folder / "config.json").write_text("[" * 50000)
     with pytest.raises(CheckpointError, match=rf"^{folder / 'config.json'}: unreadable \(RecursionError"):
-        read_checkpoint(folder)
+        read_weights_folder(folder)
 
 
 def test_an_index_mapping_a_key_to_the_wrong_shard_is_refused(tmp_path):
@@ -78,5 +78,5 @@ def test_an_index_mapping_a_key_to_the_wrong_shard_is_refused(tmp_path):
     folder = _sharded(tmp_path / "ckpt", wrong)
     with pytest.raises(CheckpointError, match=rf"^{folder / INDEX}: maps tensor 'a.weight' to "
                                               "'model-00002-of-00002.safetensors'; it is in model-00001-of-00002"):
-        read_checkpoint(folder)
-    assert read_checkpoint(_sharded(tmp_path / "right")).shapes["a.weight"] == (2, 3)  # the same, mapped right
+        read_weights_folder(folder)
+    assert read_weights_folder(_sharded(tmp_path / "right")).shapes["a.weight"] == (2, 3)  # the same, mapped right

@@ -10,7 +10,7 @@ from trainkit.models.dreamzero.flops import activations, flops_per_sample, memor
 from trainkit.models.dreamzero.memory import MEMORY
 from trainkit.models.dreamzero.sequence import TokenSequence
 from trainkit.models.dreamzero.model import SAMPLE_STEPS, DreamZero, DreamZeroBatch, sample_actions
-from trainkit.models.dreamzero.weights import FORMATS, config_from_checkpoint, config_json, export_tensors, read_plan
+from trainkit.models.dreamzero.weights import FORMATS, config_from_weights, config_json, export_tensors, read_plan
 from trainkit.models.family import Family, Sampler, Weights
 
 FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model=DreamZero, frozen=DreamZero.FROZEN,
@@ -19,7 +19,7 @@ FAMILY = Family(name="dreamzero", config=DreamZeroConfig, presets=PRESETS, model
                 max_slots=lambda cfg: 3, loader_config=loader_config, batches=DreamZeroBatches,
                 feature_batches=DreamZeroFeatureBatches,
                 memory=MEMORY, weights=Weights(formats=FORMATS, read_plan=read_plan, export_tensors=export_tensors,
-                                               config_json=config_json, config_from=config_from_checkpoint),
+                                               config_json=config_json, config_from=config_from_weights),
                 robot_dims={"state": "state_dim", "action": "action_dim"},
                 sampler=Sampler(steps=SAMPLE_STEPS, noise_shapes=lambda cfg: (
                     (cfg.latent_channels, cfg.latent_frames, *cfg.latent_hw), (cfg.horizon, cfg.action_dim)),

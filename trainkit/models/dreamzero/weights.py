@@ -29,7 +29,7 @@ import torch
 from trainkit.errors import WeightsError
 from trainkit.models.dreamzero.config import DreamZeroConfig
 from trainkit.models.lora import merged_weight
-from trainkit.models.family import CheckpointFiles, Fixed
+from trainkit.models.family import Fixed, WeightsFiles
 
 FORMATS = ("dreamzero", "wan", "diffusers")
 DZ = "action_head.model."
@@ -168,25 +168,25 @@ def config_json(cfg: DreamZeroConfig, info: Mapping[str, Any]) -> dict[str, Any]
             "max_state_dim": cfg.state_dim, "hidden_size": cfg.mlp_hidden}
 
 
-def config_from_checkpoint(ckpt: CheckpointFiles, preset: DreamZeroConfig, given: Mapping[str, Any]) -> Fixed:
+def config_from_weights(files: WeightsFiles, preset: DreamZeroConfig, given: Mapping[str, Any]) -> Fixed:
     """Every DreamZeroConfig field the checkpoint fixes, with where it is read: widths, depth, FFN,
     the patch (patch_embedding's kernel), channels from the tensors' shapes; the head count from config.json (`num_heads`, Wan's and
     DreamZero's, or `num_attention_heads`, diffusers'), else the run's or the preset's head size kept."""
-    fmt = detect(ckpt.shapes)
+    fmt = detect(files.shapes)
     prefix = DZ if fmt == "dreamzero" else ""
-    if fmt == "dreamzero" and any(k.startswith(DZ_LORA) for k in ckpt.shapes):
+    if fmt == "dreamzero" and any(k.startswith(DZ_LORA) for k in files.shapes):
         prefix = DZ_LORA
-    if fmt == "wan" and any(k.startswith("model.diffusion_model.") for k in ckpt.shapes):
+    if fmt == "wan" and any(k.startswith("model.diffusion_model.") for k in files.shapes):
         prefix = "model.diffusion_model."
 
     def key(name: str) -> str:
         k = prefix + (diffusers_name(name) if fmt == "diffusers" else name)
-        if k not in ckpt.shapes and fmt == "dreamzero" and prefix == DZ_LORA:
+        if k not in files.shapes and fmt == "dreamzero" and prefix == DZ_LORA:
             k = prefix + name.replace(".weight", ".base_layer.weight")
         return k
 
     def shape(name: str) -> tuple[int, ...]:
-        got = ckpt.shapes.get(key(name))
+        got = files.shapes.get(key(name))
         if got is None:
             raise WeightsError(f"missing key {key(name)!r} (the model's shape is read from it)")
         return tuple(got)
@@ -208,19 +208,19 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: DreamZeroConfig, given
     if in_dim not in (channels, 2 * channels + 4):
         raise WeightsError(f"patch_embedding takes {in_dim} channels for {channels} latent ones: neither Wan2.2's "
                            f"{channels} nor Wan2.1-I2V's {2 * channels + 4}")
-    blocks = {int(m.group(1)) for k in ckpt.shapes for m in [re.match(re.escape(prefix) + r"blocks\.(\d+)\.", k)] if m}
+    blocks = {int(m.group(1)) for k in files.shapes for m in [re.match(re.escape(prefix) + r"blocks\.(\d+)\.", k)] if m}
     out["depth"] = (len(blocks), f"model.safetensors {prefix}blocks.*")
     out["ffn"] = (shape("blocks.0.ffn.0.weight")[0], at("blocks.0.ffn.0.weight", "rows"))
     out["text_width"] = (shape("text_embedding.0.weight")[1], at("text_embedding.0.weight", "columns"))
     out["freq_dim"] = (shape("time_embedding.0.weight")[1], at("time_embedding.0.weight", "columns"))
-    if key("img_emb.proj.1.weight") in ckpt.shapes:
+    if key("img_emb.proj.1.weight") in files.shapes:
         out["image_width"] = (shape("img_emb.proj.1.weight")[1], at("img_emb.proj.1.weight", "columns"))
     if fmt == "dreamzero":
         w1, s1 = shape("action_encoder.W1.W"), shape("state_encoder.layer1.W")
         out["action_dim"] = (w1[1], at("action_encoder.W1.W", "rows"))
         out["state_dim"], out["mlp_hidden"] = (s1[1], at("state_encoder.layer1.W", "rows")), \
             (s1[2], at("state_encoder.layer1.W", "columns"))
-    heads = ckpt.config.get("num_heads", ckpt.config.get("num_attention_heads"))
+    heads = files.config.get("num_heads", files.config.get("num_attention_heads"))
     if isinstance(heads, int) and heads > 0:
         out["heads"] = (heads, "config.json num_heads")
     else:

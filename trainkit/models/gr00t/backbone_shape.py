@@ -1,6 +1,6 @@
 """The Qwen3-VL backbone's shape from a GR00T N1.7 checkpoint's safetensors header (`model.init_from`).
 
-config.json describes the head (weights.py `config_from_checkpoint`) but names the backbone only
+config.json describes the head (weights.py `config_from_weights`) but names the backbone only
 ("nvidia/Cosmos-Reason2-2B"): LeRobot builds that model's shapes from the name. A checkpoint saved at
 other backbone sizes (a tiny test model, a fine-tune of another Qwen3-VL) therefore says its shapes
 in its tensors alone, as Pi0.5's does (trainkit/models/pi05/weights.py), and they are read here

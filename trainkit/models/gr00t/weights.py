@@ -17,7 +17,7 @@ What the mapping does (checked against LeRobot 0.6.1 by tests/trainkit/models/gr
   the LLM layers (`lm_frozen.i`, then `lm_layers.j`) `language_model.layers.k`. Not read: the LLM
   layers from `select_layer` on (Isaac-GR00T deletes them before saving), its final norm and the
   tied `lm_head` (the features are taken before them).
-The model's shape comes from config.json (`config_from_checkpoint`): Isaac-GR00T's class defaults
+The model's shape comes from config.json (`config_from_weights`): Isaac-GR00T's class defaults
 and LeRobot's disagree (select_layer, DiT depth, VL self-attention blocks, state dropout), so the
 checkpoint's own values decide, each checked against the tensors where they hold it. config.json
 names the backbone only, so its shapes (ViT, vocabulary, LLM widths and heads) come from the
@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 
 from trainkit.errors import WeightsError
-from trainkit.models.family import CheckpointFiles, Fixed
+from trainkit.models.family import Fixed, WeightsFiles
 from trainkit.models.gr00t.action_head import block_context
 from trainkit.models.gr00t.backbone_shape import backbone_from_header
 from trainkit.models.gr00t.batches import N17_CROP_FRACTION, eval_crop
@@ -201,13 +201,13 @@ NESTED = {"diffusion_model_cfg": {"num_layers": "dit_depth", "num_attention_head
                                     "attention_head_dim": "vl_head_dim"}}
 
 
-def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Mapping[str, Any]) -> Fixed:
+def config_from_weights(files: WeightsFiles, preset: Gr00tConfig, given: Mapping[str, Any]) -> Fixed:
     """Every Gr00tConfig field the checkpoint's config.json fixes, with where it says so, each
     checked against the tensors that hold it (state, action and embodiment counts, widths, depths),
     and the folder as the tokenizer's when it holds tokenizer.json (unless the run names its own).
     Its dropout and state dropout are the ones the checkpoint trained with, fixed too (the issue's
     "the checkpoint decides"); how many LLM layers train (tune_top_llm_layers) is the run's choice."""
-    config = base_config(ckpt) if ckpt.config.get("type") == "groot" else ckpt.config
+    config = base_config(files) if files.config.get("type") == "groot" else files.config
     if not any(k in config for k in ("select_layer", "action_head_cfg", "diffusion_model_cfg")):
         raise WeightsError("not a GR00T N1.7 config: it has no select_layer / diffusion_model_cfg", "config.json")
     out: Fixed = {}
@@ -228,27 +228,27 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Gr00tConfig, given: Ma
                 where = f"config.json {group}.{key}"
                 out[name] = (_probability(sub, key) if name == "dropout" else _count(sub, key, zero=name == "vl_layers"),
                              where)
-    for folder in (Path(ckpt.folder), Path(ckpt.folder) / "tokenizer") if ckpt.folder else ():
+    for folder in (Path(files.folder), Path(files.folder) / "tokenizer") if files.folder else ():
         if (folder / "tokenizer.json").is_file() and "tokenizer" not in given:
             out["tokenizer"] = (str(folder), f"the checkpoint's {folder.name}/tokenizer.json")
             break
     if "dit_width" in out:
         out["dit_ff"] = (4 * out["dit_width"][0], "4 x config.json input_embedding_dim (diffusers' FeedForward)")
-    _check_tensors(ckpt.shapes, out)
-    backbone = backbone_from_header(ckpt.shapes, PREFIX[detect(ckpt.shapes)], preset, given)
+    _check_tensors(files.shapes, out)
+    backbone = backbone_from_header(files.shapes, PREFIX[detect(files.shapes)], preset, given)
     if "lm_width" in out and out["lm_width"][0] != backbone["lm_width"][0]:
         raise WeightsError(f"{out['lm_width'][1]} is {out['lm_width'][0]}, but {backbone['lm_width'][1]} is "
                            f"{backbone['lm_width'][0]}")
     return {**out, **backbone}
 
 
-def base_config(ckpt: CheckpointFiles) -> Mapping[str, Any]:
+def base_config(files: WeightsFiles) -> Mapping[str, Any]:
     """The N1.7 config.json of a LeRobot `GrootPolicy` folder ("type": "groot"), which names its
     model's shapes only through its base model: trainkit's export's n17/ beside it, else
     `base_model_path` when that is a local folder."""
-    base = ckpt.config.get("base_model_path")
-    for folder in (Path(ckpt.folder) / "n17", Path(str(base))):
-        if ckpt.folder and (folder / "config.json").is_file():
+    base = files.config.get("base_model_path")
+    for folder in (Path(files.folder) / "n17", Path(str(base))):
+        if files.folder and (folder / "config.json").is_file():
             try:
                 doc = json.loads((folder / "config.json").read_text())
             except (OSError, ValueError) as e:
@@ -298,7 +298,7 @@ def _probability(config: Mapping[str, Any], key: str) -> float:
 
 def n17_config(cfg: Gr00tConfig) -> dict[str, Any]:
     """The head's part of Isaac-GR00T's / LeRobot's `GR00TN17Config` at this model's shapes (what
-    config.json holds and `config_from_checkpoint` reads back)."""
+    config.json holds and `config_from_weights` reads back)."""
     return {"backbone_embedding_dim": cfg.lm_width, "select_layer": cfg.lm_depth, "tune_top_llm_layers": cfg.lm_trained,
             "max_state_dim": cfg.state_dim, "max_action_dim": cfg.action_dim, "action_horizon": cfg.horizon,
             "hidden_size": cfg.head_hidden, "input_embedding_dim": cfg.dit_width, "state_history_length": 1,
@@ -321,7 +321,7 @@ COSMOS = "nvidia/Cosmos-Reason2-2B"  # the backbone N1.7's config.json names (Le
 
 def config_json(cfg: Gr00tConfig, features: Mapping[str, Any]) -> dict[str, Any]:
     """An export's config.json: Isaac-GR00T's / LeRobot's `GR00TN17Config` (model_type "Gr00tN1d7")
-    at this model's shapes, which `GR00TN17.from_pretrained` reads and `config_from_checkpoint` reads
+    at this model's shapes, which `GR00TN17.from_pretrained` reads and `config_from_weights` reads
     back. The backbone is named, not described (as in the published checkpoint): LeRobot builds
     Cosmos-Reason2-2B's shapes for it, so only a model of those shapes loads there. `features` (the
     robot's cameras and sizes) are LeRobot's processor's business, not this file's; the view size and

@@ -20,7 +20,7 @@ FAMILY = Family(name="pi05", config=Pi05Config, presets=PRESETS, model=Pi05, flo
                 loader_config=loader_config, batches=Pi05Batches, memory=MEMORY,
                 weights=Weights(formats=weights.FORMATS, read_plan=weights.read_plan,
                                 export_tensors=weights.export_tensors, config_json=weights.policy_config,
-                                config_from=weights.config_from_checkpoint, metadata=weights.shape_metadata,
+                                config_from=weights.config_from_weights, metadata=weights.shape_metadata,
                                 lerobot_processors=weights.lerobot_processors, readme=readme.readme,
                                 lerobot_shapes=lerobot_build, peft_names=peft_names),
                 robot_dims={"state": "max_state_dim", "action": "action_dim"},

@@ -16,9 +16,9 @@ What the mapping does (each checked against LeRobot 0.6.1 by tests/trainkit/mode
   backbone's final norm, the last LM layer's prefix q/o/post-norm/MLP (pi05/mot.py), both
   `lm_head`s. An export writes them as the neutral values (zeros: a Gemma norm of scale 1) so
   that LeRobot's strict `from_pretrained` loads the file; they never change an action.
-The model's shape is read from a checkpoint too (`config_from_checkpoint`, for `model.init_from`:
+The model's shape is read from a checkpoint too (`config_from_weights`, for `model.init_from`:
 trainkit/weights/shape.py): widths, depths and heads from the tensors' shapes, the rest from config.json;
-and its tokenizer from the folder (`checkpoint_tokenizer`: an export's tokenizer/, openpi's assets),
+and its tokenizer from the folder (`weights_tokenizer`: an export's tokenizer/, openpi's assets),
 a real-width checkpoint without one refused unless the run names one.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 
 from trainkit.errors import ConfigError, WeightsError
-from trainkit.models.family import CheckpointFiles, Fixed
+from trainkit.models.family import Fixed, WeightsFiles
 from trainkit.models.pi05.config import Pi05Config
 from trainkit.models.pi05.tokenizer import sentencepiece_file
 
@@ -230,16 +230,16 @@ def shape_metadata(cfg: Pi05Config) -> dict[str, str]:
     return {META_HEAD_DIM: str(cfg.head_dim), META_VISION_HEADS: str(cfg.vision_heads)}
 
 
-def config_from_checkpoint(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any]) -> Fixed:
+def config_from_weights(files: WeightsFiles, preset: Pi05Config, given: Mapping[str, Any]) -> Fixed:
     """Every Pi05Config field the checkpoint fixes, with where it is read: widths, depths, vocab,
     patch and image size, action channels from the tensors' shapes; the head counts from the
     projections and a head size (`_head_dim`); chunk length, prompt length and max state channels
     from config.json. `preset` and `given` (the run's model.* settings) only answer what a
     checkpoint cannot: the head sizes of a model no config.json names."""
-    prefix = PREFIX[detect(ckpt.shapes)]
+    prefix = PREFIX[detect(files.shapes)]
 
     def shape(key: str, ndim: int) -> tuple[int, ...]:
-        got = ckpt.shapes.get(prefix + key)
+        got = files.shapes.get(prefix + key)
         if got is None:
             raise WeightsError(f"missing key {prefix + key!r} (the model's shape is read from it)")
         if len(got) != ndim:
@@ -261,13 +261,14 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Pi05Config, given: Map
     if side * side != tokens:
         raise WeightsError(f"tensor {prefix + pos!r} has {tokens} positions, not a square grid of patches")
     out["image_size"] = (side * ph, at(pos, f"rows {tokens} = ({side} patches of {ph} px)^2"))
-    out["vision_depth"] = (_depth(ckpt.shapes, prefix + V + "encoder.layers."), f"model.safetensors {V}encoder.layers.*")
+    out["vision_depth"] = (_depth(files.shapes, prefix + V + "encoder.layers."),
+                           f"model.safetensors {V}encoder.layers.*")
     fc1 = f"{V}encoder.layers.0.mlp.fc1.weight"
     out["vision_mlp"] = (shape(fc1, 2)[0], at(fc1, "rows"))
-    embed = EMBED if prefix + EMBED in ckpt.shapes else LM_HEAD  # pi05_base: the tied lm_head only
+    embed = EMBED if prefix + EMBED in files.shapes else LM_HEAD  # pi05_base: the tied lm_head only
     vocab, lm_width = shape(embed, 2)
     out["vocab"], out["lm_width"] = (vocab, at(embed, "rows")), (lm_width, at(embed, "columns"))
-    depth, expert_depth = (_depth(ckpt.shapes, prefix + L + "layers."), _depth(ckpt.shapes, prefix + E + "layers."))
+    depth, expert_depth = (_depth(files.shapes, prefix + L + "layers."), _depth(files.shapes, prefix + E + "layers."))
     if depth != expert_depth:
         raise WeightsError(f"the backbone has {depth} layers and the action expert {expert_depth}: a Pi0.5 pairs them")
     out["lm_depth"] = (depth, f"model.safetensors {L}layers.*")
@@ -277,10 +278,10 @@ def config_from_checkpoint(ckpt: CheckpointFiles, preset: Pi05Config, given: Map
         (shape(expert_gate, 2)[1], at(expert_gate, "columns"))
     action_in = "action_in_proj.weight"
     out["action_dim"] = (shape(action_in, 2)[1], at(action_in, "columns"))
-    out.update(_heads(ckpt, prefix, shape, at, preset, given, lm_width, expert_width=out["expert_width"][0]))
-    out.update(_vision_heads(ckpt, preset, given, width))
-    out.update(_from_config_json(ckpt.config, out))
-    out.update(checkpoint_tokenizer(ckpt, given, vocab))
+    out.update(_heads(files, prefix, shape, at, preset, given, lm_width, expert_width=out["expert_width"][0]))
+    out.update(_vision_heads(files, preset, given, width))
+    out.update(_from_config_json(files.config, out))
+    out.update(weights_tokenizer(files, given, vocab))
     return out
 
 
@@ -290,14 +291,14 @@ TOKENIZER_PLACES = ("tokenizer/tokenizer.model", "tokenizer.model", "assets/*/to
 PALIGEMMA_VOCAB = 257_152  # PaliGemma's vocabulary: an embedding of these rows was trained on its tokenizer
 
 
-def checkpoint_tokenizer(ckpt: CheckpointFiles, given: Mapping[str, Any], vocab: int) -> Fixed:
+def weights_tokenizer(files: WeightsFiles, given: Mapping[str, Any], vocab: int) -> Fixed:
     """model.tokenizer from the checkpoint folder when the run names none: the first of
     TOKENIZER_PLACES it holds. None there and a PaliGemma-sized embedding (real weights, trained on
     PaliGemma's prompts): refused, naming the file to pass; `model.tokenizer = "builtin"` opts in
     to trainkit's own. A tiny checkpoint without one keeps the preset's."""
-    if "tokenizer" in given or not ckpt.folder:
+    if "tokenizer" in given or not files.folder:
         return {}
-    folder = Path(ckpt.folder)
+    folder = Path(files.folder)
     for place in TOKENIZER_PLACES:
         found = sorted(p for p in folder.glob(place) if p.is_file())
         if found:
@@ -319,7 +320,7 @@ def _depth(shapes: Collection[str], start: str) -> int:
     return max(found) + 1
 
 
-def _heads(ckpt: CheckpointFiles, prefix: str, shape: Callable[[str, int], tuple[int, ...]],
+def _heads(files: WeightsFiles, prefix: str, shape: Callable[[str, int], tuple[int, ...]],
            at: Callable[[str, str], str], preset: Pi05Config, given: Mapping[str, Any], lm_width: int,
            expert_width: int) -> Fixed:
     """heads_q, heads_kv and head_dim: the q/k projections' rows over a head size (`_head_dim`);
@@ -330,7 +331,7 @@ def _heads(ckpt: CheckpointFiles, prefix: str, shape: Callable[[str, int], tuple
     if shape(eq_key, 2)[0] != q:
         raise WeightsError(f"tensor {prefix + eq_key!r} has {shape(eq_key, 2)[0]} rows, the backbone's q_proj {q}: "
                            "both experts need the same query heads")
-    head_dim, why = _head_dim(ckpt, preset, given, lm_width, expert_width)
+    head_dim, why = _head_dim(files, preset, given, lm_width, expert_width)
     if q % head_dim or kv % head_dim:
         raise WeightsError(f"q_proj rows {q} and k_proj rows {kv} are not multiples of head_dim {head_dim} ({why})")
     return {"head_dim": (head_dim, why),
@@ -338,17 +339,17 @@ def _heads(ckpt: CheckpointFiles, prefix: str, shape: Callable[[str, int], tuple
             "heads_kv": (kv // head_dim, at(k_key, f"rows {kv} / head_dim {head_dim}"))}
 
 
-def _head_dim(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any], lm_width: int,
+def _head_dim(files: WeightsFiles, preset: Pi05Config, given: Mapping[str, Any], lm_width: int,
               expert_width: int) -> tuple[int, str]:
     """The head size, which no tensor shape holds (q_proj rows = heads x head size), from the first
     that says it: trainkit's export (the file's metadata); config.json's Gemma variant when its width
     is the checkpoint's (LeRobot and openpi build only gemma_2b / gemma_300m: 8 x 256 query, 1 x 256
     KV); the run's model.head_dim; the preset's when its widths are the checkpoint's. Otherwise
     refused: guessing would build a model of other attention that still loads every tensor."""
-    if META_HEAD_DIM in ckpt.metadata:
-        return _meta_int(ckpt.metadata, META_HEAD_DIM), f"model.safetensors __metadata__ {META_HEAD_DIM}"
+    if META_HEAD_DIM in files.metadata:
+        return _meta_int(files.metadata, META_HEAD_DIM), f"model.safetensors __metadata__ {META_HEAD_DIM}"
     for key, width in (("paligemma_variant", lm_width), ("action_expert_variant", expert_width)):
-        name = ckpt.config.get(key)
+        name = files.config.get(key)
         variant = GEMMA.get(name) if isinstance(name, str) else None
         if variant is not None and variant[0] == width:
             return variant[1], f"config.json {key} {name!r} (Gemma: head_dim {variant[1]})"
@@ -376,11 +377,11 @@ def _fitting_presets(fits: Callable[[Pi05Config], bool], preset: Pi05Config) -> 
     return f", or model.preset={names[0]}{more}, whose widths are the checkpoint's"
 
 
-def _vision_heads(ckpt: CheckpointFiles, preset: Pi05Config, given: Mapping[str, Any], width: int) -> Fixed:
+def _vision_heads(files: WeightsFiles, preset: Pi05Config, given: Mapping[str, Any], width: int) -> Fixed:
     """SigLIP's head count (its q/k/v are width x width at any count), by `_head_dim`'s order:
     trainkit's metadata, So400m's 16 at width 1152, the run's setting, the preset's at its width."""
-    if META_VISION_HEADS in ckpt.metadata:
-        return {"vision_heads": (_meta_int(ckpt.metadata, META_VISION_HEADS),
+    if META_VISION_HEADS in files.metadata:
+        return {"vision_heads": (_meta_int(files.metadata, META_VISION_HEADS),
                                  f"model.safetensors __metadata__ {META_VISION_HEADS}")}
     if width == SO400M[0]:
         return {"vision_heads": (SO400M[1], f"SigLIP So400m (vision width {width}): {SO400M[1]} heads")}

@@ -30,8 +30,8 @@ from trainkit.models import build_model, family
 from trainkit.models.dreamzero import attention as dz_attention
 from trainkit.models.dreamzero import schedule
 from trainkit.models.dreamzero.model import DreamZeroBatch
-from trainkit.models.dreamzero.weights import DZ, config_from_checkpoint
-from trainkit.weights.load import check_weights, load_weights, read_checkpoint
+from trainkit.models.dreamzero.weights import DZ, config_from_weights
+from trainkit.weights.load import check_weights, load_weights, read_weights_folder
 
 ROOT = Path(__file__).resolve().parents[4]
 FAM = family("dreamzero")
@@ -118,7 +118,7 @@ def test_fixture_names_its_source_and_schedule(fx):
 
 
 def test_shapes_read_from_the_official_checkpoint(fx, checkpoint):
-    fixed = config_from_checkpoint(read_checkpoint(checkpoint), build_model("dreamzero", "tiny").cfg, {})
+    fixed = config_from_weights(read_weights_folder(checkpoint), build_model("dreamzero", "tiny").cfg, {})
     want = fx["trainkit_overrides"]
     for key in ("dim", "depth", "heads", "ffn", "latent_channels", "first_frame_concat", "text_width", "freq_dim",
                 "image_width", "action_dim", "state_dim", "mlp_hidden"):

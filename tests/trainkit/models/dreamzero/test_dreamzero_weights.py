@@ -8,7 +8,7 @@
   is merged on load: W = base + (alpha / r) B @ A, written out here by hand;
 - LoRA as a switch: only the adapters and the action/state MLPs train, the optimiser holds exactly
   those, and after AdamW steps the frozen base is bit-identical while the adapters moved;
-- the shape is read from a checkpoint (`config_from_checkpoint`).
+- the shape is read from a checkpoint (`config_from_weights`).
 """
 import json
 
@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import save_file
 
 from trainkit.models import build_model, family
-from trainkit.models.dreamzero.weights import DZ, DZ_LORA, config_from_checkpoint
-from trainkit.weights.load import load_weights, read_checkpoint
+from trainkit.models.dreamzero.weights import DZ, DZ_LORA, config_from_weights
+from trainkit.weights.load import load_weights, read_weights_folder
 
 FAM = family("dreamzero")
 
@@ -73,7 +73,7 @@ def test_round_trip_through_each_format(tmp_path, fmt):
         else:
             assert torch.equal(a, b), name
     assert (info["kept_at_init"] > 0) == (fmt != "dreamzero") and (info["unused_keys"] == 2) == (fmt == "dreamzero")
-    fixed = config_from_checkpoint(read_checkpoint(folder), src.cfg, {})
+    fixed = config_from_weights(read_weights_folder(folder), src.cfg, {})
     assert {k: v for k, (v, _) in fixed.items() if k in ("dim", "depth", "ffn", "heads", "latent_channels")} == \
         {"dim": 32, "depth": 2, "ffn": 64, "heads": 2, "latent_channels": 8}
 

@@ -189,14 +189,14 @@ def test_a_blind_template_in_an_init_from_folder_s_tokenizer_is_refused(tmp_path
 
     from trainkit.config import load_config
     from trainkit.models import build_config
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
     folder = _checkpoint(tmp_path, "gr00t")
     tok = _folder(folder, BLIND["text only"])
     tok.rename(folder / "tokenizer")
     cfg = load_config(ROOT / "trainkit/configs/gr00t_tiny.toml",
                       [f"model.init_from={folder}", "data.shards=/d", "output.dir=/o"])
-    cfg, _ = with_checkpoint_shape(cfg)
+    cfg, _ = with_weights_shape(cfg)
     model_cfg = build_config("gr00t", cfg.model.preset, cfg.model.overrides)
     assert model_cfg.tokenizer == str(folder / "tokenizer")
     with pytest.raises(TokenizerError, match=rf"^{folder}/tokenizer/tokenizer_config.json: the chat template lays "

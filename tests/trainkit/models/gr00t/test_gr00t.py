@@ -426,7 +426,7 @@ def test_the_lerobot_export_is_a_grootpolicy_folder_that_loads_back(runs, tmp_pa
     import json
 
     from trainkit.weights.export import export_run, load_run_model
-    from trainkit.weights.load import load_weights, read_checkpoint
+    from trainkit.weights.load import load_weights, read_weights_folder
 
     out = tmp_path / "out"
     export_run(runs["resumed_dir"], out, "lerobot")
@@ -438,7 +438,7 @@ def test_the_lerobot_export_is_a_grootpolicy_folder_that_loads_back(runs, tmp_pa
     assert [s["registry_name"] for s in pre["steps"]][2:4] == ["groot_n1_7_pack_inputs_v1", "groot_n1_7_vlm_encode_v1"]
     assert pre["steps"][3]["config"]["model_name"] == str(out / "tokenizer")
     assert (out / pre["steps"][2]["state_file"]).is_file() and (out / "tokenizer" / "tokenizer.json").is_file()
-    fixed = family("gr00t").weights.config_from(read_checkpoint(out), trained.cfg, {})
+    fixed = family("gr00t").weights.config_from(read_weights_folder(out), trained.cfg, {})
     assert fixed["tokenizer"][0] == str(out / "tokenizer") and fixed["dit_depth"][0] == trained.cfg.dit_depth
     fresh = build_model("gr00t", "tiny")
     load_weights(fresh, family("gr00t"), out, print)

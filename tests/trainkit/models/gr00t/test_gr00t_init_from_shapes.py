@@ -53,13 +53,13 @@ def _file_tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def _loads_equal(folder: Path, shards: Path) -> dict:
-    """with_checkpoint_shape -> build -> load_weights; every model tensor equal to the file's."""
+    """with_weights_shape -> build -> load_weights; every model tensor equal to the file's."""
     from trainkit.models import build_model, family
     from trainkit.models.gr00t.weights import read_plan
     from trainkit.weights.load import load_weights
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
-    cfg, fixed = with_checkpoint_shape(_config(folder, shards))
+    cfg, fixed = with_weights_shape(_config(folder, shards))
     model = build_model("gr00t", cfg.model.preset, cfg.model.overrides)
     load_weights(model, family("gr00t"), str(folder), lambda _: None)
     tensors = _file_tensors(folder)
@@ -98,10 +98,10 @@ def test_an_export_at_other_backbone_sizes_loads_with_the_tiny_preset(trainkit_e
 
 def test_a_contradicting_override_is_refused_naming_both_values(trainkit_export, shards_rgb):  # noqa: F811
     from trainkit.errors import ConfigError
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
     with pytest.raises(ConfigError) as e:
-        with_checkpoint_shape(_config(trainkit_export, shards_rgb, "model.position_table=36"))
+        with_weights_shape(_config(trainkit_export, shards_rgb, "model.position_table=36"))
     line = str(e.value)
     assert "model.position_table" in line and "36" in line and "64" in line and "\n" not in line, line
 
@@ -111,7 +111,7 @@ def test_a_vit_head_count_no_tensor_holds_is_refused_naming_the_field(tmp_path, 
     from trainkit.models.gr00t.model import Gr00t
     from trainkit.models.gr00t.weights import config_json, export_tensors
     from trainkit.weights.load import write_weights
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
     cfg = dataclasses.replace(_other_cfg(), vision_width=48, vision_heads=3)
     with torch.device("meta"):
@@ -121,8 +121,8 @@ def test_a_vit_head_count_no_tensor_holds_is_refused_naming_the_field(tmp_path, 
     state = {k: torch.zeros(v.shape) for k, v in model.state_dict().items()}
     write_weights(folder, export_tensors(cfg, state, "isaac"), config_json(cfg, {}))
     with pytest.raises(CheckpointError, match="cannot tell vision_heads.*set model.vision_heads"):
-        with_checkpoint_shape(_config(folder, shards_rgb))
-    cfg, fixed = with_checkpoint_shape(_config(folder, shards_rgb, "model.vision_heads=3"))
+        with_weights_shape(_config(folder, shards_rgb))
+    cfg, fixed = with_weights_shape(_config(folder, shards_rgb, "model.vision_heads=3"))
     assert fixed["vision_width"][0] == 48 and cfg.model.overrides["vision_heads"] == 3
 
 
@@ -164,8 +164,8 @@ def test_dreamzero_reads_its_patch_from_the_header_and_the_channels_with_it(tmp_
     from safetensors.torch import save_file
 
     from trainkit.models import build_model, family
-    from trainkit.models.dreamzero.weights import config_from_checkpoint
-    from trainkit.weights.load import read_checkpoint
+    from trainkit.models.dreamzero.weights import config_from_weights
+    from trainkit.weights.load import read_weights_folder
 
     with torch.device("meta"):
         src = build_model("dreamzero", "tiny", {"patch": (1, 1, 1)})
@@ -175,10 +175,10 @@ def test_dreamzero_reads_its_patch_from_the_header_and_the_channels_with_it(tmp_
     folder.mkdir()
     save_file(fam.weights.export_tensors(src.cfg, state, "dreamzero"), str(folder / "model.safetensors"))
     (folder / "config.json").write_text(__import__("json").dumps(fam.weights.config_json(src.cfg, {})))
-    fixed = config_from_checkpoint(read_checkpoint(folder), build_model("dreamzero", "tiny").cfg, {})
+    fixed = config_from_weights(read_weights_folder(folder), build_model("dreamzero", "tiny").cfg, {})
     assert fixed["patch"][0] == (1, 1, 1) and fixed["latent_channels"][0] == 8, fixed
     from trainkit.config import load_config
-    from trainkit.weights.shape import with_checkpoint_shape
+    from trainkit.weights.shape import with_weights_shape
 
-    cfg, _ = with_checkpoint_shape(load_config("dreamzero_tiny", [f"model.init_from={folder}", "model.patch=[1, 1, 1]"]))
+    cfg, _ = with_weights_shape(load_config("dreamzero_tiny", [f"model.init_from={folder}", "model.patch=[1, 1, 1]"]))
     assert tuple(cfg.model.overrides["patch"]) == (1, 1, 1)

@@ -15,10 +15,10 @@ from safetensors.torch import save_file
 
 from trainkit.errors import CheckpointError, WeightsError
 from trainkit.models import build_model, family
-from trainkit.models.family import CheckpointFiles
+from trainkit.models.family import WeightsFiles
 from trainkit.models.gr00t.chat_tokenizer import QwenChatTokenizer
-from trainkit.models.gr00t.weights import config_from_checkpoint, config_json, export_tensors, head_rules, start_keys
-from trainkit.weights.load import load_weights, read_checkpoint, read_tensors
+from trainkit.models.gr00t.weights import config_from_weights, config_json, export_tensors, head_rules, start_keys
+from trainkit.weights.load import load_weights, read_weights_folder, read_tensors
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -59,7 +59,7 @@ def test_sharded_isaac_export_loads_back_and_keeps_the_other_embodiments(tmp_pat
     for name, p in dst.named_parameters():
         assert torch.equal(p, params[name].detach().to(torch.bfloat16).float()), name
     # an export of a run started from this checkpoint: the trained slice replaced, the others kept
-    keys = set(read_checkpoint(tmp_path / "ckpt").shapes)
+    keys = set(read_weights_folder(tmp_path / "ckpt").shapes)
     kept = read_tensors(tmp_path / "ckpt", start_keys(cfg, keys))
     out = export_tensors(cfg, dst.state_dict(), "lerobot", kept)
     for key, full in kept.items():
@@ -78,22 +78,22 @@ def test_config_json_decides_what_it_states_and_the_tensors_hold_it_to_it(tmp_pa
     doc = config_json(cfg, {})
     doc["state_dropout_prob"] = 0.1
     doc["diffusion_model_cfg"]["dropout"] = 0.05
-    files = CheckpointFiles(shapes=shapes, config=doc, metadata={}, folder=str(tmp_path))
-    fixed = config_from_checkpoint(files, cfg, {})
+    files = WeightsFiles(shapes=shapes, config=doc, metadata={}, folder=str(tmp_path))
+    fixed = config_from_weights(files, cfg, {})
     assert fixed["state_dropout"][0] == 0.1 and fixed["dropout"][0] == 0.05
     assert "tokenizer" not in fixed  # the folder holds no tokenizer.json
     QwenChatTokenizer.builtin(tokens_per_image=4).tokenizer.save(str(tmp_path / "tokenizer.json"))
-    assert config_from_checkpoint(files, cfg, {})["tokenizer"][0] == str(tmp_path)  # the batches use its tokenizer
-    assert "tokenizer" not in config_from_checkpoint(files, cfg, {"tokenizer": "elsewhere"})  # the run's own
+    assert config_from_weights(files, cfg, {})["tokenizer"][0] == str(tmp_path)  # the batches use its tokenizer
+    assert "tokenizer" not in config_from_weights(files, cfg, {"tokenizer": "elsewhere"})  # the run's own
     assert (fixed["lm_depth"][0], fixed["vl_layers"][0], fixed["dit_depth"][0]) == (4, 2, 4)
     assert fixed["lm_depth"][1] == "config.json select_layer" and "lm_trained" not in fixed
     doc["diffusion_model_cfg"]["num_layers"] = 6
     with pytest.raises(WeightsError, match=r"diffusion_model_cfg\.num_layers is 6, but the checkpoint holds 4 blocks"):
-        config_from_checkpoint(files, cfg, {})
+        config_from_weights(files, cfg, {})
     doc["diffusion_model_cfg"]["num_layers"] = 4
     doc["max_action_dim"] = 32
     with pytest.raises(WeightsError, match=r"max_action_dim is 32, but tensor 'action_head\.action_encoder\.W1\.W'"):
-        config_from_checkpoint(files, cfg, {})
+        config_from_weights(files, cfg, {})
 
 
 @pytest.mark.parametrize("damage,says", [
@@ -108,5 +108,5 @@ def test_damaged_sharded_checkpoints_are_refused_in_one_line(tmp_path, damage, s
     if damage == "missing shard":
         (tmp_path / "ckpt" / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match=says) as e:
-        read_checkpoint(tmp_path / "ckpt")
+        read_weights_folder(tmp_path / "ckpt")
     assert "\n" not in str(e.value)

@@ -166,10 +166,10 @@ def test_export_round_trip_through_lerobot_from_pretrained(oracle):
 
 
 def test_statistics_of_a_lerobot_normalizer_pipeline_are_read(oracle):
-    from trainkit.weights.norm_stats import read_checkpoint_stats
+    from trainkit.weights.norm_stats import read_weights_stats
 
     root, d, _ = oracle
-    stats, source = read_checkpoint_stats(root / "policy")
+    stats, source = read_weights_stats(root / "policy")
     assert source.name == "policy_preprocessor.json"
     for part, key in (("state", "observation.state"), ("action", "action")):
         for name in ("mean", "std", "min", "max", "q01", "q99"):
@@ -224,7 +224,7 @@ def test_lerobots_own_tiny_checkpoint_needs_no_shape_setting(oracle, shards_rgb,
     assert code == 0 and "heads_q 8" in err, err
     model, cfg, _ = load_run_model(tmp_path / "run")
     assert cfg.model.overrides["heads_q"] == 8 and rel(model.velocity(batch(d)), d["velocity"]) < 2e-5
-    monkeypatch.setattr(trainkit.train, "with_checkpoint_shape", lambda cfg, run_dir=None: (cfg, {}))
+    monkeypatch.setattr(trainkit.train, "with_weights_shape", lambda cfg, run_dir=None: (cfg, {}))
     code, err = cli_run(capsys, *common, f"output.dir={tmp_path / 'old'}", "model.heads_q=4")
     assert code == 2 and "shape mismatch" in err and "the model has [96, 64], the checkpoint gives [160, 64]" in err, err
 
@@ -234,12 +234,12 @@ def test_lerobots_full_size_shapes_give_the_full_preset(oracle):
     config.json its save_pretrained writes: the shape read from them is the `full` preset, field for field."""
     import json
 
-    from trainkit.models import CheckpointFiles
+    from trainkit.models import WeightsFiles
     from trainkit.models.pi05.config import full, tiny
 
     root, _, _ = oracle
     shapes = {k: tuple(v) for k, v in json.loads((root / "full_shapes.json").read_text()).items()}
     config = json.loads((root / "full_config" / "config.json").read_text())
-    fixed = pi05_weights.config_from_checkpoint(CheckpointFiles(shapes=shapes, config=config, metadata={}), tiny(), {})
+    fixed = pi05_weights.config_from_weights(WeightsFiles(shapes=shapes, config=config, metadata={}), tiny(), {})
     assert {k: v for k, (v, _) in fixed.items()} == {k: getattr(full(), k) for k in fixed}
     assert len(fixed) == 19
