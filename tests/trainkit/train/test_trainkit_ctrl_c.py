@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from test_trainkit_run_hardening import _checkpoints, _env, _free_port, _one_line, _sets, _wait_for_step
+from test_trainkit_run_hardening import (_checkpoints, _env, _free_port, _one_line, _sets, _stopped_then_resumed,
+                                         _wait_for_step)
 from trainkit_fixtures import cli_run, shards_rgb, step_lines  # noqa: F401 - fixtures
 from trainkit_harness import TINY, run_distributed, tiny_config
 
@@ -58,24 +59,7 @@ def test_ctrl_c_checkpoints_the_step_exits_130_and_the_rerun_resumes_bit_for_bit
     err = _stop(proc, out, target)
     line = _one_line(err)
     assert proc.returncode == 130 and "stopped by SIGINT (Ctrl-C)" in line, (proc.returncode, err)
-    logged = [x["step"] for x in step_lines(out)]
-    last = logged[-1]
-    assert logged == list(range(last + 1)) and last >= 2  # every step once, the one under way finished
-    final = f"step-{last + 1:06d}"
-    assert _checkpoints(out)[-1] == final and final in line, (_checkpoints(out), line)
-    assert json.loads((out / "checkpoints" / final / "trainkit.json").read_text())["step"] == last + 1
-    # the rerun resumes from it and says so; an unbroken run of as many steps is the oracle
-    steps = f"train.steps={last + 3}"
-    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'unbroken'}", steps,
-                        "output.log_every=1", "optim.schedule=constant", "parallel.fsdp=none")
-    assert code == 0, err
-    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={out}", steps, "output.log_every=1",
-                        "output.checkpoint_every=5", "optim.schedule=constant", "parallel.fsdp=none")
-    assert code == 0 and "Traceback" not in err, err
-    assert f"trainkit: resuming from {out / 'checkpoints' / final} (step {last + 1})" in err.splitlines(), err
-    resumed = step_lines(out)
-    assert [x["step"] for x in resumed] == list(range(last + 3))
-    assert [x["loss"] for x in resumed] == [x["loss"] for x in step_lines(tmp_path / "unbroken")]
+    _stopped_then_resumed(capsys, shards_rgb, out, tmp_path, line)  # and the rerun says it resumes
 
 
 def test_a_fresh_run_prints_no_resume_line(shards_rgb, tmp_path, capsys):  # noqa: F811

@@ -189,23 +189,31 @@ def test_sigterm_checkpoints_the_last_step_and_exits_143(shards_rgb, tmp_path, c
             proc.communicate()
     line = _one_line(err)
     assert proc.returncode == 143 and "SIGTERM" in line, (proc.returncode, err)
+    _stopped_then_resumed(capsys, shards_rgb, out, tmp_path, line)
+
+
+def _stopped_then_resumed(capsys, shards, out: Path, tmp_path: Path, line: str) -> str:
+    """A run stopped by a signal: every step once, the one under way finished and checkpointed (named
+    in the stop's `line`); the rerun resumes from it as an unbroken run of as many steps (the oracle)
+    trains, bit for bit. Returns the rerun's stderr (the Ctrl-C test reads its resume line)."""
     logged = [x["step"] for x in step_lines(out)]
     last = logged[-1]
     assert logged == list(range(last + 1)) and last >= 2  # every step once, the one under way finished
     final = f"step-{last + 1:06d}"
     assert _checkpoints(out)[-1] == final and final in line, (_checkpoints(out), line)
     assert json.loads((out / "checkpoints" / final / "trainkit.json").read_text())["step"] == last + 1
-    # the rerun resumes from it; an unbroken run of as many steps is the oracle
     steps = f"train.steps={last + 3}"
-    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={tmp_path / 'unbroken'}", steps,
+    code, err = cli_run(capsys, f"data.shards={shards}", f"output.dir={tmp_path / 'unbroken'}", steps,
                         "output.log_every=1", "optim.schedule=constant", "parallel.fsdp=none")
     assert code == 0, err
-    code, err = cli_run(capsys, f"data.shards={shards_rgb}", f"output.dir={out}", steps, "output.log_every=1",
+    code, err = cli_run(capsys, f"data.shards={shards}", f"output.dir={out}", steps, "output.log_every=1",
                         "output.checkpoint_every=5", "optim.schedule=constant", "parallel.fsdp=none")
     assert code == 0 and "Traceback" not in err, err
     resumed = step_lines(out)
     assert [x["step"] for x in resumed] == list(range(last + 3))
     assert [x["loss"] for x in resumed] == [x["loss"] for x in step_lines(tmp_path / "unbroken")]
+    assert f"trainkit: resuming from {out / 'checkpoints' / final} (step {last + 1})" in err.splitlines(), err
+    return err
 
 
 def _free_port() -> int:

@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from trainkit_fixtures import shards_rgb  # noqa: F401 - session fixture
+from test_tokenizer_source import cli, train  # a tiny run and the CLI, as there
 from trainkit_harness import TINY
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,19 +40,6 @@ needs_lerobot = pytest.mark.skipif(not (LEROBOT_PY.parents[1] / ".ready").exists
 Q_PROJ = "model.paligemma_with_expert.paligemma.model.language_model.layers.0.self_attn.q_proj.weight"
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def cli(*args: str) -> int:
-    from trainkit.cli import main
-
-    return main(list(args))
-
-
-def train(shards: Path, out: Path, *sets: str) -> Path:
-    base = (f"data.shards={shards}", f"output.dir={out}", "train.steps=2", "output.checkpoint_every=2",
-            "parallel.fsdp=none", "parallel.ac_stride={}", "output.progress=false", "data.num_workers=0", *sets)
-    assert cli("run", str(TINY), *[a for s in base for a in ("--set", s)]) == 0
-    return out
 
 
 @pytest.fixture(scope="module")
