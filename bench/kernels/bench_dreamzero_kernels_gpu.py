@@ -8,7 +8,7 @@ moved here from the former bench_dreamzero_gpu script, whose trainer part the ha
 
 Attention cases: SDPA per block-causal part (default / flash / cuDNN / efficient backends),
 FlexAttention with the block mask, SDPA with the dense mask, and full unmasked attention as the
-cost reference (the CPU dry run: tiny, without the CUDA-only backends). Results in bench/results/trainkit.md
+cost reference (the CPU dry run: tiny, without the CUDA-only backends). Results in bench/results/dreamzero_h200.md
 (DreamZero, attention).
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 Needs lerobot 0.6.1 importable with a Qwen3-VL transformers, diffusers and dm-tree (the device has
 torch, transformers, safetensors, numpy; the rest travel as wheels installed with --no-deps:
-bench/results/trainkit.md has the command). Where `cv2` is missing an empty module stands in for
+bench/results/gr00t_h200.md has the command). Where `cv2` is missing an empty module stands in for
 it (only GR00T's processor imports it, and this script never runs the processor).
 
 The model: `GR00TN17` from its config (LeRobot's `GR00T_N1_7_DEFAULTS`, the backbone from the

@@ -5,7 +5,7 @@
 
 Needs lerobot 0.6.1 importable (the device has torch, transformers, safetensors, numpy; its other
 imports travel as wheels installed with --no-deps: lerobot, draccus, mergedeep, typing-inspect,
-mypy-extensions, einops, gymnasium, torchvision; bench/results/trainkit.md has the command).
+mypy-extensions, einops, gymnasium, torchvision; bench/results/pi05_h200.md has the command).
 `lerobot.policies` imports every policy, and only GR00T's processor imports OpenCV (60 MB): where
 `cv2` is missing an empty module stands in for it; nothing on the PI05 path touches it.
 

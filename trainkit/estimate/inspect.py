@@ -72,7 +72,7 @@ from trainkit.parallel.fsdp import all_gathers_per_step
 
 GIB = 2 ** 30
 # The GPU an estimate is compared with when this machine has none: the presets' (bench/results/
-# trainkit.md), as torch.cuda.get_device_properties reported it on the H200 device, 2026-12-01
+# pi05_h200.md), as torch.cuda.get_device_properties reported it on the H200 device, 2026-12-01
 # (nvidia-smi: 143771 MiB).
 H200 = ("NVIDIA H200", 150_109_880_320 / GIB)
 

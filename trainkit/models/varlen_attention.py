@@ -11,7 +11,7 @@ Query heads are folded into the query sequence as in `grouped_attention` (with o
 view), so each (sample, K/V head) is one segment with one head. Rows of the packed key buffer past
 the last segment hold the padding keys; the kernel never reads them, and their gradients (which it
 leaves unwritten) are cut by a `where`. Why: the mask costs ~1.1 ms per layer at B = 40 (cuDNN
-masked 3.95 ms vs unmasked 2.85 ms, fwd + bwd, bench/results/trainkit.md), and packing also skips
+masked 3.95 ms vs unmasked 2.85 ms, fwd + bwd, bench/results/pi05_h200.md), and packing also skips
 the padded keys (~23% of the prefix with Pi0.5's 200-token prompt). `bench/kernels/bench_kernels_gpu.py`
 times this against the masked path, cuDNN's ragged attention and native GQA (not yet run on a GPU).
 """

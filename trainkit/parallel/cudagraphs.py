@@ -32,7 +32,7 @@ are thereby discarded, so the training is the eager run's. A new shape gets its 
 memory pool), at most `MAX_GRAPHS`; beyond that the step runs eagerly.
 
 Measured (one H200, GR00T N1.6 at micro-batch 16, FSDP2 per block, compiled blocks;
-bench/results/trainkit.md): 52.9 samples/s eager -> 167.2 with the graph (3.2x); the graphed run's
+bench/results/gr00t_h200.md): 52.9 samples/s eager -> 167.2 with the graph (3.2x); the graphed run's
 losses follow the eager run's to 0.012 over 14 bf16 steps, as closely as the eager run follows the
 baseline's (0.016). Without FSDP (one rank, `parallel.fsdp_one_rank = false`, autocast, blocks not
 compiled) at the probe's 50-action shapes: 146.0 samples/s. World size 2 has not run on a GPU (one GPU was lent); the capture holds

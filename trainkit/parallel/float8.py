@@ -11,7 +11,7 @@ the weights stay in the configured precision (fp32 master, bf16 compute through 
 are elementwise work that torch.compile fuses into the neighbouring kernels, so FP8 is only worth
 it on GEMMs large enough to hide them: published results (torchao, torchtitan) show linears with
 small K or N losing. The optimised config takes only Gemma-2B's GeGLU (K and N >= 2048, 75% of the
-step's GEMM time in the profile of bench/results/trainkit.md); bench/kernels/bench_kernels_gpu.py times
+step's GEMM time in the profile of bench/results/pi05_h200.md); bench/kernels/bench_kernels_gpu.py times
 FP8 against bf16 per linear family to confirm or widen that (not yet run on a GPU). FP8 counts
 the same FLOPs as bf16 for MFU.
 

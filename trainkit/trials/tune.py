@@ -46,7 +46,7 @@ compiles and warms up for most of its minute). A sampler learns nothing in that 
 (Optuna's TPE starts with 10 random ones), while the memory model and the FLOP count already
 order the space, so measuring the best-predicted settings first is the whole search. Measured runs
 of the same micro-batch and recompute that differ only in grouping are taken after every other
-distinct one (grouping moves speed by <= 2%, bench/results/trainkit.md).
+distinct one (grouping moves speed by <= 2%, bench/results/pi05_h200.md).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ MICRO_BATCHES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 128)
 STRIDES = (0, 1, 2, 4)  # recompute every n-th block (0: none)
 GROUPS = (1, 2, 4)  # blocks per FSDP unit
 # Predicted speed, relative (only the order matters). Measured on pi05 full, 2 H200s
-# (bench/results/trainkit.md): a step costs about 6 samples' worth of fixed time (661 ms at
+# (bench/results/pi05_h200.md): a step costs about 6 samples' worth of fixed time (661 ms at
 # micro-batch 32, 800 at 40: 17.4 ms per sample + 105 ms), compile is 1.16x eager (49.93 vs
 # 43.15 samples/s), and recomputing every block made a step 1.227x longer (49.93 vs 40.69).
 STEP_OVERHEAD_SAMPLES = 6.0

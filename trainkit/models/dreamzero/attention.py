@@ -8,7 +8,7 @@ q, k, v token-major (B, T, H, hd) -> (B, T, H * hd).
 - "flex": FlexAttention with a block mask from the same pattern (CUDA; tiles of 128 tokens, the
   ones cut by a part boundary evaluated by the mask function, a lookup in the dense mask).
 - "dense": SDPA with the dense (T, T) mask: full attention's cost, the reference.
-Measured on one H200 at the 5b shapes: bench/results/trainkit.md (DreamZero, attention).
+Measured on one H200 at the 5b shapes: bench/results/dreamzero_h200.md (attention).
 """
 from __future__ import annotations
 

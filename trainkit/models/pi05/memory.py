@@ -2,7 +2,7 @@
 
 Every measured peak below is torch.cuda.max_memory_allocated per GPU over a `trainkit run` of the
 `full` preset on H200s (the trainer's "peak memory (allocated)"): the steady-state figure of
-bench/results/trainkit_gpu_call*.json (2 GPUs, 2026-11-30; commands in bench/results/trainkit.md),
+bench/results/trainkit_gpu_call*.json (2 GPUs, 2026-11-30; commands in bench/results/pi05_h200.md),
 the one-GPU run quoted in issue 19, and the one-GPU runs of bench/results/gpu_pi05_main_2026-12-02.json
 and gpu_pi05_perf_call1_2026-12-02.json (the variants named; each JSON has its command).
 `python bench/gpu/memory_table.py --fit pi05` refits the constants from this list;
