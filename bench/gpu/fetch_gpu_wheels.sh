@@ -8,7 +8,7 @@
 #   --target /tmp/site .whl/*.whl [.whl/encode/*.whl] [.whl/lerobot/*.whl]; export PYTHONPATH=$PWD:/tmp/site
 # (.whl/ is git-ignored: name it in the run's carry list.)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
       --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform any)

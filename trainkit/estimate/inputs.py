@@ -119,7 +119,8 @@ def estimate_setting(inp: MemoryInputs, *, micro: int, world: int, accum: int, g
     reduced, root_unit = fsdp_units(inp.table, inp.blocks, inp.trained_blocks, inp.total - inp.replicated,
                                     inp.trainable, inp.mode, dict(group), inp.skip)
     return estimate(total=inp.total, trainable=inp.trainable,
-                    gathered=gathered_params(inp.total - inp.replicated, units, root, inp.mode, inp.reshard, inp.act_bytes),
+                    gathered=gathered_params(inp.total - inp.replicated, units, root, inp.mode, inp.reshard, inp.act_bytes,
+                                             inp.family.memory.autocast_copy if compiled else 1.0),
                     table=inp.table, recompute=recompute_map(inp.blocks, dict(stride)), micro=micro, world=world,
                     sharded=inp.mode != "none", act_bytes=inp.act_bytes, compiled=compiled, accum=accum,
                     calib=inp.family.memory, replicated=inp.replicated, units=reduced, root=root_unit,

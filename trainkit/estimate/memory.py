@@ -104,15 +104,17 @@ def unit_sizes(blocks: Mapping[str, list[int]], total: int, mode: str,
     return units, total - sum(units)
 
 
-def gathered_params(total: int, units: list[int], root: int, mode: str, reshard: bool, act_bytes: int) -> int:
+def gathered_params(total: int, units: list[int], root: int, mode: str, reshard: bool, act_bytes: int,
+                    autocast_copy: float = 1.0) -> int:
     """Parameters held in param_dtype at the turn: the root plus the unit computing and the one
     prefetched ("block"), every unit (without reshard_after_forward, or "root"), or without FSDP
-    autocast's cached low-precision copy of every weight (none in float32)."""
+    autocast's low-precision copy of the weights (none in float32), `autocast_copy` of them (the
+    family's calibration: compiled blocks keep fewer than eager autocast's cache)."""
     if mode == "block":
         return total if not reshard else root + 2 * max(units, default=0)
     if mode == "root":
         return total
-    return total if act_bytes < 4 else 0
+    return round(total * autocast_copy) if act_bytes < 4 else 0
 
 
 def with_terms(table: Activations, terms: Mapping[str, Mapping[str, Sequence[float]]],

@@ -65,6 +65,9 @@ class MemoryCalibration:
     # per switchable term of `Family.memory_terms` (e.g. "masked_attention", "float8"): measured
     # elements / its count; a term not listed counts as 1.0
     terms: Mapping[str, float] = field(default_factory=dict)
+    # one rank without FSDP (autocast): the share of the parameters' param_dtype copy held at the turn
+    # (eager autocast caches a copy of every weight; compiled blocks keep fewer)
+    autocast_copy: float = 1.0
     measured: tuple[MemoryMeasurement, ...] = ()  # the runs behind the constants
 
 

@@ -128,7 +128,7 @@ def _without_terms(monkeypatch, *names: str) -> None:
 
 
 FP8_ROWS = [m for m in PI05 if m.world_size == 1 and ("float8_modules=[]" not in " ".join(m.sets))
-            and m.config == "pi05_optimised.toml"]
+            and m.config == "pi05_optimised.toml" and "h100" not in m.source]  # the H200 runs at 32-48
 
 
 def test_fp8_term_is_what_fits_the_fp8_runs(monkeypatch):

@@ -29,6 +29,9 @@ OPT, BASE = "pi05_optimised.toml", "pi05_baseline.toml"
 THEN = ("parallel.attention=masked", "parallel.float8_modules=[]")
 
 
+_H100 = "bench/results/h100_2026-12-07b"
+# pi05_optimised before 2026-12-07b: FSDP2 per block on one rank, rowwise FP8, no graphs
+FSDP_ROW = ("parallel.fsdp_one_rank=true", "parallel.float8_recipe=rowwise", "parallel.cuda_graphs=false")
 _MAIN, _PERF = "bench/results/gpu_pi05_main_2026-12-02.json", "bench/results/gpu_pi05_perf_call1_2026-12-02.json"
 GEGLU = '["lm_layers.*.lm.mlp.*"]'
 # pi05_optimised when gpu_pi05_perf_call1 ran: varlen + FP8 GeGLU (as now) at micro-batch 40, deferred check
@@ -46,6 +49,8 @@ def _m(config: str, sets: tuple[str, ...], world: int, peak: float, source: str,
     micro-batch 40, a run after it (`now`) from the config as it is; its own `sets` win."""
     if config == OPT and not now:
         sets = _merge((*THEN, "train.micro_batch=40"), sets)
+    if config == OPT:
+        sets = _merge(FSDP_ROW, sets)
     return MemoryMeasurement(config=config, sets=sets, world_size=world, peak_gib=peak, source=source)
 
 
@@ -79,10 +84,24 @@ MEASURED = (
     _m(OPT, _merge(NOW40, ("train.nonfinite_check=sync",)), 1, 101.46, f"{_PERF}: sync_check", now=True),
     _m(OPT, (*NOW40, "parallel.cuda_graphs=true"), 1, 101.39, f"{_PERF}: cuda_graphs", now=True),
     _m(OPT, ("train.micro_batch=48",), 1, 114.19, f"{_PERF}: optimised_mbs48 (the config as shipped)", now=True),
+    # one H100 80GB, 2026-12-07 (bench/results/pi05_h100.md, call 2-4): FSDP per block then, global batch 48
+    _m(OPT, ("train.micro_batch=12",), 1, 68.89, f"{_H100}/call2_pi05.json: optimised (auto: 12 x 4)", now=True),
+    _m(OPT, ("train.micro_batch=12", "parallel.float8_recipe=tensorwise"), 1, 68.63,
+       f"{_H100}/call2_pi05.json: fp8_tensorwise", now=True),
+    # one rank without FSDP (autocast): what autocast_copy is fitted to
+    _m(OPT, ("parallel.fsdp_one_rank=false", "train.micro_batch=8"), 1, 63.80,
+       f"{_H100}/call2_pi05.json: one_rank_plain (auto: 8 x 6)", now=True),
+    _m(OPT, ("parallel.fsdp_one_rank=false", "parallel.float8_recipe=tensorwise", "train.micro_batch=8"), 1, 63.10,
+       f"{_H100}/call3_pi05_plain_tensorwise.json", now=True),
+    _m(OPT, ("parallel.fsdp_one_rank=false", "parallel.float8_recipe=tensorwise", "train.micro_batch=12"), 1, 69.48,
+       f"{_H100}/call4_pi05_plain_tensorwise_headroom5.json (12 x 4)", now=True),
 )
 
 # fitted by `python bench/gpu/memory_table.py --fit pi05 --fix terms.masked_attention` to MEASURED, 2026-12-02;
 # masked_attention fixed where the one pair that measures it alone (masked vs varlen, one H200, micro-batch
 # 32: 1.65 GiB) puts it: fitted free it takes 1.50 (2.09 GiB) to pull the 2-GPU masked rows down 0.1%
 MEMORY = MemoryCalibration(saved_compiled=0.8174, saved_eager=0.9813, backward_block=1.1878,
-                           terms={"masked_attention": 1.18, "float8": 1.0451}, measured=MEASURED)
+                           terms={"masked_attention": 1.18, "float8": 1.0451},
+                           # one rank without FSDP, compiled: 0.45 of the 6.0 GiB bf16 copy held (H100 rows above: 63.80 GiB
+                           # at 8 x 6 rowwise needs 0.45, 63.10 tensorwise 0.33; the larger kept)
+                           autocast_copy=0.45, measured=MEASURED)
