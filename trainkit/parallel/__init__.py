@@ -72,7 +72,8 @@ def check_parallel(model: nn.Module, cfg: ParallelConfig, world_size: int, *, cu
         raise ConfigError(f"parallel.ac_stride.{recomputed_frozen[0]}", "a frozen block list runs under no_grad and "
                           "keeps no activation: there is nothing to recompute (set it to 0 or leave it out)")
     if cfg.cuda_graphs and not (torch.cuda.is_available() if cuda is None else cuda):
-        raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none)")
+        raise ConfigError("parallel.cuda_graphs", "needs a CUDA device (this machine has none): "
+                          "--set parallel.cuda_graphs=false, or a tiny preset for a CPU try (trainkit configs)")
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, world_size: int) -> ParallelPlan:
