@@ -53,6 +53,7 @@ class MemoryInputs:
     reduce_bytes: int  # parallel.reduce_dtype's bytes
     reshard: bool  # parallel.reshard_after_forward
     ema: bool  # train.ema_decay > 0: an fp32 average of the trained parameters
+    graph_grads: str = "zeroed"  # parallel.graph_grads
 
     def unit_sizes(self, group: Mapping[str, int]) -> tuple[list[int], int]:
         """Parameter counts of the FSDP block units (forward order) and of the root unit."""
@@ -109,7 +110,8 @@ def memory_inputs(cfg: Any, world_size: int, model: nn.Module | None = None) -> 
         blocks=block_params(model, trained=bool(replicated)), trained_blocks=block_params(model, trained=True),
         skip=skip, slots=slots, table=activation_table(cfg, fam, model_cfg, model, slots),
         act_bytes=DTYPE_BYTES[par.param_dtype], reduce_bytes=DTYPE_BYTES[getattr(par, "reduce_dtype", "float32")],
-        reshard=bool(getattr(par, "reshard_after_forward", True)), ema=bool(getattr(cfg.train, "ema_decay", 0.0)))
+        reshard=bool(getattr(par, "reshard_after_forward", True)), ema=bool(getattr(cfg.train, "ema_decay", 0.0)),
+        graph_grads=str(getattr(par, "graph_grads", "zeroed")))
 
 
 def estimate_setting(inp: MemoryInputs, *, micro: int, world: int, accum: int, group: Mapping[str, int],
@@ -124,4 +126,5 @@ def estimate_setting(inp: MemoryInputs, *, micro: int, world: int, accum: int, g
                     table=inp.table, recompute=recompute_map(inp.blocks, dict(stride)), micro=micro, world=world,
                     sharded=inp.mode != "none", act_bytes=inp.act_bytes, compiled=compiled, accum=accum,
                     calib=inp.family.memory, replicated=inp.replicated, units=reduced, root=root_unit,
-                    reshard=inp.reshard, graphs=graphs, reduce_bytes=inp.reduce_bytes, ema=inp.ema)
+                    reshard=inp.reshard, graphs=graphs, reduce_bytes=inp.reduce_bytes, ema=inp.ema,
+                    zeroed_graph_grads=graphs and inp.mode == "none" and accum == 1 and inp.graph_grads == "zeroed")

@@ -177,3 +177,20 @@ def test_float8_term_counts_the_matched_linears_inputs():
     assert terms["float8"]["lm_layers"] == [-p * (cfg.lm_width + cfg.lm_mlp)] * (cfg.lm_depth - 1) + [0]
     assert terms["float8"]["vision_blocks"] == [0] * cfg.vision_depth
     assert memory_terms(cfg, 2, {"attention": "varlen", "float8": {}}) == {}
+
+
+def test_zeroed_graph_gradients_without_fsdp_count_what_the_h100_measured():
+    """GR00T N1.7 at micro-batch 128 on one H100 (bench/results/gr00t_h100.md): CUDA graphs adding into
+    zeroed gradients peaked at 40.08 GiB, with owned gradients at 30.39: 9.69 GiB, twice the 4.84 GiB of
+    fp32 gradients. The estimate rises by as much (8 bytes per trained parameter) and lands within 5% of
+    40.08; with owned gradients, with FSDP on the rank (pi05 on one H200: graphs into FSDP's zeroed
+    gradients measured no rise) or with accumulation it does not move (the controls)."""
+    two = ['data.slots=["observation.images.top", "observation.images.wrist"]']
+    owned = _peak("gr00t_optimised.toml", two)
+    zeroed = _peak("gr00t_optimised.toml", [*two, "parallel.graph_grads=zeroed"])
+    assert zeroed - owned == pytest.approx(40.08 - 30.39, rel=0.05)
+    assert zeroed == pytest.approx(40.08, rel=0.05)
+    fsdp = [*two, "parallel.fsdp_one_rank=true"]
+    assert _peak("gr00t_optimised.toml", [*fsdp, "parallel.graph_grads=zeroed"]) == _peak("gr00t_optimised.toml", fsdp)
+    accum = [*two, "train.micro_batch=64"]  # global batch 128: 2 micro-batches, every gradient kept anyway
+    assert _peak("gr00t_optimised.toml", [*accum, "parallel.graph_grads=zeroed"]) == _peak("gr00t_optimised.toml", accum)
