@@ -62,30 +62,16 @@ def make_data(work: Path, episodes: int, length: int, height: int, width: int, f
     return src, out
 
 
-def _stub_cv2() -> None:
-    """lerobot's policy factory imports the groot processor, which imports cv2 at module level (only
-    its image resize calls it; ACT and diffusion never do). Without OpenCV installed (its wheel is
-    60 MB), an empty stand-in lets the import pass; it is taken out of sys.modules again afterwards."""
-    import importlib.machinery
-    import importlib.util
-    import types
-
-    if "cv2" in sys.modules or importlib.util.find_spec("cv2") is not None:
-        return
-    stub = types.ModuleType("cv2")
-    stub.__spec__ = importlib.machinery.ModuleSpec("cv2", None)
-    stub._bench_stub = True
-    sys.modules["cv2"] = stub
-
-
 def child(args: argparse.Namespace) -> None:
     """One lerobot-train run (args.child: "lerobot" or "shards"); the step times go to args.json."""
     import torch
 
-    _stub_cv2()
+    from bench.peers.peer_report import stub_opencv
+
+    stubbed = stub_opencv()
     from lerobot.scripts import lerobot_train
 
-    if getattr(sys.modules.get("cv2"), "_bench_stub", False):
+    if stubbed:  # only the import needed it: later find_spec("cv2") calls (transformers) see OpenCV absent
         del sys.modules["cv2"]
     marks: list[tuple[float, float]] = []
     real = lerobot_train.update_policy

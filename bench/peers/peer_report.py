@@ -3,6 +3,7 @@ imported where OpenCV is missing, and the settings loop that records each settin
 JSON report atomically after each one (a call cut short keeps what finished)."""
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import sys
@@ -13,11 +14,21 @@ from typing import Any, Callable
 from bench.record import header
 
 
+def stub_opencv() -> bool:
+    """An empty `cv2` in sys.modules where OpenCV is missing (True when this put one there):
+    `lerobot.policies` imports every policy and only GR00T's processor imports OpenCV (60 MB), which
+    the benches never run. It has a spec, so a later `find_spec("cv2")` answers instead of raising."""
+    if "cv2" in sys.modules or importlib.util.find_spec("cv2") is not None:
+        return False
+    stub = types.ModuleType("cv2")
+    stub.__spec__ = importlib.machinery.ModuleSpec("cv2", None)
+    sys.modules["cv2"] = stub
+    return True
+
+
 def import_lerobot() -> Any:
-    """`lerobot`, with an empty `cv2` standing in where OpenCV is missing: `lerobot.policies`
-    imports every policy and only GR00T's processor imports OpenCV (60 MB), which the peers never run."""
-    if importlib.util.find_spec("cv2") is None:
-        sys.modules["cv2"] = types.ModuleType("cv2")
+    """`lerobot`, with an empty `cv2` standing in where OpenCV is missing (`stub_opencv`)."""
+    stub_opencv()
     import lerobot
 
     return lerobot
