@@ -239,6 +239,10 @@ class Metrics:
             "peak_flops": self._peak,
             "peak_mem_gib": (torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda"
                              else None),
+            # what the card holds: a CUDA graph's private pool is reserved, not allocated, between replays,
+            # so a graphed run's allocated peak understates its footprint
+            "peak_reserved_gib": (torch.cuda.max_memory_reserved(self.device) / 2**30 if self.device.type == "cuda"
+                                  else None),
             "data_wait_s": wait / n, "data_wait_frac": wait / dt, "all_gathers_per_step": gathers / n,
             "loss": losses[-1], "image_slots": recs[-1].image_slots, **(per_source or {}),
         }
