@@ -270,6 +270,18 @@ def run_probe(call: Call) -> dict[str, Any]:
     return rec
 
 
+def card_held() -> list[dict[str, Any]]:
+    """Processes holding GPU memory now (nvidia-smi's compute apps; [] without nvidia-smi): a variant
+    should start on an empty card."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [line.split(",") for line in out.splitlines() if line.strip()]
+    return [{"pid": int(pid), "mib": int(mib)} for pid, mib in rows if pid.strip().isdigit() and mib.strip().isdigit()]
+
+
 def run_variant(call: Call, v: Variant) -> dict[str, Any]:
     plan = call.plan
     config = variant_config(plan, v)
@@ -295,6 +307,9 @@ def run_variant(call: Call, v: Variant) -> dict[str, Any]:
     trial = Trial(config=config, out_dir=call.work / "runs" / v.name, overrides=tuple(sets), nproc=call.nproc,
                   timeout_s=min(limit, left), env={**call.env, **v.env}, name=v.name)
     rec["command"] = trial_command(trial)
+    if not call.cpu and (held := card_held()):
+        rec["card_held_before"] = held  # an OOM below may be another process's memory, not this variant's
+        print(f"{v.name}: the card holds {held} before it starts", file=sys.stderr)
     r = run_trial(trial, replace=True)
     rec.update(status=r.status, error=None if r.error is None else dataclasses.asdict(r.error),
                returncode=r.returncode, wall_s=round(r.wall_s, 1))

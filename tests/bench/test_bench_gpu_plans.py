@@ -75,3 +75,19 @@ def test_cpu_dry_run_of_gr00t_main(tmp_path):
                      for n in ("optimised_mbs16_graphs", "optimised_mbs16_eager"))
     assert eager["vs"]["variant"] == graphs["name"] and eager["vs"]["loss"]["steps"] == 3
     assert all(v["samples_per_s"] > 0 and len(v["losses"]) == 3 for v in res["variants"])
+
+
+def test_card_held_names_the_processes_on_the_card(tmp_path, monkeypatch):
+    """gpu.py records what holds the card before a variant starts (a stale trial's 54 GiB made the
+    next variants OOM on the 2026-12-07 lease); none without nvidia-smi or with an empty card."""
+    import gpu
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '29614, 55268'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}")
+    assert gpu.card_held() == [{"pid": 29614, "mib": 55268}]
+    fake.write_text("#!/bin/sh\n")
+    assert gpu.card_held() == []
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert gpu.card_held() == []

@@ -195,7 +195,9 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, SIGKILL it after KILL_GRACE_S."""
+    """SIGTERM the child's process group, SIGKILL it after KILL_GRACE_S; then SIGKILL whatever of the
+    group outlived its leader (a process that waited out the SIGTERM while the leader exited): on
+    the 2026-12-07 H100 lease a timed-out trial's process kept 54 GiB of the card into the next call."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
@@ -203,9 +205,16 @@ def _stop_group(proc: subprocess.Popen) -> None:
             return
         try:
             proc.wait(timeout=wait)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    deadline = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # the group is empty (or only zombies left it)
+            return
+        time.sleep(0.05)
 
 
 def _error(out: Path, rc: int | None, timeout_s: float) -> TrialError | None:

@@ -289,3 +289,45 @@ def test_ctrl_c_of_ladder_reports_the_finished_rungs(monkeypatch, tmp_path, caps
     assert rungs[0]["measured"]["samples_per_s_gpu"] == 8.0
     assert (out / "ladder.md").exists()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_stopped_trial_leaves_no_process_of_its_group():
+    """The limit stops the whole group: a process of it that ignores SIGTERM while the leader exits
+    is killed too (a timed-out trial's process held 54 GiB of an H100 into the next call). Control:
+    SIGTERM alone leaves it running."""
+    from trainkit.trials.run import _stop_group
+
+    script = ("import os, signal, sys, time\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "    print(os.getpid(), flush=True)\n"  # once it ignores SIGTERM
+              "    time.sleep(60); os._exit(0)\n"
+              "time.sleep(60)\n")
+
+    def start():
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        return proc, int(proc.stdout.readline())
+
+    def alive(pid):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    proc, child = start()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the control: the leader goes, the child stays
+        proc.wait(timeout=LIMIT_S)
+        time.sleep(0.3)
+        assert alive(child)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc, child = start()
+    _stop_group(proc)
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 
 import torch
 import torch.nn as nn
@@ -65,6 +66,17 @@ class DreamZeroBatch:
 
 
 SAMPLE_STEPS = 16  # Euler steps of the sampler: DreamZero's WANPolicyHead default num_inference_steps
+
+
+def token_index(seq: TokenSequence, which: str, device: torch.device) -> torch.Tensor:
+    """`seq`'s index tensor `which` ("noisy_video_index" | "action_index") on `device`, copied once:
+    a host-to-device copy a step would be a sync and, inside a CUDA graph's capture, refused."""
+    return _token_index(seq, which, str(torch.device(device)))
+
+
+@lru_cache(maxsize=16)
+def _token_index(seq: TokenSequence, which: str, device: str) -> torch.Tensor:
+    return getattr(seq, which)().to(device)
 
 
 def time_features(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -371,9 +383,9 @@ class DreamZero(nn.Module):
         text, image = self.context(batch.text, batch.image)
         x = self.run_blocks(x, e0, text, image, seq)
 
-        video = x[:, seq.noisy_video_index().to(x.device)]
+        video = x[:, token_index(seq, "noisy_video_index", x.device)]
         pred_v = self.head(video, e[:, 1:], ((cfg.tokens_per_frame,), n)).float()
-        pred_a = self.action_decoder(x[:, seq.action_index().to(x.device)]).float()
+        pred_a = self.action_decoder(x[:, token_index(seq, "action_index", x.device)]).float()
         return pred_v.unflatten(1, (cfg.latent_frames, -1)), pred_a, self.patchify(x0)
 
     def forward(self, batch: DreamZeroBatch,

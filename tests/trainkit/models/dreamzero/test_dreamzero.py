@@ -117,6 +117,30 @@ def test_rope_positions_follow_the_tokens():
     assert torch.allclose(act, torch.arange(cfg.horizon, dtype=torch.float64)[:, None] * inv)
 
 
+def test_rope_tables_are_built_once_per_sequence(monkeypatch):
+    """The second call of a sequence returns the first call's tensors without building them again (a
+    CUDA graph's capture refuses the host tables' copy: issue 41's lora_plain_graphs crash); another
+    sequence builds its own."""
+    from trainkit.models.dreamzero import rope
+
+    cfg = PRESETS["tiny"]()
+    seq = TokenSequence.of(cfg)
+    monkeypatch.setattr(rope, "_TABLES", {})
+    cos, sin = rope.rope_tables(seq, cfg.grid, cfg.head_dim, cfg.rope_theta, torch.device("cpu"))
+    a = rope.rope_angles(seq, cfg.grid, cfg.head_dim, cfg.rope_theta)
+    assert torch.equal(cos, a.cos().float()) and torch.equal(sin, a.sin().float())
+
+    def built_again(*args):
+        raise AssertionError("rope tables built again")
+
+    monkeypatch.setattr(rope, "rope_angles", built_again)
+    again = rope.rope_tables(seq, cfg.grid, cfg.head_dim, cfg.rope_theta, torch.device("cpu"))
+    assert again[0] is cos and again[1] is sin
+    with pytest.raises(AssertionError, match="built again"):  # positive control: a new sequence builds
+        rope.rope_tables(dataclasses.replace(seq, blocks=seq.blocks + 1), cfg.grid, cfg.head_dim,
+                         cfg.rope_theta, torch.device("cpu"))
+
+
 def test_schedule_is_dreamzeros():
     """shift 5 over 1000 steps: sigma(0) = 1, sigma(999) = 5 s / (1 + 4 s) at s = 1/1000; the weights
     have mean 1 and peak at the middle timestep; a block's frames share the id of its first."""
