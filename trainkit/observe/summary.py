@@ -33,6 +33,8 @@ def steady_state(history: list[dict[str, Any]], skip_steps: int | None = None) -
     out["peak_flops"] = history[-1].get("peak_flops")
     mem = [h["peak_mem_gib"] for h in history]
     out["peak_mem_gib"] = None if None in mem else max(mem)
+    reserved = [h.get("peak_reserved_gib") for h in history]
+    out["peak_reserved_gib"] = None if None in reserved else max(reserved)
     out["intervals"] = len(rows)
     out["from_step"] = rows[0]["step"] + 1 - rows[0]["steps"]
     return out
