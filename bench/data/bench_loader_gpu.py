@@ -52,7 +52,27 @@ SYNTH_EPISODES = ((8, 40), (3, 40))  # (episodes, frames) of the two synthetic s
 # Pi0.5-shaped samples: the fields trainkit's pi05 loader preset sets (trainkit/models/pi05/batches.py)
 PI05_SHAPE = {"frame_offsets": (0,), "action_horizon": 50, "norm": "quantile"}
 # LoaderConfig overrides; `ring_off`: stage every batch into the pinned ring (the copy before)
-VARIANTS = {"default": {}, "ring_off": {"register_ring": False}}
+VARIANTS = {"default": {}, "ring_off": {"register_ring": False}, "switch_0.5ms": {}}
+# the interpreter's GIL switch interval during a variant's measurement (Python's default is 5 ms): the
+# H100 profile of 2026-12-07 put most of next()'s wait in the training thread getting the GIL back from
+# the feeder thread (bench/results/loader.md), which a shorter interval bounds
+SWITCH_INTERVAL_S = {"switch_0.5ms": 0.0005}
+
+
+def switch_interval(variant: str):
+    """A context manager: `variant`'s GIL switch interval while it runs (none: the interpreter's)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S.get(variant, before))
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(before)
+
+    return scope()
 
 
 def cuda_ms(fn, reps: int = 30, warmup: int = 5) -> float:
@@ -152,6 +172,22 @@ def slots_of(fixtures: list[Path]) -> tuple[str, ...]:
 
 def data_wait(fixtures: list[Path], workers: int, target_ms: float, steps: int, variant: str,
               mixture: list[float] | None = None) -> dict:
+    with switch_interval(variant):
+        return _data_wait(fixtures, workers, target_ms, steps, variant, mixture)
+
+
+def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
+    with switch_interval(variant):
+        return _profile_wait(fixtures, variant, steps)
+
+
+def throughput(fixtures: list[Path], workers: int, batches: int, variant: str) -> dict:
+    with switch_interval(variant):
+        return _throughput(fixtures, workers, batches, variant)
+
+
+def _data_wait(fixtures: list[Path], workers: int, target_ms: float, steps: int, variant: str,
+              mixture: list[float] | None = None) -> dict:
     step = make_step(target_ms)
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=slots_of(fixtures), prefetch_factor=4,
                        **VARIANTS[variant])
@@ -176,7 +212,7 @@ def data_wait(fixtures: list[Path], workers: int, target_ms: float, steps: int, 
             "wait_fraction": sum(waits) / sum(totals), "kept_slots": int(batch["images"].shape[1])}
 
 
-def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
+def _profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
     """What the training thread's `next()` is made of (workers 2, 30 ms steps): perf_counter
     around the parts it calls - the queue of finished batches, a stream's wait on the batch's
     event, the loader's bookkeeping (`_delivered` in older checkouts, `_took` now) - the garbage
@@ -296,7 +332,7 @@ def profile_wait(fixtures: list[Path], variant: str, steps: int = 100) -> str:
     return "\n".join(lines)
 
 
-def throughput(fixtures: list[Path], workers: int, batches: int, variant: str) -> dict:
+def _throughput(fixtures: list[Path], workers: int, batches: int, variant: str) -> dict:
     """Device batches per second with no consumer: the loader's own ceiling on this machine."""
     fixture = fixtures[0]
     cfg = LoaderConfig(**PI05_SHAPE, batch_size=32, num_workers=workers, slots=slots_of(fixtures), prefetch_factor=4,
