@@ -145,9 +145,11 @@ class ParallelConfig:
     cuda_graphs: bool = False
     # Where a graph without gradient accumulation puts the gradients: "zeroed" tensors allocated
     # before the capture, zeroed after each step and added into; "owned": tensors of the graph's
-    # own pool it overwrites (no zeroing, no adds; the same losses: parallel/cudagraphs.py). Without
-    # FSDP only (one rank with fsdp_one_rank = false); under FSDP the graph keeps "zeroed"
-    graph_grads: Literal["zeroed", "owned"] = "zeroed"
+    # own pool it overwrites (no zeroing, no adds; the same losses: parallel/cudagraphs.py);
+    # "owned_first": also with accumulation, a step's first micro-batch writing them and the others
+    # adding (FirstWritesStep). Without FSDP only (one rank with fsdp_one_rank = false); under FSDP
+    # the graph keeps "zeroed"
+    graph_grads: Literal["zeroed", "owned", "owned_first"] = "zeroed"
     # Frozen parameters: "shard" them with FSDP like the rest (gathered every step), or
     # "replicate" them in param_dtype on every rank, out of FSDP (parallel/frozen.py)
     frozen: Literal["shard", "replicate"] = "shard"

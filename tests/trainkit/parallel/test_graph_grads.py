@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from trainkit.parallel.cudagraphs import EagerStep, GraphedStep, OwnedGradStep, micro_step
+from trainkit.parallel.cudagraphs import EagerStep, FirstWritesStep, GraphedStep, OwnedGradStep, micro_step
 
 
 @dataclass
@@ -40,6 +40,13 @@ def test_owned_is_picked_only_without_accumulation():
     assert type(micro_step(net, cast, 1, graphs=True, grads="owned")) is OwnedGradStep
     assert type(micro_step(net, cast, 2, graphs=True, grads="owned")) is GraphedStep
     assert type(micro_step(net, cast, 1, graphs=True)) is GraphedStep
+
+
+def test_owned_first_writes_on_the_first_micro_batch_only_with_accumulation():
+    net, cast = Net(), contextlib.nullcontext()
+    assert type(micro_step(net, cast, 3, graphs=True, grads="owned_first")) is FirstWritesStep
+    assert type(micro_step(net, cast, 1, graphs=True, grads="owned_first")) is OwnedGradStep
+    assert type(micro_step(net, cast, 3, graphs=False, grads="owned_first")) is EagerStep
 
 
 def _train(net: nn.Module, step_cls: type, batches: list[Batch], hand_back: bool = True) -> tuple[list[float], list]:
@@ -70,3 +77,38 @@ def test_owned_gradients_train_like_zeroed_ones_bit_for_bit():
     assert all(torch.equal(a, b) for a, b in zip(w_zeroed, w_owned))
     broken, _ = _train(copy.deepcopy(net), OwnedGradStep, batches, hand_back=False)
     assert broken != owned
+
+
+def _train_accum(net: nn.Module, step_cls: type, batches: list[Batch], accum: int, hand_back: bool = True):
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2, fused=True)
+    step = step_cls(net, contextlib.nullcontext(), accum)
+    losses = []
+    for i in range(0, len(batches), accum):
+        if not hand_back and i >= 2 * accum:  # positive control: .grad no longer the tensors the graphs use
+            step.grads = [torch.zeros_like(p) for p in net.parameters()]
+        total = 0.0
+        for b in batches[i:i + accum]:
+            loss, _ = step(b)
+            total += loss.item() / accum
+        opt.step()
+        step.zero_grad(opt)
+        losses.append(total)
+    return losses, [p.detach().clone() for p in net.parameters()]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_first_writes_gradients_train_like_zeroed_ones_bit_for_bit():
+    """parallel.graph_grads = "owned_first" with accumulation 3: the first micro-batch's graph writes
+    the gradients, the two others add; the same losses and weights as zeroed graphs, bit for bit, a
+    parameter the loss does not reach included, and a batch of another shape run eagerly on the way.
+    Control: gradients swapped for other tensors after two steps must train otherwise."""
+    torch.manual_seed(0)
+    net = Net().cuda()
+    batches = [Batch(torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda")) for _ in range(18)]
+    batches[10] = Batch(torch.randn(12, 32, device="cuda"), torch.randn(12, 8, device="cuda"))  # another shape
+    zeroed, w_zeroed = _train_accum(copy.deepcopy(net), GraphedStep, batches, 3)
+    first, w_first = _train_accum(copy.deepcopy(net), FirstWritesStep, batches, 3)
+    assert zeroed == first
+    assert all(torch.equal(a, b) for a, b in zip(w_zeroed, w_first))
+    broken, _ = _train_accum(copy.deepcopy(net), FirstWritesStep, batches, 3, hand_back=False)
+    assert broken != first
