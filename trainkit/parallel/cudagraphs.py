@@ -142,19 +142,25 @@ class GraphedStep(EagerStep):
     def zero_grad(self, opt: torch.optim.Optimizer) -> None:
         opt.zero_grad(set_to_none=False)  # in place: the graph adds into these tensors
 
-    def _capture(self, batch: Any) -> _Graph:
-        for p in self.params:  # the graph accumulates into these: they must exist before it
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        saved = [p.grad.detach().clone() for p in self.params]
-        inputs = {name: t.clone() for name, t in _tensors(batch).items()}
-        static = dataclasses.replace(batch, **inputs)
+    def _warm_up(self, static: Any) -> None:
+        """`WARMUP` eager runs on a side stream (compiles and lazy initialisation happen outside the capture)."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP):
                 self.run(static)
         torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self, batch: Any, pool: Any = None) -> _Graph:
+        """A graph adding into the gradients there are (made zero where none are); `pool`: share that
+        graph memory pool."""
+        for p in self.params:  # the graph accumulates into these: they must exist before it
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        saved = [p.grad.detach().clone() for p in self.params]
+        inputs = {name: t.clone() for name, t in _tensors(batch).items()}
+        static = dataclasses.replace(batch, **inputs)
+        self._warm_up(static)
         with torch.no_grad():
             for p, g in zip(self.params, saved):
                 p.grad.copy_(g)
@@ -162,7 +168,7 @@ class GraphedStep(EagerStep):
         graph = torch.cuda.CUDAGraph()
         # thread_local: the loader's copy thread keeps working on its own stream meanwhile; the
         # autograd engine's device thread launches the backward onto the capturing stream
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             loss, items = self.run(static)
         self.captures += 1
         return _Graph(graph=graph, inputs=inputs, loss=loss, items=items)
@@ -249,63 +255,26 @@ class FirstWritesStep(GraphedStep):
         self.micro = 0
 
     def _eager(self, batch: Any, first: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.grads is not None:
-            for p, grad in zip(self.params, self.grads):
-                if first:
-                    grad.zero_()
-                p.grad = grad
-        elif first:
-            for p in self.params:
-                p.grad = None
-        out = self.run(batch)
-        if self.grads is None and first:
-            self.grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-            for p, grad in zip(self.params, self.grads):
-                p.grad = grad
-        return out
-
-    def _warm_up(self, static: Any) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP):
-                self.run(static)
-        torch.cuda.current_stream().wait_stream(side)
+        """Another shape than the graphed one, eagerly, into the same gradients (the graphed shape is
+        the first call's, so they exist)."""
+        for p, grad in zip(self.params, self.grads):
+            if first:
+                grad.zero_()
+            p.grad = grad
+        return self.run(batch)
 
     def _capture_first(self, batch: Any) -> _Graph:
-        inputs = {name: t.clone() for name, t in _tensors(batch).items()}
-        static = dataclasses.replace(batch, **inputs)
-        for p in self.params:
-            p.grad = None
-        self._warm_up(static)
-        for p in self.params:  # the warm-up's gradients are discarded (the first micro-batch: nothing to keep)
-            p.grad = None
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            loss, items = self.run(static)
-        for p in self.params:  # a trained parameter the loss does not reach: a zero gradient, as zeroed graphs have
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        self.grads = [p.grad for p in self.params]
-        self.captures += 1
-        return _Graph(graph=graph, inputs=inputs, loss=loss, items=items, grads=self.grads)
+        """`OwnedGradStep`'s capture: the gradients it writes become the ones every micro-batch uses."""
+        g = OwnedGradStep._capture(self, batch)
+        self.grads = g.grads
+        return g
 
     def _capture_rest(self, batch: Any) -> _Graph:
-        """Captured adding into the first graph's gradients (this step's, saved around the warm-up)."""
+        """Captured adding into the first graph's gradients (this step's, kept across the warm-up), in
+        its memory pool."""
         for p, grad in zip(self.params, self.grads):
             p.grad = grad
-        saved = [g.detach().clone() for g in self.grads]
-        inputs = {name: t.clone() for name, t in _tensors(batch).items()}
-        static = dataclasses.replace(batch, **inputs)
-        self._warm_up(static)
-        with torch.no_grad():
-            for grad, kept in zip(self.grads, saved):
-                grad.copy_(kept)
-        del saved
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graphs["first"].graph.pool(), capture_error_mode="thread_local"):
-            loss, items = self.run(static)
+        g = self._capture(batch, pool=self.graphs["first"].graph.pool())
         if any(p.grad is not grad for p, grad in zip(self.params, self.grads)):
             raise RuntimeError("a CUDA graph of a later micro-batch did not add into the first one's gradients")
-        self.captures += 1
-        return _Graph(graph=graph, inputs=inputs, loss=loss, items=items)
+        return g

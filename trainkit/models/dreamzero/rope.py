@@ -10,6 +10,8 @@ complex view and diffusers' `repeat_interleave_real`. Tables are float64-built, 
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from trainkit.models.dreamzero.sequence import TokenSequence
@@ -44,19 +46,19 @@ def rope_angles(seq: TokenSequence, grid: tuple[int, int, int], head_dim: int, t
     return torch.cat(parts)
 
 
-_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
 def rope_tables(seq: TokenSequence, grid: tuple[int, int, int], head_dim: int, theta: float,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each (T, head_dim / 2) float32 on `device`, built once per sequence and device: the
     host-built tables' copy to the GPU is a host sync a step, and inside a CUDA graph's capture a
     refused copy (the first, eager warm-up call fills the cache before the capture)."""
-    key = (seq, tuple(grid), head_dim, float(theta), torch.device(device))
-    if key not in _TABLES:
-        angles = rope_angles(seq, grid, head_dim, theta)
-        _TABLES[key] = angles.cos().float().to(device), angles.sin().float().to(device)
-    return _TABLES[key]
+    return _rope_tables(seq, tuple(grid), head_dim, float(theta), str(torch.device(device)))
+
+
+@lru_cache(maxsize=16)
+def _rope_tables(seq: TokenSequence, grid: tuple[int, int, int], head_dim: int, theta: float,
+                 device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    angles = rope_angles(seq, grid, head_dim, theta)
+    return angles.cos().float().to(device), angles.sin().float().to(device)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -125,7 +125,7 @@ def test_rope_tables_are_built_once_per_sequence(monkeypatch):
 
     cfg = PRESETS["tiny"]()
     seq = TokenSequence.of(cfg)
-    monkeypatch.setattr(rope, "_TABLES", {})
+    rope._rope_tables.cache_clear()
     cos, sin = rope.rope_tables(seq, cfg.grid, cfg.head_dim, cfg.rope_theta, torch.device("cpu"))
     a = rope.rope_angles(seq, cfg.grid, cfg.head_dim, cfg.rope_theta)
     assert torch.equal(cos, a.cos().float()) and torch.equal(sin, a.sin().float())
