@@ -4,7 +4,7 @@
   shards, one process, one thread) equal, bit for bit, the ones `tests/fixtures/pi05_losses_record.py`
   recorded from main before the move (tests/assets/pi05_tiny_losses.json): bit for bit under the
   record's torch on a CPU with a record of its own (its `cpu_kernels` key, tests/fixtures/cpu_kernels.py:
-  the capability and the matrix instruction sets MKL and oneDNN choose kernels by), within 1e-6
+  the capability and the matrix instruction sets MKL and oneDNN choose kernels by), within `OTHER_CPU_ABS`
   elsewhere, as other BLAS kernels sum in other orders (tests/fixtures/pi05_losses_record.py --this-cpu).
 - A fourth family, defined in this file alone, trains through `trainkit run`: registered at run
   time, its `model.*` overrides reach its config, its frozen block list keeps its initial weights,
@@ -32,11 +32,11 @@ RECORDED = Path(__file__).resolve().parents[2] / "assets" / "pi05_tiny_losses.js
 def test_pi05_losses_equal_the_ones_recorded_before_the_contract(shards_rgb, tmp_path, name):  # noqa: F811
     from trainkit.train import run
 
-    from cpu_kernels import cpu_kernels
+    from cpu_kernels import OTHER_CPU_ABS, cpu_kernels
 
     doc = json.loads(RECORDED.read_text())
     own = doc.get("runs_by_cpu_kernels", {}).get(cpu_kernels())  # this CPU's record: bit for bit
-    # else the record of this capability (an older key), or the first record, within 1e-6
+    # else the record of this capability (an older key), or the first record, within OTHER_CPU_ABS
     runs = (own or doc.get("runs_by_cpu_capability", {}).get(torch.backends.cpu.get_cpu_capability(), doc))["runs"]
     recorded = {int(k): v for k, v in runs[name]["losses"].items()}
     threads = torch.get_num_threads()
@@ -48,7 +48,7 @@ def test_pi05_losses_equal_the_ones_recorded_before_the_contract(shards_rgb, tmp
     if own is not None and torch.__version__ == doc["torch"]:
         assert losses == recorded
     else:
-        assert losses == pytest.approx(recorded, abs=1e-6)
+        assert losses == pytest.approx(recorded, abs=OTHER_CPU_ABS)
 
 
 # --- a fourth family, in this file only --------------------------------------------------------------
