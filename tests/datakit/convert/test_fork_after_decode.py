@@ -74,6 +74,6 @@ def test_control_the_inherited_reformatter_hangs(tmp_path):
     path, inherited = _decode_after_parent_decode(tmp_path)
     _UNDO["reformatter"] = inherited
     try:
-        assert _decode_in_child(path, 5) == "hung"
+        assert _decode_in_child(path, 2) == "hung"
     finally:
         _UNDO["reformatter"] = None
