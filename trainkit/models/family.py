@@ -74,7 +74,8 @@ class MemoryCalibration:
 class BatchAdapter(Protocol):
     """What a family adds to datakit.loader's batches, on either side of the copy to the device.
     An adapter may also carry `note` (str): one line the trainer says at launch (dreamzero on frame
-    shards: its stand-in encoders)."""
+    shards: its stand-in encoders), and `check(model)`: called once the weights are loaded, raising a
+    DataError when the data was made from other weights (gr00t's cached backbone)."""
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Host side, per batch (before the copy): the batch with the family's extra tensors
@@ -228,6 +229,10 @@ class Family:
     # (config, feature index, the folder) -> the batch adapter on a `datakit encode` feature folder,
     # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
     feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
+    # (run config, OUT, batch=, force=, progress=, command=) -> a summary with `.line(OUT)`: the frozen part of
+    # the model run offline into a feature folder that `feature_batches` reads (`trainkit encode-backbone`);
+    # None: the family has no frozen part to cache
+    encode_backbone: Callable[..., Any] | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions
