@@ -200,13 +200,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _encode_backbone(cfg, args) -> int:
-    from trainkit.errors import ConfigError
-    from trainkit.models import family
-    fam = family(cfg.model.family)
-    if fam.encode_backbone is None:
-        raise ConfigError("model.family", f"{fam.name!r} has no frozen backbone to cache (encode-backbone: gr00t)")
-    summary = fam.encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force,
-                                  progress=not args.no_progress, command=" ".join(sys.argv))
+    from trainkit.encode_backbone import encode_backbone
+    summary = encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force, progress=not args.no_progress,
+                              command=" ".join(sys.argv))
     print(f"trainkit: {summary.line(Path(args.out))}")
     return 0
 

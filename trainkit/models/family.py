@@ -86,6 +86,20 @@ class BatchAdapter(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FrozenCache:
+    """What `trainkit encode-backbone` asks of a family whose frozen front can run offline: the
+    driver (trainkit/encode_backbone.py) does the folder, the order and the resume, the family says
+    what a sample holds and what makes it valid."""
+
+    check: Callable[[Any], None]  # (config) -> raise one line when a cache cannot equal the model's own forward
+    describe: Callable[[Any], dict[str, Any]]  # (config) -> what decides the output besides weights (fingerprint)
+    digest: Callable[[nn.Module, torch.dtype], str]  # (model with its weights, dtype it runs in) -> their digest
+    # (config, slots) -> per-sample field -> (dtype: None for the run's compute dtype, shape)
+    fields: Callable[[Any, int], dict[str, tuple[str | None, list[int]]]]
+    run: Callable[[nn.Module, Any], dict[str, torch.Tensor]]  # (model, the family's batch) -> field -> (B, *shape)
+
+
+@dataclass(frozen=True, kw_only=True)
 class WeightsFiles:
     """What a weights folder (model.init_from, an export) says about the model's shape, read without any
     tensor's data."""
@@ -229,10 +243,9 @@ class Family:
     # (config, feature index, the folder) -> the batch adapter on a `datakit encode` feature folder,
     # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
     feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
-    # (run config, OUT, batch=, force=, progress=, command=) -> a summary with `.line(OUT)`: the frozen part of
-    # the model run offline into a feature folder that `feature_batches` reads (`trainkit encode-backbone`);
-    # None: the family has no frozen part to cache
-    encode_backbone: Callable[..., Any] | None = None
+    # its frozen front (a VL backbone) run offline into a feature folder that `feature_batches` reads
+    # (`trainkit encode-backbone`, trainkit/encode_backbone.py); None: nothing to cache
+    frozen_cache: FrozenCache | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions

@@ -1,6 +1,12 @@
-"""Training GR00T's head from a cached backbone: what ties a cache to a model, and the batch adapter
-that reads one (`Family.feature_batches`). The cache is written by `trainkit encode-backbone`
-(cache_encode.py); docs/gr00t.md "Training the head from a cached backbone".
+"""Training GR00T's head from a cached backbone: what a cached sample holds and what ties a cache to
+a model (`FROZEN_CACHE`, the family's `FrozenCache` record that `trainkit encode-backbone` runs:
+trainkit/encode_backbone.py), and the batch adapter that reads one (`Family.feature_batches`);
+docs/gr00t.md "Training the head from a cached backbone".
+
+A cached sample: `vl` (T, lm_width) in the run's compute dtype, the LLM's output at select_layer
+before any trained layer (`Gr00t.vl_features`' first value), and `vl_masks` (3, T) uint8 (image
+token, valid, seen), with T = fixed_len's views x (tokens_per_image + 2) + text_len; the driver adds
+the action chunk's pad mask, and state and action go in the clip table as raw values.
 
 Why the cache is valid at all: N1.7 trains with the ViT and the LLM up to select_layer frozen and
 under no_grad (model.py), and with N1.7's deterministic view transform (bicubic, centre crop,
@@ -33,13 +39,12 @@ from datakit.durable import file_sha256
 from datakit.encode.run import fingerprint_diff
 from datakit.shards.features import FeatureIndex
 from trainkit.errors import DataError, ModelConfigError
-from trainkit.models.family import HostBatch
+from trainkit.models.family import FrozenCache, HostBatch
 from trainkit.models.gr00t.batches import view_settings
 from trainkit.models.gr00t.config import Gr00tConfig
 from trainkit.models.gr00t.flops import cached_flops_per_sample
 from trainkit.models.gr00t.model import Gr00tCachedBatch, sample_flow
 
-CACHE_KIND = "gr00t-backbone"  # fingerprint["kind"] of a cached GR00T backbone
 BACKBONE_MODULES = ("visual", "vision_blocks", "embed", "lm_frozen")  # what runs offline (frozen, no_grad)
 
 
@@ -90,13 +95,29 @@ def check_features(cfg: Gr00tConfig, index: FeatureIndex, where: str) -> None:
     model's shapes, select_layer, view transform and tokenizer."""
     path = f"{where.rstrip('/')}/index.json"
     fp = index.fingerprint
-    if fp.get("kind") != CACHE_KIND:
+    if fp.get("kind") != "backbone" or fp.get("family") != "gr00t":  # trainkit/encode_backbone.py's CACHE_KIND
         raise DataError(path, "a feature folder of `datakit encode` (DreamZero's clips); GR00T trains from a cached "
                               "backbone (`trainkit encode-backbone`) or from frames")
     check_model_config(cfg)
     why = fingerprint_diff(fp.get("model"), model_part(cfg))
     if why is not None:
         raise DataError(path, f"a backbone cache made for another model ({why}); encode again for this one")
+
+
+def cache_fields(cfg: Gr00tConfig, slots: int) -> dict[str, tuple[str | None, list[int]]]:
+    t = sequence_len(cfg, slots)
+    return {"vl": (None, [t, cfg.lm_width]), "vl_masks": ("uint8", [3, t])}
+
+
+@torch.no_grad()
+def run_backbone(model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+    """The frozen backbone on a `Gr00tBatch`: the cached fields, (B, ...) each."""
+    vl, image, valid, seen = model.vl_features(batch)
+    return {"vl": vl, "vl_masks": torch.stack([image, valid, seen], dim=1).to(torch.uint8)}
+
+
+FROZEN_CACHE = FrozenCache(check=check_model_config, describe=model_part, digest=backbone_digest, fields=cache_fields,
+                           run=run_backbone)
 
 
 class Gr00tFeatureBatches:

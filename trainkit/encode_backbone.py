@@ -1,10 +1,12 @@
-"""`trainkit encode-backbone CONFIG --out FEATURES`: GR00T's frozen backbone (ViT + LLM up to
-select_layer, N1.7's deterministic view transform) run once over `data.shards`, written as a
-feature folder the trainer reads with `data.shards = FEATURES` (cache.py; docs/gr00t.md).
+"""`trainkit encode-backbone CONFIG --out FEATURES`: a family's frozen front run once over
+`data.shards`, written as a feature folder the trainer reads with `data.shards = FEATURES`. Today
+gr00t's (its `FrozenCache` record, trainkit/models/gr00t/cache.py: the ViT + LLM up to select_layer
+under N1.7's deterministic view transform); docs/gr00t.md "Training the head from a cached backbone".
 
 Why here and not in `datakit encode`: the backbone is trainkit's model (datakit never imports
-trainkit), so the run lives on the trainkit side; everything about the folder is datakit's, not
-a copy: the output claim and lock, the fingerprint rule for a finished / foreign / unfinished
+trainkit), so the run lives on the trainkit side, and outside models/ since it opens data and
+weights as the trainer does (this module names no family: the record says what a sample holds).
+Everything about the folder is datakit's, not a copy: the output claim and lock, the fingerprint rule for a finished / foreign / unfinished
 folder (`datakit.encode.run.open_output`), the tar writer (`FeatureWriter` on an `OutputShard`:
 temporary name, fsync, rename), the resume journal (`datakit.encode.journal`), the index and
 checksums written last (`write_features`), `datakit verify` and the loader's `FeatureDataset`.
@@ -17,8 +19,10 @@ kill it anywhere and rerun: the same bytes as an unbroken run.
 """
 from __future__ import annotations
 
+import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,15 +40,14 @@ from datakit.encode.shard import FeatureWriter, commit_shard
 from datakit.errors import output_error
 from datakit.loader import ShardDataset
 from datakit.progress import progress_bar
-from datakit.shards.features import BACKBONE_FIELDS, FeatureIndex, FieldEntry, clips_schema, load_features, write_features
+from datakit.shards.features import FeatureIndex, FieldEntry, clips_schema, load_features, torch_dtype, write_features
 from datakit.shards.index import FRAME_KEY, ShardEntry, conversion_id
 from datakit.shards.names import SHARD_PATTERN, STAGING
 from trainkit.config import RunConfig
 from trainkit.data import Shards, loader_settings, read_run_shards
 from trainkit.errors import ConfigError, DataError
 from trainkit.models import build_model, family
-from trainkit.models.gr00t.batches import Gr00tBatches
-from trainkit.models.gr00t.cache import CACHE_KIND, backbone_digest, check_model_config, model_part, sequence_len
+from trainkit.models import FrozenCache
 from trainkit.parallel import compute_dtype
 from trainkit.weights.load import load_weights
 from trainkit.weights.shape import with_weights_shape
@@ -96,9 +99,12 @@ def plan_jobs(dataset: ShardDataset) -> list[Job]:
     return [Job(i, p) for i, p in enumerate(np.split(np.arange(shard.size), cuts)) if p.size]
 
 
-def encode_job(model: torch.nn.Module, dataset: ShardDataset, adapter: Gr00tBatches, out: Path, job: Job,
-               batch: int, device: torch.device, progress) -> FeatureJournal:
-    """Run the backbone over the job's anchors `batch` at a time and commit its shard."""
+CACHE_KIND = "backbone"  # fingerprint["kind"]; "family" names whose (its feature_batches check both)
+
+
+def encode_job(model: torch.nn.Module, cache: FrozenCache, dataset: ShardDataset, adapter: Any, out: Path, job: Job,
+               batch: int, device: torch.device, progress: Callable[[int], Any]) -> FeatureJournal:
+    """Run the frozen front over the job's anchors `batch` at a time and commit its shard."""
     shard = OutputShard(out / SHARD_PATTERN.format(index=job.index))
     w = FeatureWriter(shard)
     norm = dataset.normaliser().to(device)
@@ -109,15 +115,13 @@ def encode_job(model: torch.nn.Module, dataset: ShardDataset, adapter: Gr00tBatc
             hb = adapter.extras(hb, torch.Generator().manual_seed(0))  # the tokens; the flow draws go unused
             hb = norm({k: v.to(device) for k, v in hb.items()})
             with torch.no_grad():
-                vl, image, valid, seen = model.vl_features(adapter.model_batch(hb))
-            masks = torch.stack([image, valid, seen], dim=1).to(torch.uint8)
-            for k in range(vl.shape[0]):
+                out_fields = cache.run(model, adapter.model_batch(hb))
+            out_fields["action_is_pad"] = hb["action_is_pad"].to(torch.uint8)
+            n = hb["action_is_pad"].shape[0]
+            for k in range(n):
                 key = FRAME_KEY.format(episode=int(hb["episode_index"][k]), frame=int(hb["frame_index"][k]))
-                offsets.append({"vl": w.tensor(f"{key}.vl.npy", vl[k]),
-                                "vl_masks": w.tensor(f"{key}.vl_masks.npy", masks[k]),
-                                "action_is_pad": w.tensor(f"{key}.action_is_pad.npy",
-                                                          hb["action_is_pad"][k].to(torch.uint8))})
-            progress(vl.shape[0])
+                offsets.append({f: w.tensor(f"{key}.{f}.npy", t[k]) for f, t in out_fields.items()})
+            progress(n)
         nbytes, sha = shard.finish()
     except BaseException:
         shard.abort()
@@ -132,7 +136,8 @@ def planned(dataset: ShardDataset, job: Job) -> list[list[int]]:
     return [[int(e), int(f)] for e, f in zip(dataset.meta["episode_index"][rows], dataset.meta["frame_index"][rows])]
 
 
-def clip_table(dataset: ShardDataset, jobs: list[Job], journals: dict[int, FeatureJournal]) -> pa.Table:
+def clip_table(dataset: ShardDataset, jobs: list[Job], journals: dict[int, FeatureJournal],
+               fields: list[str]) -> pa.Table:
     """One row per anchor: episode, frame, task, no prompt (-1), shard, raw state and the padded action chunk."""
     rows = dataset.anchors[np.concatenate([j.positions for j in jobs])]
     num = dataset.numeric(rows)
@@ -145,57 +150,63 @@ def clip_table(dataset: ShardDataset, jobs: list[Job], journals: dict[int, Featu
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(state.astype(np.float32).reshape(-1)), state.shape[-1]))
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(action.astype(np.float32).reshape(-1)),
                                                     action.shape[1] * action.shape[2]))
-    arrays += [pa.array(np.array([o[f] for o in offs], np.int64)) for f in BACKBONE_FIELDS]
-    schema = clips_schema(list(BACKBONE_FIELDS), state.shape[-1], action.shape[1] * action.shape[2])
+    arrays += [pa.array(np.array([o[f] for o in offs], np.int64)) for f in fields]
+    schema = clips_schema(fields, state.shape[-1], action.shape[1] * action.shape[2])
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def feature_index(shards: Shards, fp: dict[str, Any], jobs: list[Job], journals: dict[int, FeatureJournal],
-                  dataset: ShardDataset, seq: int, width: int, dtype: str, horizon: int) -> FeatureIndex:
+                  dataset: ShardDataset, fields: dict[str, tuple[str, list[int]]]) -> FeatureIndex:
+    """The manifest from the plan and the journals (no shard is read); `fields`: name -> (dtype, shape)."""
     index, entries, row = shards.index, [], 0
     for j in jobs:
         jr, eps = journals[j.index], dataset.meta["episode_index"][dataset.anchors[j.positions]]
         entries.append(ShardEntry(jr.name, jr.bytes, jr.sha256, [int(eps[0]), int(eps[-1])], [row, row + j.positions.size],
                                   int(j.positions.size)))
         row += j.positions.size
-    item = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    fields = {"vl": FieldEntry(dtype, [seq, width], seq * width * item), "vl_masks": FieldEntry("uint8", [3, seq], 3 * seq),
-              "action_is_pad": FieldEntry("uint8", [horizon], horizon)}
-    return FeatureIndex(fingerprint=fp, fields=fields, text_width=0, text_dtype=dtype, prompts=[], fps=index.fps,
+    entries_f = {f: FieldEntry(d, shape, math.prod(shape) * torch_dtype(d).itemsize) for f, (d, shape) in fields.items()}
+    return FeatureIndex(fingerprint=fp, fields=entries_f, text_width=0, text_dtype=fp["dtype"], prompts=[], fps=index.fps,
                         state_names=index.state_names, action_names=index.action_names, tasks=index.tasks,
                         stats={k: {s: v for s, v in index.stats[k].items() if s != "nonfinite"} for k in ("state", "action")},
-                        span=horizon, vae={}, shards=entries, num_clips=row, num_shards=len(entries))
+                        span=fields["action_is_pad"][1][0], vae={}, shards=entries, num_clips=row, num_shards=len(entries))
 
 
 def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = False, progress: bool = True,
                     command: str | None = None) -> CacheSummary:
-    """Cache the backbone's output over `cfg.data.shards` into the feature folder `out`, resuming an
-    interrupted run of the same fingerprint; `force` starts over."""
+    """Cache the family's frozen front over `cfg.data.shards` into the feature folder `out`, resuming
+    an interrupted run of the same fingerprint; `force` starts over."""
     t0, out = time.perf_counter(), Path(out)
+    fam = family(cfg.model.family)
+    cache = fam.frozen_cache
+    if cache is None:
+        raise ConfigError("model.family", f"{fam.name!r} has no frozen backbone to cache (encode-backbone caches "
+                                          "gr00t's)")
     if batch < 1:
         raise ConfigError("--batch", "must be >= 1")
     if cfg.data.sources:
         raise ConfigError("data.sources", "encode-backbone caches one shard folder (data.shards), not a mixture")
     cfg, _ = with_weights_shape(cfg)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     with torch.device("meta"):
-        shape_cfg = build_model(cfg.model.family, cfg.model.preset, cfg.model.overrides).cfg
-    check_model_config(shape_cfg)
-    shards = read_run_shards(cfg.data, shape_cfg.max_slots)
+        mcfg = build_model(fam.name, cfg.model.preset, cfg.model.overrides).cfg
+    cache.check(mcfg)
+    shards = read_run_shards(cfg.data, fam.max_slots(mcfg))
     try:
         if shards.features:
             raise DataError(cfg.data.shards, "is a feature folder already; encode-backbone reads frame shards")
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         dtype = compute_dtype(cfg.parallel)
         settings = loader_settings(cfg.data, shards.slots, seed=cfg.train.seed, rank=0, world_size=1, micro_batch=batch,
                                    image_dtype=dtype, pin_memory=False)
-        lcfg = family(cfg.model.family).loader_config(shape_cfg, shards.index, **{**settings, "prune_slots": False})
+        lcfg = fam.loader_config(mcfg, shards.index, **{**settings, "prune_slots": False})  # every slot, always
         dataset = ShardDataset(cfg.data.shards, lcfg, opened=(shards.folder, shards.cache, shards.index))
         model = built_model(cfg, device)
-        fp = {"kind": CACHE_KIND, "source": conversion_id(shards.folder), "backbone": backbone_digest(model, dtype),
-              "model": model_part(shape_cfg), "slots": [s or "" for s in shards.slots], "norm": cfg.data.norm,
-              "dtype": str(dtype).removeprefix("torch."), "batch": batch}
-        adapter = Gr00tBatches(shape_cfg, shards.index, dataset.normaliser())
-        seq = sequence_len(shape_cfg, len(shards.slots))
+        name = str(dtype).removeprefix("torch.")
+        fp = {"kind": CACHE_KIND, "family": fam.name, "source": conversion_id(shards.folder),
+              "backbone": cache.digest(model, dtype), "model": cache.describe(mcfg),
+              "slots": [s or "" for s in shards.slots], "norm": cfg.data.norm, "dtype": name, "batch": batch}
+        fields = {f: (d or name, shape) for f, (d, shape) in cache.fields(mcfg, len(shards.slots)).items()}
+        fields["action_is_pad"] = ("uint8", [lcfg.action_horizon])
+        adapter = fam.batches(mcfg, shards.index, dataset.normaliser())
         claim_output(out)
         with output_lock(out, command):
             if force:
@@ -204,19 +215,17 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
                 shutil.rmtree(out / STAGING, ignore_errors=True)
                 return CacheSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
             jobs = plan_jobs(dataset)
-            kept = {j.index: jr for j in jobs if (jr := load_journal(out, j.index, planned(dataset, j),
-                                                                     list(BACKBONE_FIELDS)))}
+            kept = {j.index: jr for j in jobs if (jr := load_journal(out, j.index, planned(dataset, j), list(fields)))}
             _remove_unfinished(out)  # left by a killed run
             todo = [j for j in jobs if j.index not in kept]
             journals = dict(kept)
             with progress_bar(sum(j.positions.size for j in todo), f"encode-backbone {Path(cfg.data.shards).name}",
-                              enabled=progress, unit="sample") as bar:
+                              enabled=progress, unit="sample", waiting="") as bar:
                 for j in todo:
-                    journals[j.index] = encode_job(model, dataset, adapter, out, j, batch, device, bar.update)
-            fi = feature_index(shards, fp, jobs, journals, dataset, seq, shape_cfg.lm_width, fp["dtype"],
-                               shape_cfg.horizon)
+                    journals[j.index] = encode_job(model, cache, dataset, adapter, out, j, batch, device, bar.update)
+            fi = feature_index(shards, fp, jobs, journals, dataset, fields)
             try:
-                write_features(out, fi, clip_table(dataset, jobs, journals))
+                write_features(out, fi, clip_table(dataset, jobs, journals, list(fields)))
             except OSError as e:
                 _remove_unfinished(out)
                 raise output_error(out, e) from e
@@ -225,4 +234,3 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
                             resumed_shards=len(kept))
     finally:
         shards.close()
-
