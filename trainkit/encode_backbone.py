@@ -203,7 +203,7 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
         name = str(dtype).removeprefix("torch.")
         fp = {"kind": CACHE_KIND, "family": fam.name, "source": conversion_id(shards.folder),
               "backbone": cache.digest(model, dtype), "model": cache.describe(mcfg),
-              "slots": [s or "" for s in shards.slots], "norm": cfg.data.norm, "dtype": name, "batch": batch}
+              "slots": [s or "" for s in shards.slots], "dtype": name, "batch": batch}
         fields = {f: (d or name, shape) for f, (d, shape) in cache.fields(mcfg, len(shards.slots)).items()}
         fields["action_is_pad"] = ("uint8", [lcfg.action_horizon])
         adapter = fam.batches(mcfg, shards.index, dataset.normaliser())

@@ -69,7 +69,7 @@ def sequence_len(cfg: Gr00tConfig, slots: int) -> int:
 def model_part(cfg: Gr00tConfig) -> dict[str, Any]:
     """The fingerprint's words on the model: what decides the backbone's output besides its weights."""
     shapes = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(cfg.backbone).items()}
-    return {"backbone_shapes": shapes, "select_layer": cfg.lm_depth, "tokens_per_image": cfg.tokens_per_image,
+    return {"select_layer": cfg.lm_depth, "backbone_shapes": shapes, "tokens_per_image": cfg.tokens_per_image,
             "text_len": cfg.text_len, "special_ids": [cfg.image_token_id, cfg.vision_start_id, cfg.vision_end_id],
             "view": {k: list(v) if isinstance(v, tuple) else v for k, v in view_settings(cfg).items()},
             "tokenizer": file_sha256(Path(cfg.tokenizer) / "tokenizer.json") if cfg.tokenizer else "builtin",
