@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _encode_backbone(cfg, args) -> int:
-    from trainkit.encode_backbone import encode_backbone
+    from trainkit.predict.encode_backbone import encode_backbone
     summary = encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force, progress=not args.no_progress,
                               command=" ".join(sys.argv))
     print(f"trainkit: {summary.line(Path(args.out))}")

@@ -88,7 +88,7 @@ class BatchAdapter(Protocol):
 @dataclass(frozen=True, kw_only=True)
 class FrozenCache:
     """What `trainkit encode-backbone` asks of a family whose frozen front can run offline: the
-    driver (trainkit/encode_backbone.py) does the folder, the order and the resume, the family says
+    driver (trainkit/predict/encode_backbone.py) does the folder, the order and the resume, the family says
     what a sample holds and what makes it valid."""
 
     check: Callable[[Any], None]  # (config) -> raise one line when a cache cannot equal the model's own forward
@@ -244,7 +244,7 @@ class Family:
     # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
     feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
     # its frozen front (a VL backbone) run offline into a feature folder that `feature_batches` reads
-    # (`trainkit encode-backbone`, trainkit/encode_backbone.py); None: nothing to cache
+    # (`trainkit encode-backbone`, trainkit/predict/encode_backbone.py); None: nothing to cache
     frozen_cache: FrozenCache | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only

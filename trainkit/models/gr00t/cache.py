@@ -1,6 +1,6 @@
 """Training GR00T's head from a cached backbone: what a cached sample holds and what ties a cache to
 a model (`FROZEN_CACHE`, the family's `FrozenCache` record that `trainkit encode-backbone` runs:
-trainkit/encode_backbone.py), and the batch adapter that reads one (`Family.feature_batches`);
+trainkit/predict/encode_backbone.py), and the batch adapter that reads one (`Family.feature_batches`);
 docs/gr00t.md "Training the head from a cached backbone".
 
 A cached sample: `vl` (T, lm_width) in the run's compute dtype, the LLM's output at select_layer
@@ -95,7 +95,7 @@ def check_features(cfg: Gr00tConfig, index: FeatureIndex, where: str) -> None:
     model's shapes, select_layer, view transform and tokenizer."""
     path = f"{where.rstrip('/')}/index.json"
     fp = index.fingerprint
-    if fp.get("kind") != "backbone" or fp.get("family") != "gr00t":  # trainkit/encode_backbone.py's CACHE_KIND
+    if fp.get("kind") != "backbone" or fp.get("family") != "gr00t":  # trainkit/predict/encode_backbone.py's CACHE_KIND
         raise DataError(path, "a feature folder of `datakit encode` (DreamZero's clips); GR00T trains from a cached "
                               "backbone (`trainkit encode-backbone`) or from frames")
     check_model_config(cfg)

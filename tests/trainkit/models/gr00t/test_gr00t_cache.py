@@ -1,4 +1,4 @@
-"""GR00T's head trained from a cached backbone (`trainkit encode-backbone`, trainkit/encode_backbone.py,
+"""GR00T's head trained from a cached backbone (`trainkit encode-backbone`, trainkit/predict/encode_backbone.py,
 trainkit/models/gr00t/cache.py) against the full model on the CPU, tiny widths, fp32:
 
 - the cache read back through the loader equals the model's own backbone forward (`vl_features`)
@@ -31,7 +31,7 @@ from loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
 from trainkit.config import load_config
 from trainkit.data import TrainData, read_run_shards
-from trainkit.encode_backbone import built_model, encode_backbone
+from trainkit.predict.encode_backbone import built_model, encode_backbone
 from trainkit.errors import DataError, ModelConfigError
 from trainkit.models import family
 from trainkit.train import run
@@ -160,7 +160,7 @@ def _die() -> None:
 def _killed_run(cfg, out: Path, point: str, n: int) -> None:
     """In the child: arm the kill at the n-th `point`, then encode."""
     import datakit.encode.shard as shard
-    import trainkit.encode_backbone as driver
+    import trainkit.predict.encode_backbone as driver
 
     count = {"k": 0}
 

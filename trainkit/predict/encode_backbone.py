@@ -4,8 +4,9 @@ gr00t's (its `FrozenCache` record, trainkit/models/gr00t/cache.py: the ViT + LLM
 under N1.7's deterministic view transform); docs/gr00t.md "Training the head from a cached backbone".
 
 Why here and not in `datakit encode`: the backbone is trainkit's model (datakit never imports
-trainkit), so the run lives on the trainkit side, and outside models/ since it opens data and
-weights as the trainer does (this module names no family: the record says what a sample holds).
+trainkit), so the run lives on the trainkit side, in predict/ beside the other offline pass of a model
+over shards (outside models/: it opens data and weights as the trainer does, and trainkit.data
+imports models), naming no family: the record says what a sample holds.
 Everything about the folder is datakit's, not a copy: the output claim and lock, the fingerprint rule for a finished / foreign / unfinished
 folder (`datakit.encode.run.open_output`), the tar writer (`FeatureWriter` on an `OutputShard`:
 temporary name, fsync, rename), the resume journal (`datakit.encode.journal`), the index and
