@@ -279,7 +279,7 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
     if getattr(data.adapter, "note", ""):  # what the family's batches stand on (BatchAdapter.note)
         say(data.adapter.note)
     if hasattr(data.adapter, "check"):  # data made from the model's own weights (a cached backbone) match them
-        data.adapter.check(model)
+        data.adapter.check(model, compute_dtype(cfg.parallel))
     if hasattr(data.adapter, "flops_per_sample"):  # data that skips part of the model: the step's own count
         fam = dataclasses.replace(fam, flops_per_sample=data.adapter.flops_per_sample)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --

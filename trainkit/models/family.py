@@ -74,8 +74,9 @@ class MemoryCalibration:
 class BatchAdapter(Protocol):
     """What a family adds to datakit.loader's batches, on either side of the copy to the device.
     An adapter may also carry `note` (str): one line the trainer says at launch (dreamzero on frame
-    shards: its stand-in encoders), and `check(model)`: called once the weights are loaded, raising a
-    DataError when the data was made from other weights (gr00t's cached backbone)."""
+    shards: its stand-in encoders), and `check(model, dtype)`: called once the weights are loaded with the
+    run's compute dtype, raising a DataError when the data was made from other weights or in another
+    dtype (gr00t's cached backbone)."""
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Host side, per batch (before the copy): the batch with the family's extra tensors

@@ -4,13 +4,14 @@ gr00t's (its `FrozenCache` record, trainkit/models/gr00t/cache.py: the ViT + LLM
 under N1.7's deterministic view transform); docs/gr00t.md "Training the head from a cached backbone".
 
 Why here and not in `datakit encode`: the backbone is trainkit's model (datakit never imports
-trainkit), so the run lives on the trainkit side, in predict/ beside the other offline pass of a model
-over shards (outside models/: it opens data and weights as the trainer does, and trainkit.data
-imports models), naming no family: the record says what a sample holds.
-Everything about the folder is datakit's, not a copy: the output claim and lock, the fingerprint rule for a finished / foreign / unfinished
-folder (`datakit.encode.run.open_output`), the tar writer (`FeatureWriter` on an `OutputShard`:
-temporary name, fsync, rename), the resume journal (`datakit.encode.journal`), the index and
-checksums written last (`write_features`), `datakit verify` and the loader's `FeatureDataset`.
+trainkit), so the run lives on the trainkit side, in predict/ beside the other offline pass of a
+model over shards (outside models/: it opens data and weights as the trainer does, and trainkit.data
+imports models), naming no family: the record says what a sample holds. Everything about the folder
+is datakit's, not a copy: the output claim and lock, the fingerprint rule for a finished, foreign or
+unfinished folder (`datakit.encode.run.open_output`), the tar writer (`FeatureWriter` on an
+`OutputShard`: temporary name, fsync, rename, `commit_shard`), the resume journal
+(`datakit.encode.journal`), the index and checksums written last (`write_features`), `datakit
+verify` and the loader's `FeatureDataset`.
 
 A sample is one anchor of the frame loader (every frame: N1.7's 40-step chunk is padded at an
 episode's end), in the loader's order, so a run over the cache samples the same (episode, frame)
@@ -47,11 +48,12 @@ from datakit.shards.names import SHARD_PATTERN, STAGING
 from trainkit.config import RunConfig
 from trainkit.data import Shards, loader_settings, read_run_shards
 from trainkit.errors import ConfigError, DataError
-from trainkit.models import build_model, family
-from trainkit.models import FrozenCache
+from trainkit.models import FrozenCache, build_model, family
 from trainkit.parallel import compute_dtype
 from trainkit.weights.load import load_weights
 from trainkit.weights.shape import with_weights_shape
+
+CACHE_KIND = "backbone"  # fingerprint["kind"]; "family" names whose (its feature_batches check both)
 
 
 @dataclass
@@ -98,9 +100,6 @@ def plan_jobs(dataset: ShardDataset) -> list[Job]:
     shard = dataset.shard[dataset.anchors]
     cuts = np.flatnonzero(np.diff(shard)) + 1
     return [Job(i, p) for i, p in enumerate(np.split(np.arange(shard.size), cuts)) if p.size]
-
-
-CACHE_KIND = "backbone"  # fingerprint["kind"]; "family" names whose (its feature_batches check both)
 
 
 def encode_job(model: torch.nn.Module, cache: FrozenCache, dataset: ShardDataset, adapter: Any, out: Path, job: Job,
@@ -162,14 +161,16 @@ def feature_index(shards: Shards, fp: dict[str, Any], jobs: list[Job], journals:
     index, entries, row = shards.index, [], 0
     for j in jobs:
         jr, eps = journals[j.index], dataset.meta["episode_index"][dataset.anchors[j.positions]]
-        entries.append(ShardEntry(jr.name, jr.bytes, jr.sha256, [int(eps[0]), int(eps[-1])], [row, row + j.positions.size],
-                                  int(j.positions.size)))
+        entries.append(ShardEntry(jr.name, jr.bytes, jr.sha256, [int(eps[0]), int(eps[-1])],
+                                  [row, row + j.positions.size], int(j.positions.size)))
         row += j.positions.size
-    entries_f = {f: FieldEntry(d, shape, math.prod(shape) * torch_dtype(d).itemsize) for f, (d, shape) in fields.items()}
-    return FeatureIndex(fingerprint=fp, fields=entries_f, text_width=0, text_dtype=fp["dtype"], prompts=[], fps=index.fps,
-                        state_names=index.state_names, action_names=index.action_names, tasks=index.tasks,
-                        stats={k: {s: v for s, v in index.stats[k].items() if s != "nonfinite"} for k in ("state", "action")},
-                        span=fields["action_is_pad"][1][0], vae={}, shards=entries, num_clips=row, num_shards=len(entries))
+    stats = {k: {s: v for s, v in index.stats[k].items() if s != "nonfinite"} for k in ("state", "action")}
+    return FeatureIndex(fingerprint=fp, fields={f: FieldEntry(d, shape, math.prod(shape) * torch_dtype(d).itemsize)
+                                                for f, (d, shape) in fields.items()},
+                        text_width=0, text_dtype=fp["dtype"], prompts=[], fps=index.fps, state_names=index.state_names,
+                        action_names=index.action_names, tasks=index.tasks, stats=stats,
+                        span=fields["action_is_pad"][1][0], vae={}, shards=entries, num_clips=row,
+                        num_shards=len(entries))
 
 
 def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = False, progress: bool = True,

@@ -135,9 +135,15 @@ class Gr00tFeatureBatches:
         self.note = (f"gr00t: the head trains on the cached backbone in {where} (no image augmentation, the backbone "
                      "does not run)")
 
-    def check(self, model: nn.Module) -> None:
-        """Once the weights are loaded: DataError when the cache was computed with other backbone weights."""
-        have = backbone_digest(model, getattr(torch, self.fingerprint["dtype"]))
+    def check(self, model: nn.Module, dtype: torch.dtype) -> None:
+        """Once the weights are loaded: DataError when the cache was computed in another dtype than the
+        run's compute dtype, or with other backbone weights."""
+        made = self.fingerprint["dtype"]
+        if getattr(torch, made) != dtype:
+            raise DataError(f"{self.where.rstrip('/')}/index.json", f"the backbone ran in {made} (fingerprint.dtype); "
+                            f"the run computes in {str(dtype).removeprefix('torch.')} (parallel.param_dtype): encode "
+                            "again with the run's config")
+        have = backbone_digest(model, dtype)
         if have != self.fingerprint.get("backbone"):
             raise DataError(f"{self.where.rstrip('/')}/index.json", f"computed with other backbone weights (digest "
                             f"{str(self.fingerprint.get('backbone'))[:12]}, the run's {have[:12]}: another seed or "

@@ -267,7 +267,8 @@ class Gr00t(nn.Module):
             return batch.vl, batch.vl_image, batch.valid, batch.seen, batch.n_image
         return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
-    def forward(self, batch: Gr00tBatch | Gr00tCachedBatch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, batch: Gr00tBatch | Gr00tCachedBatch,
+                per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6));
         `per_item`: (that loss, each sample's (B,) over its own mask, detached), for the per-source loss."""
         pred, target = self.action_head(*self.conditioning(batch), batch)

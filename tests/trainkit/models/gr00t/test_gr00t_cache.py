@@ -70,7 +70,7 @@ def test_cache_equals_the_backbone_and_the_head_step_equals_the_full_model(shard
     cfg_f, cfg_c = config(shards_rgb, tmp_path / "f"), config(cache, tmp_path / "c")
     _, frames = first_batch(cfg_f)
     data_c, cached = first_batch(cfg_c)
-    data_c.adapter.check(built_model(cfg_c, torch.device("cpu")))  # the run's weights are the cache's
+    data_c.adapter.check(built_model(cfg_c, torch.device("cpu")), torch.float32)  # the run's weights are the cache's
     assert torch.equal(frames.rows, cached.rows) and cached.slots == 3
     model = built_model(cfg_f, torch.device("cpu")).train()
     vl, image, valid, seen = model.vl_features(frames.model)
@@ -108,7 +108,8 @@ def test_trained_from_the_cache_the_losses_are_the_frame_runs(shards_rgb, cache,
 @pytest.mark.parametrize("sets, match", [(("train.seed=1",), "other backbone weights"),
                                          (("model.lm_depth=3",), "another model .select_layer: 4 before, 3 now"),
                                          (("model.random_crop=true",), "augmentation"),
-                                         (("model.lm_trained=1",), "lm_trained = 1")])
+                                         (("model.lm_trained=1",), "lm_trained = 1"),
+                                         (("parallel.param_dtype=bfloat16",), "the run computes in bfloat16")])
 def test_a_cache_that_is_not_this_models_backbone_is_refused(cache, tmp_path, sets, match):
     with pytest.raises((DataError, ModelConfigError), match=match) as e:
         run(config(cache, tmp_path / "r", *sets))
