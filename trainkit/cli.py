@@ -12,6 +12,8 @@
                     [--tokenizer-name NAME] [--source NAME]   # --source: a mixture's run, for that one robot
     trainkit predict RUN_DIR|CKPT --shards OUT [--episodes 3,5-7] [--config CONFIG.toml] [--weights model|ema]
                      [--seed S] [--steps N] [--every N] [--batch-size B] [--out DIR]   # open-loop action error
+    trainkit encode-backbone CONFIG.toml --out FEATURES [--set key=value ...] [--batch N] [--force]   # gr00t: the
+                     frozen backbone cached once; train the head with data.shards=FEATURES (docs/gr00t.md)
 
 CONFIG is a TOML file, or the name of a shipped preset (`trainkit run pi05_tiny`; trainkit/configs/):
 a path that exists wins. Bad input (config, shard folder or its index, output.dir, camera mapping,
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from trainkit.errors import USER_ERRORS, LaunchError, Stopped
 
@@ -109,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="a run on a mixture (data.sources): export for this one source (its name, as the run's "
                         "loss/<name> metrics name it): its cameras, state/action sizes and statistics; required "
                         "there, refused for a one-folder run")
+    eb = sub.add_parser("encode-backbone", help="GR00T: run the frozen backbone once over data.shards into a feature "
+                        "folder the head trains from (data.shards = OUT; removes image augmentation)")
+    eb.add_argument("config", help="the run's TOML config (or a preset name): its model, weights, data.shards and slots")
+    eb.add_argument("--out", required=True, metavar="FEATURES", help="the feature folder to write (a rerun resumes)")
+    eb.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    eb.add_argument("--batch", type=int, default=8, help="samples per backbone call (part of the fingerprint)")
+    eb.add_argument("--force", action="store_true", help="start over: remove what an earlier encode wrote in OUT")
+    eb.add_argument("--no-progress", action="store_true", help="no progress bar")
     pr = sub.add_parser("predict", help="open-loop action error of a checkpoint on held-out episodes: table, "
                                         "predict.json, predict.png (trainkit/predict/)")
     pr.add_argument("source", metavar="RUN_DIR|CKPT", help="a run folder, or a checkpoint folder (model.safetensors "
@@ -158,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             return _ladder(args, argv if argv is not None else sys.argv[1:])
         if args.command == "predict":
             return _predict(args)
+        if args.command == "encode-backbone":
+            return _encode_backbone(load_config(args.config, args.overrides), args)
         if args.command == "export":
             from trainkit.weights.export import export_run
             path = export_run(args.run_dir, args.out, args.format, args.dtype, args.weights, force=args.force,
@@ -184,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
         if dist.is_initialized():  # a clean NCCL shutdown under torchrun; no group left behind in-process
             dist.destroy_process_group()
+
+
+def _encode_backbone(cfg, args) -> int:
+    from trainkit.predict.encode_backbone import encode_backbone
+    summary = encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force, progress=not args.no_progress,
+                              command=" ".join(sys.argv))
+    print(f"trainkit: {summary.line(Path(args.out))}")
+    return 0
 
 
 def _inspect(cfg, args) -> int:

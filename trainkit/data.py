@@ -318,7 +318,8 @@ class TrainData:
         else:
             stream = (self._host_float32(hb) for hb in self._host_batches())
         for b in stream:
-            samples, slots = b["latents"].shape[0] if "latents" in b else b["images"].shape[0], self.slots(b)
+            # a cached backbone's samples carry its slots' runs, not images (BatchAdapter `slots`)
+            samples, slots = b["action"].shape[0], self.slots(b) or getattr(self.adapter, "slots", 0)
             yield StepBatch(model=self.adapter.model_batch(b), samples=samples, slots=slots, rows=b["row"],
                             actions=b["action"], sources=b.get("source", torch.zeros_like(b["row"])),
                             epoch=int(b["epoch"]), step=int(b["step"]))

@@ -26,6 +26,7 @@ step boundary, the same on every rank: the step under way finishes, a checkpoint
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -277,6 +278,10 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
                      global_batch=global_batch, episodes=episodes)
     if getattr(data.adapter, "note", ""):  # what the family's batches stand on (BatchAdapter.note)
         say(data.adapter.note)
+    if hasattr(data.adapter, "check"):  # data made from the model's own weights (a cached backbone) match them
+        data.adapter.check(model, compute_dtype(cfg.parallel))
+    if hasattr(data.adapter, "flops_per_sample"):  # data that skips part of the model: the step's own count
+        fam = dataclasses.replace(fam, flops_per_sample=data.adapter.flops_per_sample)
     # --- resume from the newest intact checkpoint of this run (resume_rules.py: what may change) --
     record = run_record(cfg, shards, global_batch)
     start = resume(found, record, world_size, model, opt, sched, cfg, ema, data) if found is not None else 0

@@ -37,6 +37,7 @@ Output: $OUT/<plan>.json and, for ladder / tune runs, their report files ($OUT/<
   variants [{name, group, note, config, overrides, env, cpu_replaced, command, status ("ok" | "oom" |
     "compile_error" | "refused" | "crash" | "timeout" | "skipped"), reason, error {kind, type, message, rank},
     returncode, wall_s, samples_per_s, mfu, peak_mem_gib, step_time_s, data_wait_frac, steady {...},
+    cache {folder, command, wall_s, status, summary, log_tail} (a cached_backbone variant: its encode-backbone),
     losses [per step], profile {profile_rank0.json} | null, init_from {checkpoint, load_s}, compare, probe_row,
     vs_baseline, vs_probe {row, ratio}, vs {variant, samples_per_s_ratio, loss {steps, max_abs, mean_abs, mean_rel}},
     log_tail}],
@@ -66,7 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "gpu")]
 from gpu_plan import (PROBES, Data, Plan, PlanError, Run, Variant, check_overrides, cpu_replaced,  # noqa: E402
-                      load_plan, run_parts, variant_config, variant_sets)
+                      load_plan, run_parts, set_key, variant_config, variant_sets)
 from gpu_report import derive, table  # noqa: E402
 
 from bench.record import header  # noqa: E402
@@ -191,6 +192,24 @@ def weights_for(call: Call, v: Variant, sets: list[str]) -> str:
     return book[key]["folder"]
 
 
+def backbone_cache(call: Call, v: Variant, config: Path, sets: list[str]) -> dict[str, Any]:
+    """`trainkit encode-backbone` over the call's shards at variant `v`'s settings (the same config and
+    --set texts as its trial, so the fingerprint is the trial's): the folder, its seconds and summary."""
+    folder = call.work / "backbone-cache" / v.name
+    cmd = [sys.executable, "-m", "trainkit.cli", "encode-backbone", str(config), "--out", str(folder), "--force",
+           "--no-progress", "--batch", "4" if call.cpu else "32", *[a for s in sets for a in ("--set", s)]]
+    log = call.work / "runs" / f"{v.name}-encode"
+    t0 = time.time()
+    rc = run_process(cmd, log.with_suffix(".out"), log.with_suffix(".err"), min(call.plan.timeout_s, call.left()),
+                     {**call.env, **v.env})
+    rec = {"folder": str(folder), "command": shlex.join(["python3", *cmd[1:]]), "wall_s": round(time.time() - t0, 1),
+           "status": "timeout" if rc is None else "ok" if rc == 0 else "failed",
+           "summary": log.with_suffix(".out").read_text().strip()[-300:] if log.with_suffix(".out").exists() else ""}
+    if rc != 0:
+        rec["log_tail"] = tail(log.with_suffix(".out"), log.with_suffix(".err"))
+    return rec
+
+
 # --- processes ----------------------------------------------------------------------------------------
 
 def run_process(cmd: list[str], stdout: Path, stderr: Path, timeout_s: float, env: dict[str, str]) -> int | None:
@@ -303,6 +322,13 @@ def run_variant(call: Call, v: Variant) -> dict[str, Any]:
                                                         "message": str(e), "rank": None}}
         sets = variant_sets(plan, v, cpu=call.cpu, shards=call.shards, init_from=folder, extra=call.extra)
         rec["init_from"] = {"checkpoint": folder}
+    if v.cached_backbone:  # after init_from: the cache is of the weights the trial loads
+        rec["cache"] = cache = backbone_cache(call, v, config, sets)
+        if cache["status"] != "ok":
+            return {**rec, "status": "crash", "error": {"kind": "crash", "type": "EncodeBackbone",
+                                                        "message": cache.get("log_tail", "")[-300:], "rank": None}}
+        sets = [f"data.shards={cache['folder']}" if set_key(s) == "data.shards" else s for s in sets]
+        left = call.left()
     limit = plan.cpu.timeout_s if call.cpu else (v.timeout_s or plan.timeout_s)
     trial = Trial(config=config, out_dir=call.work / "runs" / v.name, overrides=tuple(sets), nproc=call.nproc,
                   timeout_s=min(limit, left), env={**call.env, **v.env}, name=v.name)
@@ -444,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         if v.name in wanted:
             rec = run_variant(call, v)
             rec["compare"] = v.compare or None
-            rec["probe_row"] = v.probe or (plan.probe.compare or plan.probe.args[0] if plan.probe else None)
+            rec["probe_row"] = None if v.cached_backbone else \
+                v.probe or (plan.probe.compare or plan.probe.args[0] if plan.probe else None)
             res["variants"].append(rec)
             call.done[v.name] = rec
             _say(v.name, rec)

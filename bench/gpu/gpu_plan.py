@@ -115,6 +115,9 @@ class Variant:
     probe: str = ""
     if_failed: str = ""
     init_from: str = ""  # "random:<format>" or ""
+    # train from `trainkit encode-backbone`'s cache of the call's shards (built first in the same call, at the
+    # variant's settings; its seconds recorded): the head alone, reported apart, no ratio to the baseline or probe
+    cached_backbone: bool = False
     timeout_s: float = 0.0  # 0 -> the plan's
     note: str = ""
 
@@ -265,6 +268,10 @@ def _check(plan: Plan) -> None:
                 raise PlanError(f"{at}: {key} = {ref!r} is not another variant")
         if v.probe and v.probe not in rows:
             raise PlanError(f"{at}: probe = {v.probe!r} is not a setting the probe runs ({', '.join(rows)})")
+        if v.cached_backbone and (v.probe or v.name == plan.baseline or (v.compare and not
+                                                                          plan.variant(v.compare).cached_backbone)):
+            raise PlanError(f"{at}: a cached_backbone run trains the head alone: no probe, not the baseline, "
+                            "compared with another cached_backbone variant only")
         if v.init_from and not re.match(r"^random:[a-z0-9_]+$", v.init_from):
             raise PlanError(f"{at}: init_from must be 'random:<format>', got {v.init_from!r}")
         if any(not isinstance(x, str) for x in v.env.values()):

@@ -4,7 +4,8 @@ row and the variant it compares with, losses step by step included) and the tabl
     python3 bench/gpu/gpu_report.py $OUT/pi05.json        # the table of a saved result again
 
 Ratios are samples/s per GPU over the baseline's, over the probe row's (`samples_s_gpu`) and over
-the compared variant's; loss differences are taken over the steps both runs have.
+the compared variant's; loss differences are taken over the steps both runs have. A variant trained
+from a cached backbone (`cache` in its record) has none: its step is the head alone.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def derive(res: dict[str, Any]) -> None:
     rows = {row.get("variant"): row for row in probe.get("rows", [])}
     for v in res["variants"]:
         sps = v.get("samples_per_s")
+        if v.get("cache") is not None:  # the head alone on a cached backbone: reported apart, in no ratio
+            v["vs_baseline"] = v["vs_probe"] = v["vs"] = None
+            continue
         v["vs_baseline"] = ratio(sps, base)
         row = v.get("probe_row")
         v["vs_probe"] = {"row": row, "ratio": ratio(sps, rows.get(row, {}).get("samples_s_gpu"))} if row else None
@@ -83,6 +87,8 @@ def table(res: dict[str, Any]) -> None:
     for v in res["variants"]:
         if v["status"] != "ok":
             note = v.get("reason") or (v.get("error") or {}).get("message", "")
+        elif v.get("cache") is not None:
+            note = f"head alone on a cached backbone (encoded in {v['cache'].get('wall_s')} s): apart, no ratio"
         elif v.get("vs") and v["vs"].get("loss"):
             note = f"vs {v['vs']['variant']}: max |dloss| {v['vs']['loss']['max_abs']:.1e}"
         else:

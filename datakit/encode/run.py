@@ -76,8 +76,10 @@ def fingerprint_diff(old: Any, new: dict[str, Any]) -> str | None:
     return f"{key}: {json.dumps(old.get(key))[:80]} before, {json.dumps(new.get(key))[:80]} now"
 
 
-def _open_output(out: Path, fp: dict[str, Any]) -> bool:
-    """True when OUT holds these features finished; else staging is ready for this fingerprint."""
+def open_output(out: Path, fp: dict[str, Any]) -> bool:
+    """True when OUT holds these features finished; else staging is ready for this fingerprint.
+    trainkit's `encode-backbone` opens its output here too: one rule for a finished, a foreign and an
+    unfinished feature folder."""
     if is_finished(out):
         if problems := checksum_problems(out):
             raise OutputError(problems[0].where, f"{problems[0].what}: the feature folder is damaged; --force encodes "
@@ -201,7 +203,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
     with output_lock(out, command):
         if force:
             remove_ours(out)
-        if _open_output(out, fp):
+        if open_output(out, fp):
             shutil.rmtree(out / STAGING, ignore_errors=True)
             return EncodeSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
         jobs, prompts = plan_jobs(index, frames, cfg, cameras)

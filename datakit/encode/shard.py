@@ -83,7 +83,9 @@ def clip_fields(cfg: EncodeConfig) -> list[str]:
         (["image"] if cfg.image_encoder is not None else [])
 
 
-def _commit(out: Path, shard: OutputShard, j: FeatureJournal) -> None:
+def commit_shard(out: Path, shard: OutputShard, j: FeatureJournal) -> None:
+    """Rename the finished shard into place, then its journal (what a rerun keeps); trainkit's
+    `encode-backbone` commits its shards here too."""
     shard.commit()
     try:
         write_journal(out, j)
@@ -119,7 +121,7 @@ def encode_clips(enc: Encoders, src: ClipSource, cfg: EncodeConfig, out: Path, i
         shard.abort()
         raise
     j = FeatureJournal(index, shard.path.name, nbytes, sha, [[c.episode_index, c.start] for c in clips], offsets, [])
-    _commit(out, shard, j)
+    commit_shard(out, shard, j)
     return j
 
 
@@ -140,5 +142,5 @@ def encode_prompts(enc: Encoders, out: Path, index: int, prompts: list[str],
         shard.abort()
         raise
     j = FeatureJournal(index, shard.path.name, nbytes, sha, [[t] for t in prompts], offsets, tokens)
-    _commit(out, shard, j)
+    commit_shard(out, shard, j)
     return j

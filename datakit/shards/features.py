@@ -6,6 +6,8 @@ A feature folder keeps the shard contract (docs/shard-format.md) with other cont
   `<key>.latents.npy` (C, T', H', W'), `<key>.cond_latents.npy` (C, T'-1, H', W', optional),
   `<key>.image.npy` (257, 1280, optional) and `<key>.json`. With a text encoder, one more shard
   holds each distinct prompt once: `prompt/<id:06d>.text.npy` (tokens, width), real tokens only.
+  A cached backbone (`trainkit encode-backbone`, docs/gr00t.md) holds one key per anchor frame
+  (`<episode:06d>/<frame:06d>`) with `vl`, `vl_masks` and `action_is_pad` (BACKBONE_FIELDS).
 - `frames.arrow`: one row per clip (the name is the shards' per-row table, so checksums.json,
   the reader identity check and the cleanup of an unfinished run apply unchanged): episode_index,
   start, task_index, prompt (-1: none), shard, state (at the clip's first frame), action (every
@@ -40,10 +42,15 @@ from datakit.shards.names import FRAMES_NAME, MANIFEST_NAME, SHARD_NAME
 FEATURES_FORMAT = "datakit-features"
 FEATURES_VERSION = 1
 CLIP_FIELDS = ("latents", "cond_latents", "image")  # per-clip tensors, in member order
+# per-sample tensors of a cached VL backbone (trainkit's GR00T, `trainkit encode-backbone`): the hidden
+# states at select_layer (T, width), their masks (3, T) uint8 (image token, valid, seen by the VL
+# self-attention) and the action chunk's pad mask (horizon,) uint8; a sample is one anchor frame
+BACKBONE_FIELDS = ("vl", "vl_masks", "action_is_pad")
 PROMPT_KEY = "prompt/{prompt:06d}"
 # dtype name -> (torch dtype, the .npy dtype its bits are stored as)
 DTYPES: dict[str, tuple[torch.dtype, str]] = {
     "float32": (torch.float32, "<f4"), "float16": (torch.float16, "<f2"), "bfloat16": (torch.bfloat16, "<u2"),
+    "uint8": (torch.uint8, "|u1"),  # masks (BACKBONE_FIELDS)
 }
 
 
@@ -126,8 +133,8 @@ def _check(d: Any, path: Path) -> FeatureIndex:
     fields = {}
     for name, f in c.obj(d["fields"], "fields").items():
         where = f"fields.{name}"
-        if name not in CLIP_FIELDS:
-            c.fail(where, f"unknown field (known: {', '.join(CLIP_FIELDS)})")
+        if name not in CLIP_FIELDS + BACKBONE_FIELDS:
+            c.fail(where, f"unknown field (known: {', '.join(CLIP_FIELDS + BACKBONE_FIELDS)})")
         c.keys(c.obj(f, where), where, _fields(FieldEntry))
         if f["dtype"] not in DTYPES:
             c.fail(f"{where}.dtype", f"{f['dtype']!r} is not one of {', '.join(DTYPES)}")
@@ -135,8 +142,8 @@ def _check(d: Any, path: Path) -> FeatureIndex:
         if c.int_(f["bytes"], f"{where}.bytes") != math.prod(shape) * torch_dtype(f["dtype"]).itemsize:
             c.fail(f"{where}.bytes", "is not prod(shape) x the dtype's size")
         fields[name] = FieldEntry(f["dtype"], shape, f["bytes"])
-    if "latents" not in fields:
-        c.fail("fields", "no latents")
+    if "latents" not in fields and "vl" not in fields:
+        c.fail("fields", "no latents (nor a cached backbone's vl)")
     shards = []
     row = 0
     for i, s in enumerate(c.lst(d["shards"], "shards")):

@@ -52,7 +52,8 @@ def test_plan_refuses_unknown_keys_and_dangling_names(tmp_path):
              "not another variant": good.replace('compare = "optimised_mbs16_graphs"', 'compare = "nope"'),
              "is set by the harness": good.replace('overrides = ["train.micro_batch=16", "train.global_batch=0"]\nprofile',
                                                    'overrides = ["train.steps=3"]\nprofile', 1),
-             "not a setting of": good.replace('args = ["compile_mbs16", "compile_mbs64"]', 'args = ["mbs_9000"]')}
+             "not a setting of": good.replace('args = ["compile_mbs16", "compile_mbs64"]', 'args = ["mbs_9000"]'),
+             "trains the head alone": good.replace("cached_backbone = true\n", 'cached_backbone = true\nprobe = "compile_mbs64"\n')}
     for why, text in cases.items():
         assert text != good, why
         (tmp_path / "p.toml").write_text(text)
@@ -75,6 +76,19 @@ def test_cpu_dry_run_of_gr00t_main(tmp_path):
                      for n in ("optimised_mbs16_graphs", "optimised_mbs16_eager"))
     assert eager["vs"]["variant"] == graphs["name"] and eager["vs"]["loss"]["steps"] == 3
     assert all(v["samples_per_s"] > 0 and len(v["losses"]) == 3 for v in res["variants"])
+
+
+@pytest.mark.slow
+def test_cpu_dry_run_of_the_cached_backbone_builds_the_cache_first_and_reports_it_apart(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "gpu.py"), "gr00t", "--cpu", "--only",
+                           "cached_backbone_mbs256", "--out", str(out), "--work", str(tmp_path / "work")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (v,) = json.loads((out / "gr00t.json").read_text())["variants"]
+    assert v["status"] == "ok" and v["cache"]["status"] == "ok" and "encode-backbone" in v["cache"]["command"]
+    assert f"data.shards={v['cache']['folder']}" in v["command"] and v["samples_per_s"] > 0
+    assert v["vs_baseline"] is None and v["vs_probe"] is None and v["probe_row"] is None  # never in a ratio
 
 
 def test_card_held_names_the_processes_on_the_card(tmp_path, monkeypatch):

@@ -17,12 +17,12 @@ import torch.nn as nn
 
 from trainkit.models.dreamzero import FAMILY as DREAMZERO
 from trainkit.errors import ModelConfigError
-from trainkit.models.family import (Activations, BatchAdapter, Family, Fixed, MemoryCalibration,
+from trainkit.models.family import (Activations, BatchAdapter, Family, Fixed, FrozenCache, MemoryCalibration,
                                    MemoryMeasurement, Sampler, WeightsFiles)
 from trainkit.models.gr00t import FAMILY as GR00T
 from trainkit.models.pi05 import FAMILY as PI05
 
-__all__ = ["Activations", "BatchAdapter", "DEFAULT_FAMILY", "FAMILIES", "Family", "Fixed", "MemoryCalibration",
+__all__ = ["Activations", "BatchAdapter", "DEFAULT_FAMILY", "FAMILIES", "Family", "Fixed", "FrozenCache", "MemoryCalibration",
            "MemoryMeasurement", "Sampler", "WeightsFiles", "build_config", "build_model", "family",
            "register"]
 

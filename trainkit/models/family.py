@@ -74,7 +74,9 @@ class MemoryCalibration:
 class BatchAdapter(Protocol):
     """What a family adds to datakit.loader's batches, on either side of the copy to the device.
     An adapter may also carry `note` (str): one line the trainer says at launch (dreamzero on frame
-    shards: its stand-in encoders)."""
+    shards: its stand-in encoders), and `check(model, dtype)`: called once the weights are loaded with the
+    run's compute dtype, raising a DataError when the data was made from other weights or in another
+    dtype (gr00t's cached backbone)."""
 
     def extras(self, hb: HostBatch, generator: torch.Generator) -> HostBatch:
         """Host side, per batch (before the copy): the batch with the family's extra tensors
@@ -82,6 +84,20 @@ class BatchAdapter(Protocol):
 
     def model_batch(self, b: HostBatch) -> Any:
         """Device side: the normalised loader batch (with the extras) as the model's batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrozenCache:
+    """What `trainkit encode-backbone` asks of a family whose frozen front can run offline: the
+    driver (trainkit/predict/encode_backbone.py) does the folder, the order and the resume, the family says
+    what a sample holds and what makes it valid."""
+
+    check: Callable[[Any], None]  # (config) -> raise one line when a cache cannot equal the model's own forward
+    describe: Callable[[Any], dict[str, Any]]  # (config) -> what decides the output besides weights (fingerprint)
+    digest: Callable[[nn.Module, torch.dtype], str]  # (model with its weights, dtype it runs in) -> their digest
+    # (config, slots) -> per-sample field -> (dtype: None for the run's compute dtype, shape)
+    fields: Callable[[Any, int], dict[str, tuple[str | None, list[int]]]]
+    run: Callable[[nn.Module, Any], dict[str, torch.Tensor]]  # (model, the family's batch) -> field -> (B, *shape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +244,9 @@ class Family:
     # (config, feature index, the folder) -> the batch adapter on a `datakit encode` feature folder,
     # refusing one that does not fit the config (trainkit/data.py); None: the family trains from frames only
     feature_batches: Callable[[Any, Any, str], BatchAdapter] | None = None
+    # its frozen front (a VL backbone) run offline into a feature folder that `feature_batches` reads
+    # (`trainkit encode-backbone`, trainkit/predict/encode_backbone.py); None: nothing to cache
+    frozen_cache: FrozenCache | None = None
     memory: MemoryCalibration = MemoryCalibration()  # inspect's memory constants and their measurements
     weights: Weights | None = None  # checkpoint mapping (model.init_from, trainkit export); None: random init only
     sampler: Sampler | None = None  # action sampler (trainkit predict); None: the family cannot predict actions

@@ -13,4 +13,6 @@ per action channel, as a table, `predict.json` and `predict.png`.
 
 Modules: source.py (the model and its statistics: a run or a checkpoint folder), chunks.py (the
 trajectories), report.py (errors, table, JSON, plot), command.py (the order of it all).
+The room's other offline pass of a model over shards: encode_backbone.py (`trainkit encode-backbone`,
+a family's frozen front cached into a feature folder the head trains from).
 """

@@ -83,6 +83,12 @@ def flops_per_sample(cfg: Gr00tConfig, n_slots: int) -> float:
     return float(frozen_forward(cfg, n_slots) + 3 * trained_forward(cfg, n_slots) - no_input_grad(cfg))
 
 
+def cached_flops_per_sample(cfg: Gr00tConfig, n_slots: int) -> float:
+    """`flops_per_sample` of a run on a cached backbone (cache.py): the frozen ViT and LLM layers
+    ran offline, so their forward is not this step's work."""
+    return flops_per_sample(cfg, n_slots) - frozen_forward(cfg, n_slots)
+
+
 def _linear(tokens: int, i: int, o: int, grad_in: bool, r: int = 0, parts: tuple[int, ...] = ()) -> int:
     """A frozen linear's forward (and input gradient when its input needs one), plus rank-r adapters on
     output rows `parts` (one A over them: forward, weight gradient, input gradient when needed; each

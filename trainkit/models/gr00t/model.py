@@ -56,6 +56,28 @@ class Gr00tBatch:
                                 for f in fields(self)})
 
 
+@dataclass
+class Gr00tCachedBatch:
+    """One micro-batch whose backbone ran offline (`trainkit encode-backbone`, cache.py): the VL
+    features at select_layer and their masks in place of the images and tokens. The head's inputs
+    are the rest of `Gr00tBatch`'s, unchanged."""
+    vl: torch.Tensor            # (B, T, lm_width) the frozen backbone's output (vl_features' first value)
+    vl_image: torch.Tensor      # (B, T) bool: image token positions
+    valid: torch.Tensor         # (B, T) bool: valid positions (LeRobot's backbone_attention_mask)
+    seen: torch.Tensor          # (B, T) bool: what the VL self-attention sees
+    n_image: int                # image tokens per sample (the encode's slots x tokens_per_image)
+    state: torch.Tensor
+    actions: torch.Tensor
+    action_mask: torch.Tensor
+    noise: torch.Tensor
+    time: torch.Tensor
+    state_drop: torch.Tensor
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> Gr00tCachedBatch:
+        return replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                                for f in fields(self) if f.name != "n_image"})
+
+
 def sample_flow(actions: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """GR00T's draws for a (B, horizon, A) chunk: noise N(0, 1) and t = (1 - Beta(1.5, 1)) x 0.999.
     Beta(1.5, 1) is u^(1/1.5) for u uniform (its inverse CDF), drawn from `generator`."""
@@ -236,12 +258,17 @@ class Gr00t(nn.Module):
             x = block(x, temb, *context[block_context(i)])
         return self.action_decoder(self.dit_out(x, temb))[:, -cfg.horizon:].float(), target
 
-    def conditioning(self, batch: Gr00tBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    def conditioning(self, batch: Gr00tBatch | Gr00tCachedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                           torch.Tensor, int]:
         """What the action head reads: the VL features, which positions are image tokens, which are
-        valid and which the VL self-attention sees (vl_features), and the image tokens per sample."""
+        valid and which the VL self-attention sees (vl_features), and the image tokens per sample;
+        a cached batch carries them (the backbone does not run)."""
+        if isinstance(batch, Gr00tCachedBatch):
+            return batch.vl, batch.vl_image, batch.valid, batch.seen, batch.n_image
         return (*self.vl_features(batch), batch.image_mask.shape[1] * self.cfg.tokens_per_image)
 
-    def forward(self, batch: Gr00tBatch, per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, batch: Gr00tBatch | Gr00tCachedBatch,
+                per_item: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Scalar masked flow-matching MSE (fp32) of the batch, normalised as GR00T's (sum / (mask sum + 1e-6));
         `per_item`: (that loss, each sample's (B,) over its own mask, detached), for the per-source loss."""
         pred, target = self.action_head(*self.conditioning(batch), batch)
