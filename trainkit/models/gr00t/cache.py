@@ -49,16 +49,20 @@ BACKBONE_MODULES = ("visual", "vision_blocks", "embed", "lm_frozen")  # what run
 
 
 def check_model_config(cfg: Gr00tConfig) -> None:
-    """ModelConfigError (one line) when the cache cannot equal what the model would compute."""
+    """ModelConfigError (one line, every setting to change at once) when the cache cannot equal what
+    the model would compute."""
+    wrong = []
     if cfg.lm_trained:
-        raise ModelConfigError(f"a cached backbone holds the LLM's output at select_layer; model.lm_trained = "
-                               f"{cfg.lm_trained} trains LLM layers inside it: set model.lm_trained = 0")
+        wrong.append(f"model.lm_trained = {cfg.lm_trained} trains LLM layers inside the cached select_layer "
+                     f"output: set model.lm_trained = 0")
     if cfg.random_crop:
-        raise ModelConfigError("a cached backbone fixes each view's crop: model.random_crop moves it per sample "
-                               "(the image augmentation caching removes); set model.random_crop = false")
+        wrong.append("model.random_crop moves each view's crop per sample (the image augmentation caching "
+                     "removes): set model.random_crop = false")
     if not cfg.fixed_len:
-        raise ModelConfigError("a cached backbone stores each sample's padded sequence: set model.fixed_len = true "
-                               "(without it the padded length follows the batch, and the VL self-attention sees it)")
+        wrong.append("each sample's padded sequence is stored, and without fixed_len the padded length follows "
+                     "the batch (the VL self-attention sees it): set model.fixed_len = true")
+    if wrong:
+        raise ModelConfigError("a cached backbone needs " + "; ".join(wrong))
 
 
 def sequence_len(cfg: Gr00tConfig, slots: int) -> int:

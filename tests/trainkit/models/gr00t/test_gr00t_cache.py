@@ -143,6 +143,8 @@ def test_cli_resumes_refuses_in_one_line_and_says_a_summary(shards_rgb, cache, t
     assert "already complete" in capsys.readouterr().out
     for args, match in ((["--set", "model.random_crop=true"], "augmentation"),
                         (["--set", "model.fixed_len=false"], "fixed_len = true"),
+                        (["--set", "model.fixed_len=false", "--set", "model.lm_trained=1"],  # both, in one line
+                         "set model.lm_trained = 0; each sample's padded sequence"),
                         (["--set", f"data.shards={tmp_path / 'none'}"], "none"),
                         (["--set", f"data.shards={cache}"], "feature folder already"),
                         (["--batch", "2"], "batch: 4 before, 2 now")):
