@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                         "view transform) once over the config's data.shards and write a feature folder; then "
                         "`trainkit run CONFIG --set data.shards=FEATURES` trains the head alone from it. Needs "
                         "model.lm_trained = 0, model.random_crop = false, model.fixed_len = true (the shipped "
-                        "gr00t_optimised has the last two). A rerun resumes; `datakit verify FEATURES` checks it. "
+                        "gr00t_optimised has all three). A rerun resumes; `datakit verify FEATURES` checks it. "
                         "docs/gr00t.md: 'Training the head from a cached backbone'.")
     eb.add_argument("config", help="the run's TOML config (or a preset name): its model, weights, data.shards and slots")
     eb.add_argument("--out", required=True, metavar="FEATURES", help="the feature folder to write (a rerun resumes)")
