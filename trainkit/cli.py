@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             which = f" for source {args.source!r}" if args.source else ""
             print(f"trainkit: exported {path} ({args.weights} weights) as {args.format} ({args.dtype}){which} to {args.out}")
             return 0
+        cfg = load_config(args.config, args.overrides, overlay=args.overlay)  # a bad config: one line before torch loads
         from trainkit.train import StopSignals, run
-        cfg = load_config(args.config, args.overrides, overlay=args.overlay)
         with StopSignals() as stop:
             run(cfg, stop)
         return 0
@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainkit: {e}", file=sys.stderr)
         return 2
     finally:
-        import torch.distributed as dist
-        if dist.is_initialized():  # a clean NCCL shutdown under torchrun; no group left behind in-process
+        dist = sys.modules.get("torch.distributed")  # not imported only to find nothing to shut down
+        if dist is not None and dist.is_initialized():  # a clean NCCL shutdown under torchrun; no group left behind
             dist.destroy_process_group()
 
 
