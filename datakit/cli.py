@@ -131,7 +131,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: stop the workers, keep what was committed, exit non-zero."""
 
 
+_SIGTERM_SEEN = [False]  # a library between the handler and main (Ray's get) may re-raise a plain KeyboardInterrupt
+
+
 def _on_sigterm(signum, frame) -> None:
+    _SIGTERM_SEEN[0] = True
     raise Terminated()
 
 
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         add(sub)
     args = parser.parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
+    _SIGTERM_SEEN[0] = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return COMMANDS[args.command][1](args)
@@ -153,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"datakit {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        name = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        terminated = isinstance(e, Terminated) or _SIGTERM_SEEN[0]
+        name = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"datakit {args.command}: {name}; rerun the same command to resume", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        return 143 if terminated else 130
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)

@@ -112,14 +112,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="a run on a mixture (data.sources): export for this one source (its name, as the run's "
                         "loss/<name> metrics name it): its cameras, state/action sizes and statistics; required "
                         "there, refused for a one-folder run")
-    eb = sub.add_parser("encode-backbone", help="GR00T: run the frozen backbone once over data.shards into a feature "
-                        "folder the head trains from (data.shards = OUT; removes image augmentation)",
-                        description="GR00T: run the frozen ViT + LLM (up to select_layer, N1.7's deterministic "
-                        "view transform) once over the config's data.shards and write a feature folder; then "
-                        "`trainkit run CONFIG --set data.shards=FEATURES` trains the head alone from it. Needs "
-                        "model.lm_trained = 0, model.random_crop = false, model.fixed_len = true (the shipped "
-                        "gr00t_optimised has all three). A rerun resumes; `datakit verify FEATURES` checks it. "
-                        "docs/gr00t.md: 'Training the head from a cached backbone'.")
+    eb = sub.add_parser("encode-backbone", help="a model's frozen backbone run once over data.shards into a feature "
+                        "folder its head trains from (data.shards = OUT; removes image augmentation)",
+                        description="Run the frozen front of the config's model (the vision-language backbone up to "
+                        "select_layer, under the model's deterministic view transform) once over the config's "
+                        "data.shards and write a feature folder; then `trainkit run CONFIG --set data.shards=FEATURES` "
+                        "trains the head alone from it. The config must train nothing inside the cut, fix the crop "
+                        "and pad every prompt to one length: one that doesn't is refused with the settings to change. "
+                        "A rerun resumes; `datakit verify FEATURES` checks it (docs/encode.md).")
     eb.add_argument("config", help="the run's TOML config (or a preset name): its model, weights, data.shards and slots")
     eb.add_argument("--out", required=True, metavar="FEATURES", help="the feature folder to write (a rerun resumes)")
     eb.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")

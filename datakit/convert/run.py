@@ -47,7 +47,7 @@ class ConvertSummary:
     traces: dict[int, str] = field(default_factory=dict)  # skipped episode -> traceback (for --debug)
 
 
-def _remove_unfinished(out: Path) -> None:
+def remove_unfinished(out: Path) -> None:
     """What a stopped run left in OUT: temporary files, and index files without the checksums
     file that would make them a finished conversion."""
     for pattern in (SHARD_TMP_GLOB, f"{FRAMES_NAME}.tmp", f"{MANIFEST_NAME}.*.tmp", f"{CHECKSUMS_NAME}.*.tmp"):
@@ -64,7 +64,7 @@ def _write_index(out: Path, index: ShardIndex, table) -> None:
         write_index(out, index, table)
     except OSError as e:
         failed = next((out / n for n in INDEX_FILES if not (out / n).exists()), out)
-        _remove_unfinished(out)
+        remove_unfinished(out)
         raise output_error(failed, e) from e
 
 
@@ -86,7 +86,7 @@ def convert_local(src: Path, out: Path, cfg: ConvertConfig, *, force: bool = Fal
 
         plan = plan_shards(spec, cfg)
         kept = load_journals(out, plan, list(spec.cameras), len(spec.state_names), len(spec.action_names))
-        _remove_unfinished(out)  # left by a killed run
+        remove_unfinished(out)  # left by a killed run
         jobs = [(i, refs) for i, refs in enumerate(plan) if i not in kept]
         if cfg.engine == "local":
             wp = plan_workers(cfg, [refs for _, refs in jobs], cameras=len(spec.cameras))

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.convert.outdir import claim_output, output_lock, remove_ours
-from datakit.convert.run import _remove_unfinished
+from datakit.convert.run import remove_unfinished
 from datakit.durable import write_atomic
 from datakit.encode.canvas import canvas_size, resolve_slots
 from datakit.encode.clips import plan_clips
@@ -209,7 +209,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         jobs, prompts = plan_jobs(index, frames, cfg, cameras)
         kept = {job.index: j for job in jobs
                 if (j := load_journal(out, job.index, _planned(job), ["text"] if job.prompts else clip_fields(cfg)))}
-        _remove_unfinished(out)  # left by a killed run
+        remove_unfinished(out)  # left by a killed run
         todo = [job for job in jobs if job.index not in kept]
         with progress_bar(sum(len(job.clips) for job in todo), f"encode {src.name}", enabled=cfg.progress,
                           unit="clip", waiting="loading the encoders") as bar:
@@ -223,7 +223,7 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         try:
             write_features(out, fi, table)
         except OSError as e:
-            _remove_unfinished(out)
+            remove_unfinished(out)
             raise output_error(out, e) from e
         shutil.rmtree(out / STAGING, ignore_errors=True)
     return EncodeSummary(fi, time.perf_counter() - t0, resumed_shards=len(kept))

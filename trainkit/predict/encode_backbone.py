@@ -34,7 +34,7 @@ import pyarrow as pa
 import torch
 
 from datakit.convert.outdir import claim_output, output_lock, remove_ours
-from datakit.convert.run import _remove_unfinished
+from datakit.convert.run import remove_unfinished
 from datakit.convert.shard import OutputShard
 from datakit.encode.journal import FeatureJournal, load_journal
 from datakit.encode.run import open_output
@@ -48,7 +48,7 @@ from datakit.shards.names import SHARD_PATTERN, STAGING
 from trainkit.config import RunConfig
 from trainkit.data import Shards, loader_settings, read_run_shards
 from trainkit.errors import ConfigError, DataError
-from trainkit.models import FrozenCache, build_model, family
+from trainkit.models import FAMILIES, FrozenCache, build_model, family
 from trainkit.parallel import compute_dtype
 from trainkit.weights.load import load_weights
 from trainkit.weights.shape import with_weights_shape
@@ -181,8 +181,8 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
     fam = family(cfg.model.family)
     cache = fam.frozen_cache
     if cache is None:
-        raise ConfigError("model.family", f"{fam.name!r} has no frozen backbone to cache (encode-backbone caches "
-                                          "gr00t's)")
+        have = ", ".join(sorted(n for n, f in FAMILIES.items() if f.frozen_cache is not None))
+        raise ConfigError("model.family", f"{fam.name!r} has no frozen backbone to cache (families with one: {have})")
     if batch < 1:
         raise ConfigError("--batch", "must be >= 1")
     if cfg.data.sources:
@@ -218,7 +218,7 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
                 return CacheSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
             jobs = plan_jobs(dataset)
             kept = {j.index: jr for j in jobs if (jr := load_journal(out, j.index, planned(dataset, j), list(fields)))}
-            _remove_unfinished(out)  # left by a killed run
+            remove_unfinished(out)  # left by a killed run
             todo = [j for j in jobs if j.index not in kept]
             journals = dict(kept)
             with progress_bar(sum(j.positions.size for j in todo), f"encode-backbone {Path(cfg.data.shards).name}",
@@ -229,7 +229,7 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
             try:
                 write_features(out, fi, clip_table(dataset, jobs, journals, list(fields)))
             except OSError as e:
-                _remove_unfinished(out)
+                remove_unfinished(out)
                 raise output_error(out, e) from e
             shutil.rmtree(out / STAGING, ignore_errors=True)
         return CacheSummary(fi, time.perf_counter() - t0, samples_encoded=sum(j.positions.size for j in todo),
