@@ -1,6 +1,7 @@
 # make demo: install, then generate a small LeRobot dataset (real AV1), convert, verify, read back
 # (`datakit demo`), then train pi05_tiny on the shards it wrote (`trainkit run`); fails unless the loss falls.
-# make test: install, then run the whole test suite (slow/GPU tests skip cleanly).
+# make test: install, then run the whole test suite (slow/GPU tests skip cleanly) on TEST_PROCS processes
+# (pytest-xdist, a test file per process at a time so module fixtures are built once; TEST_PROCS=0: one process).
 # make test-fast: install, then a quick subset (FAST_TESTS: config, loader, shards, convert, verify, every preset,
 # checkpoints and Ctrl-C; about 2 minutes on 2 busy cores), found by file name wherever tests/ keeps them.
 VENV ?= .venv
@@ -31,8 +32,9 @@ demo-train:
 	$(VENV)/bin/trainkit run $(DEMO_TRAIN)
 	$(VENV)/bin/python tools/demo_check.py $(DEMO_DIR)/train --steps $(DEMO_STEPS)
 
+TEST_PROCS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q tests
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n $(TEST_PROCS) --dist loadfile tests
 
 FAST_TESTS = test_trainkit_config.py test_loader_sampler.py test_loader_dataset.py test_shard_writer.py \
 	test_verify.py test_convert.py test_trainkit_presets.py test_trainkit_shipped_presets.py \
