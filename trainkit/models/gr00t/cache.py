@@ -62,7 +62,7 @@ def check_model_config(cfg: Gr00tConfig) -> None:
         wrong.append("each sample's padded sequence is stored, and without fixed_len the padded length follows "
                      "the batch (the VL self-attention sees it): set model.fixed_len = true")
     if wrong:
-        raise ModelConfigError("a cached backbone needs " + "; ".join(wrong))
+        raise ModelConfigError("a cached backbone cannot hold what this config computes: " + "; ".join(wrong))
 
 
 def sequence_len(cfg: Gr00tConfig, slots: int) -> int:
