@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from trainkit.errors import USER_ERRORS, LaunchError, Stopped
@@ -205,10 +207,30 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during encode-backbone, handled as Ctrl-C is: the committed shards stay for a rerun."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
 def _encode_backbone(cfg, args) -> int:
+    """The cache, with Ctrl-C and SIGTERM as one line and exit 130 / 143 (a rerun resumes)."""
     from trainkit.predict.encode_backbone import encode_backbone
-    summary = encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force, progress=not args.no_progress,
-                              command=" ".join(sys.argv))
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    try:
+        summary = encode_backbone(cfg, Path(args.out), batch=args.batch, force=args.force,
+                                  progress=not args.no_progress, command=" ".join(sys.argv))
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, _Terminated) else "interrupted by Ctrl-C (SIGINT)"
+        print(f"trainkit: encode-backbone {how}: the shards committed in {args.out} stay; rerun the same command "
+              f"to resume", file=sys.stderr)
+        return 143 if isinstance(e, _Terminated) else 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     print(f"trainkit: {summary.line(Path(args.out))}")
     return 0
 

@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,40 @@ def test_kill9_then_rerun_gives_identical_bytes(shards_rgb, cache, tmp_path, poi
     s = encode_backbone(cfg, out, batch=4, progress=False)
     assert s.resumed_shards == kept and s.samples_encoded == 81 - (24, 55)[kept - 1]
     assert tree_bytes(out) == tree_bytes(cache)
+
+
+def _terminated_cli(shards, out: Path, err: Path, signum: int) -> None:
+    """In the child: send `signum` to itself after the first committed shard, inside `trainkit
+    encode-backbone`; exit with the CLI's code, its stderr in `err`."""
+    import trainkit.predict.encode_backbone as driver
+
+    real = driver.commit_shard
+
+    def commit_then_signal(*a, **kw):
+        r = real(*a, **kw)
+        os.kill(os.getpid(), signum)
+        return r
+
+    driver.commit_shard = commit_then_signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever started pytest
+    fd = os.open(err, os.O_WRONLY | os.O_CREAT)
+    os.dup2(fd, 2)
+    sys.stderr = open(2, "w", closefd=False)
+    sets = [a for s in (f"data.shards={shards}", *CACHED) for a in ("--set", s)]
+    rc = main(["encode-backbone", str(TINY), "--out", str(out), "--batch", "4", "--no-progress", *sets])
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                 (signal.SIGINT, 130, "interrupted by Ctrl-C (SIGINT)")])
+def test_sigterm_and_ctrl_c_are_one_line_and_a_rerun_resumes(shards_rgb, cache, tmp_path, signum, code, said):  # noqa: F811
+    out, err = tmp_path / "out", tmp_path / "err"
+    child = mp.get_context("fork").Process(target=_terminated_cli, args=(shards_rgb, out, err, signum))
+    child.start()
+    child.join(120)
+    lines = err.read_text().strip().splitlines()
+    assert child.exitcode == code, lines
+    assert len(lines) == 1 and said in lines[0] and "rerun the same command to resume" in lines[0], lines
+    s = encode_backbone(config(shards_rgb, tmp_path / "unused"), out, batch=4, progress=False)
+    assert s.resumed_shards == 1 and tree_bytes(out) == tree_bytes(cache)
