@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,9 +79,8 @@ def fingerprint_diff(old: Any, new: dict[str, Any]) -> str | None:
 
 
 def open_output(out: Path, fp: dict[str, Any]) -> bool:
-    """True when OUT holds these features finished; else staging is ready for this fingerprint.
-    trainkit's `encode-backbone` opens its output here too: one rule for a finished, a foreign and an
-    unfinished feature folder."""
+    """True when OUT holds these features finished; else staging is ready for this fingerprint. One
+    rule for a finished, a foreign and an unfinished feature folder (every encode: `feature_output`)."""
     if is_finished(out):
         if problems := checksum_problems(out):
             raise OutputError(problems[0].where, f"{problems[0].what}: the feature folder is damaged; --force encodes "
@@ -106,6 +107,30 @@ def open_output(out: Path, fp: dict[str, Any]) -> bool:
     except OSError as e:
         raise output_error(staging, e) from e
     return False
+
+
+@contextmanager
+def feature_output(out: Path, fp: dict[str, Any], command: str | None, force: bool) -> Iterator[bool]:
+    """OUT claimed and locked for one encode (`force`: our earlier files removed first); yields True
+    when it already holds these features finished. trainkit's `encode-backbone` writes through it too."""
+    claim_output(out)
+    with output_lock(out, command):
+        if force:
+            remove_ours(out)
+        done = open_output(out, fp)
+        if done:
+            shutil.rmtree(out / STAGING, ignore_errors=True)
+        yield done
+
+
+def finish_features(out: Path, fi: FeatureIndex, table: pa.Table) -> None:
+    """The index and checksums written last (nothing finished-looking on failure), staging removed."""
+    try:
+        write_features(out, fi, table)
+    except OSError as e:
+        remove_unfinished(out)
+        raise output_error(out, e) from e
+    shutil.rmtree(out / STAGING, ignore_errors=True)
 
 
 def _cameras(index: ShardIndex, cfg: EncodeConfig) -> tuple[str, ...]:
@@ -199,12 +224,8 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         size = canvas_size(index, cameras, cfg.tile, cfg.size)
     shapes, vae, text_width = feature_shapes(cfg, size)
     fp = fingerprint(src, cfg, cameras)
-    claim_output(out)
-    with output_lock(out, command):
-        if force:
-            remove_ours(out)
-        if open_output(out, fp):
-            shutil.rmtree(out / STAGING, ignore_errors=True)
+    with feature_output(out, fp, command, force) as done:
+        if done:
             return EncodeSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
         jobs, prompts = plan_jobs(index, frames, cfg, cameras)
         kept = {job.index: j for job in jobs
@@ -220,10 +241,5 @@ def encode(src: Path, out: Path, cfg: EncodeConfig, *, force: bool = False, comm
         if missing:
             raise OutputError(out, f"shard {missing[0]} was not committed; rerun the same command to resume")
         fi, table = build_features(index, frames, cfg, fp, jobs, journals, prompts, vae, shapes, text_width)
-        try:
-            write_features(out, fi, table)
-        except OSError as e:
-            remove_unfinished(out)
-            raise output_error(out, e) from e
-        shutil.rmtree(out / STAGING, ignore_errors=True)
+        finish_features(out, fi, table)
     return EncodeSummary(fi, time.perf_counter() - t0, resumed_shards=len(kept))

@@ -7,10 +7,10 @@ Why here and not in `datakit encode`: the backbone is trainkit's model (datakit 
 trainkit), so the run lives on the trainkit side, in predict/ beside the other offline pass of a
 model over shards (outside models/: it opens data and weights as the trainer does, and trainkit.data
 imports models), naming no family: the record says what a sample holds. Everything about the folder
-is datakit's, not a copy: the output claim and lock, the fingerprint rule for a finished, foreign or
-unfinished folder (`datakit.encode.run.open_output`), the tar writer (`FeatureWriter` on an
+is datakit's, not a copy: the output claim, lock and fingerprint rule for a finished, foreign or
+unfinished folder (`datakit.encode.run.feature_output`), the tar writer (`FeatureWriter` on an
 `OutputShard`: temporary name, fsync, rename, `commit_shard`), the resume journal
-(`datakit.encode.journal`), the index and checksums written last (`write_features`), `datakit
+(`datakit.encode.journal`), the index and checksums written last (`finish_features`), `datakit
 verify` and the loader's `FeatureDataset`.
 
 A sample is one anchor of the frame loader (every frame: N1.7's 40-step chunk is padded at an
@@ -22,7 +22,6 @@ kill it anywhere and rerun: the same bytes as an unbroken run.
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,18 +32,16 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from datakit.convert.outdir import claim_output, output_lock, remove_ours
 from datakit.convert.run import remove_unfinished
 from datakit.convert.shard import OutputShard
 from datakit.encode.journal import FeatureJournal, load_journal
-from datakit.encode.run import open_output
+from datakit.encode.run import feature_output, finish_features
 from datakit.encode.shard import FeatureWriter, commit_shard
-from datakit.errors import output_error
 from datakit.loader import ShardDataset
 from datakit.progress import progress_bar
-from datakit.shards.features import FeatureIndex, FieldEntry, clips_schema, load_features, torch_dtype, write_features
+from datakit.shards.features import FeatureIndex, FieldEntry, clips_schema, load_features, torch_dtype
 from datakit.shards.index import FRAME_KEY, ShardEntry, conversion_id
-from datakit.shards.names import SHARD_PATTERN, STAGING
+from datakit.shards.names import SHARD_PATTERN
 from trainkit.config import RunConfig
 from trainkit.data import Shards, loader_settings, read_run_shards
 from trainkit.errors import ConfigError, DataError
@@ -209,12 +206,8 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
         fields = {f: (d or name, shape) for f, (d, shape) in cache.fields(mcfg, len(shards.slots)).items()}
         fields["action_is_pad"] = ("uint8", [lcfg.action_horizon])
         adapter = fam.batches(mcfg, shards.index, dataset.normaliser())
-        claim_output(out)
-        with output_lock(out, command):
-            if force:
-                remove_ours(out)
-            if open_output(out, fp):
-                shutil.rmtree(out / STAGING, ignore_errors=True)
+        with feature_output(out, fp, command, force) as done:
+            if done:
                 return CacheSummary(load_features(out), time.perf_counter() - t0, already_complete=True)
             jobs = plan_jobs(dataset)
             kept = {j.index: jr for j in jobs if (jr := load_journal(out, j.index, planned(dataset, j), list(fields)))}
@@ -226,12 +219,7 @@ def encode_backbone(cfg: RunConfig, out: Path, *, batch: int = 8, force: bool = 
                 for j in todo:
                     journals[j.index] = encode_job(model, cache, dataset, adapter, out, j, batch, device, bar.update)
             fi = feature_index(shards, fp, jobs, journals, dataset, fields)
-            try:
-                write_features(out, fi, clip_table(dataset, jobs, journals, list(fields)))
-            except OSError as e:
-                remove_unfinished(out)
-                raise output_error(out, e) from e
-            shutil.rmtree(out / STAGING, ignore_errors=True)
+            finish_features(out, fi, clip_table(dataset, jobs, journals, list(fields)))
         return CacheSummary(fi, time.perf_counter() - t0, samples_encoded=sum(j.positions.size for j in todo),
                             resumed_shards=len(kept))
     finally:

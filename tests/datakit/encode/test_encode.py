@@ -4,7 +4,6 @@ the real tokens / the first frame; the per-clip rule; the loader's view of a fea
 the readers' checks at open; the CLI's one-line errors. Tiny encoders from configs (encode_fixtures.py)."""
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -14,11 +13,10 @@ import torch.nn.functional as F
 from encode_fixtures import CAMERA, encoders, source  # noqa: F401
 from datakit.cli import main
 from datakit.encode import EncodeConfig, encode
-from datakit.errors import IndexFileError
+from feature_faults import assert_damage_is_found
 from datakit.loader import LoaderConfig, ShardLoader
 from datakit.loader.features import FeatureDataset
 from datakit.reader import open_shards
-from datakit.verify import verify
 
 
 @pytest.fixture(scope="module")
@@ -127,19 +125,7 @@ def test_loader_reads_features_like_frames(features):
 
 
 def test_flipped_byte_is_caught_by_verify_and_readers(features, tmp_path):
-    out = tmp_path / "f"
-    shutil.copytree(features["wan2.1"], out)
-    assert verify(out).ok
-    shard = out / "shard-000001.tar"
-    data = bytearray(shard.read_bytes())
-    data[1024 + 100] ^= 0xFF  # inside the first clip's latents
-    shard.write_bytes(bytes(data))
-    problems = [str(p) for p in verify(out).problems]
-    assert problems and "shard-000001.tar" in problems[0] and "sha256" in problems[0]
-    table = out / "frames.arrow"
-    table.write_bytes(table.read_bytes()[:-1] + bytes([table.read_bytes()[-1] ^ 1]))
-    with pytest.raises(IndexFileError, match="frames.arrow"):
-        ShardLoader(out, LoaderConfig())
+    assert_damage_is_found(features["wan2.1"], tmp_path)  # the flipped byte lands inside the first clip's latents
 
 
 def test_cli_resumes_refuses_and_says_one_line(features, encoders, source, tmp_path, capsys):  # noqa: F811

@@ -14,6 +14,7 @@ import pytest
 
 from encode_fixtures import encoders, source  # noqa: F401
 from datakit.encode import EncodeConfig, encode
+from feature_faults import kill_after
 from helpers import tree_bytes
 
 
@@ -29,33 +30,18 @@ def reference(encoders, source, tmp_path_factory):  # noqa: F811
     return tree_bytes(out)
 
 
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _killed_run(src: Path, out: Path, cfg: EncodeConfig, point: str, n: int) -> None:
     """In the child: arm the kill at `point` (its n-th occurrence), then encode."""
     import datakit.encode.shard as shard
 
-    count = {"k": 0}
-
-    def after(fn):
-        def wrapped(*a, **kw):
-            r = fn(*a, **kw)
-            count["k"] += 1
-            if count["k"] == n:
-                _die()
-            return r
-        return wrapped
-
     if point == "tensor":  # a shard half-written (.tar.tmp)
-        shard.FeatureWriter.tensor = after(shard.FeatureWriter.tensor)
+        shard.FeatureWriter.tensor = kill_after(shard.FeatureWriter.tensor, n)
     elif point == "journal":  # a shard committed and journaled, the next not started
-        shard.write_journal = after(shard.write_journal)
+        shard.write_journal = kill_after(shard.write_journal, n)
     elif point == "index":  # frames.arrow and index.json written, checksums.json not
         import datakit.shards.features as features
 
-        features.write_checksums = lambda out: _die()
+        features.write_checksums = kill_after(lambda out: None, 1)
     encode(src, out, cfg)
     os._exit(0)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -24,9 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from datakit.errors import IndexFileError
-from datakit.loader import LoaderConfig, ShardLoader
-from datakit.verify import verify
+from feature_faults import assert_damage_is_found, kill_after
 from helpers import tree_bytes
 from loader_fixtures import shards_rgb  # noqa: F401 - session fixture
 from trainkit.cli import main
@@ -118,19 +115,7 @@ def test_a_cache_that_is_not_this_models_backbone_is_refused(cache, tmp_path, se
 
 
 def test_a_flipped_byte_is_found_by_verify_and_the_loader(cache, tmp_path):
-    out = tmp_path / "f"
-    shutil.copytree(cache, out)
-    assert verify(out).ok
-    shard = out / "shard-000001.tar"
-    data = bytearray(shard.read_bytes())
-    data[1024 + 100] ^= 0xFF  # inside the first sample's vl
-    shard.write_bytes(bytes(data))
-    problems = [str(p) for p in verify(out).problems]
-    assert problems and "shard-000001.tar" in problems[0] and "sha256" in problems[0]
-    table = out / "frames.arrow"
-    table.write_bytes(table.read_bytes()[:-1] + bytes([table.read_bytes()[-1] ^ 1]))
-    with pytest.raises(IndexFileError, match="frames.arrow"):
-        ShardLoader(out, LoaderConfig())
+    assert_damage_is_found(cache, tmp_path)  # the flipped byte lands inside the first sample's vl
 
 
 def test_cli_resumes_refuses_in_one_line_and_says_a_summary(shards_rgb, cache, tmp_path, capsys):  # noqa: F811
@@ -157,30 +142,15 @@ def test_cli_resumes_refuses_in_one_line_and_says_a_summary(shards_rgb, cache, t
     assert "no frozen backbone" in capsys.readouterr().err
 
 
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _killed_run(cfg, out: Path, point: str, n: int) -> None:
     """In the child: arm the kill at the n-th `point`, then encode."""
     import datakit.encode.shard as shard
     import trainkit.predict.encode_backbone as driver
 
-    count = {"k": 0}
-
-    def after(fn):
-        def wrapped(*a, **kw):
-            r = fn(*a, **kw)
-            count["k"] += 1
-            if count["k"] == n:
-                _die()
-            return r
-        return wrapped
-
     if point == "tensor":  # a shard half-written (.tar.tmp)
-        shard.FeatureWriter.tensor = after(shard.FeatureWriter.tensor)
+        shard.FeatureWriter.tensor = kill_after(shard.FeatureWriter.tensor, n)
     else:  # "commit": a shard committed and journaled, the next not started
-        driver.commit_shard = after(driver.commit_shard)
+        driver.commit_shard = kill_after(driver.commit_shard, n)
     encode_backbone(cfg, out, batch=4, progress=False)
     os._exit(0)
 
