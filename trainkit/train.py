@@ -44,7 +44,8 @@ import torch.nn as nn
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
-from trainkit.estimate.auto_batch import AUTO
+from trainkit.estimate.auto_batch import AUTO, resolve_micro_batch
+from trainkit.estimate import inspect as estimate  # device_memory looked up at the call: tests state a card
 from trainkit.data import MixtureShards, Shards, StepBatch, TrainData, read_mixture_shards, read_run_shards
 from trainkit.optim.clip import clip_grad_norm
 from trainkit.optim.ema import WeightEMA
@@ -99,39 +100,6 @@ def grad_accumulation(cfg: RunConfig, world_size: int) -> int:
         raise LaunchError(f"train.global_batch={gb} is not a multiple of micro_batch x world size "
                           f"= {cfg.train.micro_batch} x {world_size}")
     return gb // per_step
-
-
-def check_memory(cfg: RunConfig, world_size: int, device: torch.device, model: nn.Module) -> None:
-    """Refuse a launch whose estimated peak memory per GPU (`trainkit inspect`'s, from a meta-device
-    build: ~0.1 s for a tiny preset) exceeds train.memory_cap_gib or the memory of `device` (on a
-    CPU the host's): an absurd model size fails here in one line, not in the allocator or by the
-    kernel's OOM killer. `model`: the run's model, still on the meta device."""
-    from trainkit.estimate.inspect import device_memory, inspect_model
-    what, limit = device_memory(device)
-    memory = inspect_model(cfg, world_size=world_size, gpu=(what, limit), model=model)["memory"]
-    est = memory["peak_gib"]
-    if cfg.train.memory_cap_gib and est > cfg.train.memory_cap_gib:
-        raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
-                          f"train.memory_cap_gib={cfg.train.memory_cap_gib:g} (see `trainkit inspect`)")
-    if est > limit:
-        model = f"{cfg.model.family}/{cfg.model.preset}" + "".join(f" model.{k}={v}" for k, v in cfg.model.overrides.items())
-        more = memory["fits_from_world_size"]
-        hint = f"it fits from world size {more}" if more and more > world_size else \
-            "lower train.micro_batch, recompute blocks (parallel.ac_stride) or shrink the model"
-        raise LaunchError(f"model {model}: estimated peak memory {est:.1f} GiB per rank exceeds the "
-                          f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
-
-
-def choose_micro_batch(cfg: RunConfig, world_size: int, device: torch.device, model: nn.Module) -> RunConfig:
-    """`cfg` with train.micro_batch = "auto" decided for `device`'s memory (on a CPU the host's),
-    the choice logged (trainkit/estimate/auto_batch.py); any other config as it is."""
-    from trainkit.estimate.auto_batch import resolve_micro_batch
-    from trainkit.estimate.inspect import device_memory
-    if cfg.train.micro_batch != AUTO:
-        return cfg
-    cfg, choice = resolve_micro_batch(cfg, world_size, device_memory(device), model)
-    say(choice.line())
-    return cfg
 
 
 class StopSignals:
@@ -197,9 +165,11 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
             for part, root in shard_parts(shards, cfg.data):
                 check_dataset_stats(part.index, cfg.data.norm, root)
         device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-        cfg = choose_micro_batch(cfg, world_size, device, model)
+        if cfg.train.micro_batch == AUTO:  # decided for this device's memory (on a CPU the host's), said
+            cfg, choice = resolve_micro_batch(cfg, world_size, estimate.device_memory(device), model)
+            say(choice.line())
         accum = grad_accumulation(cfg, world_size)
-        check_memory(cfg, world_size, device, model)
+        estimate.check_memory(cfg, world_size, device, model)
         # --- devices and process group --------------------------------------------------------------
         if device.type == "cuda":
             torch.cuda.set_device(device)

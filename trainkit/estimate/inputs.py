@@ -1,6 +1,6 @@
 """The memory estimate's inputs, built in one place: `trainkit inspect` (estimate/inspect.py),
 `trainkit tune` (trials/tune.py, for every setting of its space) and the trainer's launch check
-(train.check_memory, through inspect) all estimate from `memory_inputs`.
+(check_memory at launch, in inspect.py) all estimate from `memory_inputs`.
 
     inputs = memory_inputs(cfg, world_size)            # the model built once, on the meta device
     parts = estimate_setting(inputs, micro=8, world=2, accum=1, group={}, stride={"lm_layers": 2},

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn as nn
 
 from trainkit.estimate.auto_batch import AUTO, Choice, candidates, resolve_micro_batch, with_micro_batch
 from trainkit.models import build_model
@@ -282,3 +283,23 @@ def format_report(report: dict[str, Any]) -> str:
         from trainkit.estimate.loader import format_loader
         lines += format_loader(report["loader"])
     return "\n".join(lines)
+
+
+def check_memory(cfg: Any, world_size: int, device: torch.device, model: nn.Module) -> None:
+    """Refuse a launch whose estimated peak memory per GPU (`trainkit inspect`'s, from a meta-device
+    build: ~0.1 s for a tiny preset) exceeds train.memory_cap_gib or the memory of `device` (on a
+    CPU the host's): an absurd model size fails here in one line, not in the allocator or by the
+    kernel's OOM killer. `model`: the run's model, still on the meta device."""
+    what, limit = device_memory(device)
+    memory = inspect_model(cfg, world_size=world_size, gpu=(what, limit), model=model)["memory"]
+    est = memory["peak_gib"]
+    if cfg.train.memory_cap_gib and est > cfg.train.memory_cap_gib:
+        raise LaunchError(f"model.preset={cfg.model.preset!r}: estimated peak memory {est:.1f} GiB per GPU exceeds "
+                          f"train.memory_cap_gib={cfg.train.memory_cap_gib:g} (see `trainkit inspect`)")
+    if est > limit:
+        model = f"{cfg.model.family}/{cfg.model.preset}" + "".join(f" model.{k}={v}" for k, v in cfg.model.overrides.items())
+        more = memory["fits_from_world_size"]
+        hint = f"it fits from world size {more}" if more and more > world_size else \
+            "lower train.micro_batch, recompute blocks (parallel.ac_stride) or shrink the model"
+        raise LaunchError(f"model {model}: estimated peak memory {est:.1f} GiB per rank exceeds the "
+                          f"{limit:.1f} GiB of {what} at world size {world_size}; {hint} (see `trainkit inspect`)")
