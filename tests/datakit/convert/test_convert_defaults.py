@@ -200,6 +200,7 @@ def test_progress_into_a_log_is_plain_lines(two_long, tmp_path, monkeypatch, cap
     assert lines[-1].startswith("convert ds: 48/48 frames (100%), done in "), lines
     counts = [int(line.split(": ")[1].split("/")[0]) for line in lines]
     middle = counts[1:-1]
-    assert middle and all(0 < n < 48 for n in middle) and middle == sorted(middle), lines
+    # a tick may land after the 48th frame and before the closing line (seen under load): 48 allowed
+    assert middle and all(0 < n <= 48 for n in middle) and middle == sorted(middle), lines
     assert all("frames/s, about " in line for line in lines[1:-1]), lines
     assert len(lines) <= seconds / 0.2 + 2, (len(lines), seconds)
