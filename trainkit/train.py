@@ -40,6 +40,7 @@ from typing import Any, Self
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.profiler import record_function
 
 from datakit.durable import write_atomic
 from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
@@ -275,13 +276,15 @@ def train(cfg: RunConfig, fam: Family, model: nn.Module, shards: Shards | Mixtur
         for step in range(start, cfg.train.steps):
             profiler.before_step(step - start)
             tally = accumulate(step, accum, batches, step_fn, guard, fam, mcfg, sample_log, per_source)
-            grad_norm = clip_grad_norm(params, cfg.train.grad_clip, opt if cfg.optim.clip_in_step else None)
-            # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
-            applied = guard.step_ok(step, tally.loss, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
-            if applied:  # deferred check: always, and the device skips a non-finite step's update itself
-                opt.step()
-                if ema is not None:
-                    ema.update(skip=guard.skip_flag)
+            with record_function("trainkit.clip_and_check"):
+                grad_norm = clip_grad_norm(params, cfg.train.grad_clip, opt if cfg.optim.clip_in_step else None)
+                # NaN/inf: stop, or skip the update; and whether any rank got a SIGTERM or SIGINT
+                applied = guard.step_ok(step, tally.loss, grad_norm, params, stop=stop.signum if stop else 0, opt=opt)
+            with record_function("trainkit.optimizer"):
+                if applied:  # deferred check: always, and the device skips a non-finite step's update itself
+                    opt.step()
+                    if ema is not None:
+                        ema.update(skip=guard.skip_flag)
             sched.step()
             step_fn.zero_grad(opt)  # a graph writes into the gradients it captured: never set to None
             if per_source is not None:
@@ -375,7 +378,8 @@ def accumulate(step: int, accum: int, batches: Iterator[StepBatch], step_fn: Eag
     for micro in range(accum):
         t0 = time.perf_counter()
         try:
-            batch = next(batches)
+            with record_function("trainkit.next_batch"):  # named in the profile's idle_by_host
+                batch = next(batches)
         except BatchDataError as e:  # a NaN state: the prompt cannot be built
             raise guard.data_error(step, e) from None
         tally.wait += time.perf_counter() - t0
@@ -383,7 +387,8 @@ def accumulate(step: int, accum: int, batches: Iterator[StepBatch], step_fn: Eag
             sample_log.write(step, micro, batch.epoch, batch.step, batch.rows)
         guard.add(batch.rows, batch.actions)
         b, tally.slots = batch.samples, batch.slots
-        loss, items = step_fn(batch.model)
+        with record_function("trainkit.micro_step"):
+            loss, items = step_fn(batch.model)
         tally.loss = tally.loss + loss / accum
         if per_source is not None:
             per_source.add(items, batch.sources)

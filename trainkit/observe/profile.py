@@ -10,11 +10,16 @@ the window's wall time:
 They add up to the window. Kernel time is also split by kind (summed durations, overlaps counted
 twice): matmul (cuBLAS/CUTLASS GEMMs), attention (flash / memory-efficient / cuDNN SDPA
 kernels), triton (torch.compile's fused elementwise and reduction kernels), nccl, copy, and
-other (eager elementwise, norms, reductions), and the top kernels by summed time. The summary goes to `profile_rank{r}.json` in the run folder and
+other (eager elementwise, norms, reductions), and the top kernels by summed time. What the host
+was doing while the GPU sat idle: each host-side event (the trainer's phases, `trainkit.*`, the
+aten ops and CUDA runtime calls under them) with the idle time it overlaps, so a sync (`aten::item`,
+`cudaStreamSynchronize`) or a slow phase (`trainkit.next_batch`) behind the idle shows by name.
+The summary goes to `profile_rank{r}.json` in the run folder and
 into the run's result; no trace file is kept (a 3B-model trace is hundreds of MB).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from pathlib import Path
@@ -123,6 +128,40 @@ def top_kernels(kernels: list[tuple[str, int, int]], n: int = 25, per: int = 1) 
             for name, (ms, c) in rows]
 
 
+def host_events(prof: Any) -> list[tuple[str, int, int]]:
+    """(name, start_ns, duration_ns) of every host-side event of a finished profile (ops, runtime
+    calls and record_function annotations, nested ones each on their own)."""
+    return [(e.name(), e.start_ns(), e.duration_ns()) for e in prof.profiler.kineto_results.events()
+            if e.device_type() == torch.autograd.DeviceType.CPU]
+
+
+def idle_gaps(kernels: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """The intervals between the first GPU activity's start and the last one's end where none runs."""
+    busy = _union([(s, s + d) for _, s, d in kernels])
+    return [(a[1], b[0]) for a, b in zip(busy, busy[1:]) if b[0] > a[1]]
+
+
+def idle_by_host(host: list[tuple[str, int, int]], gaps: list[tuple[int, int]], n: int = 15,
+                 per: int = 1) -> list[dict[str, Any]]:
+    """Host events by the GPU idle time they overlap (ms per step, `per` steps), most first: nested
+    events each count their own overlap (a phase and the sync inside it both show), so read the rows
+    as a call chain, not as parts of a sum. `gaps`: sorted, disjoint (`idle_gaps`)."""
+    starts = [g[0] for g in gaps]
+    total: dict[str, list[float]] = {}
+    for name, s, d in host:
+        e, i = s + d, max(0, bisect.bisect_right(starts, s) - 1)
+        over = 0
+        while i < len(gaps) and gaps[i][0] < e:
+            over += max(0, min(e, gaps[i][1]) - max(s, gaps[i][0]))
+            i += 1
+        if over:
+            t = total.setdefault(name, [0.0, 0])
+            t[0] += over * 1e-6
+            t[1] += 1
+    rows = sorted(total.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"name": name[:160], "idle_ms": round(ms / per, 3), "calls": round(c / per, 1)} for name, (ms, c) in rows]
+
+
 def timeline_summary(kernels: list[tuple[str, int, int]], wall_ns: int) -> dict[str, float]:
     """Reduce (name, start_ns, duration_ns) GPU activities over a window of `wall_ns`."""
     comm = _union([(s, s + d) for n, s, d in kernels if "nccl" in n.lower()])
@@ -171,6 +210,8 @@ class StepProfiler:
         s = timeline_summary(kernels, wall_ns)
         self.summary = {k: v / self.steps for k, v in s.items()} | {"steps": self.steps, "per": "step",
                                                                       "top_kernels": top_kernels(kernels, per=self.steps),
+                                                                      "idle_by_host": idle_by_host(host_events(self._prof), idle_gaps(kernels),
+                                                                                                   per=self.steps),
                                                                       "gemms": gemm_table(self._prof, per=self.steps)}
         self._prof = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():

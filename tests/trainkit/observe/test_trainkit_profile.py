@@ -52,3 +52,41 @@ def test_gemm_table_reads_shapes_and_flops():
         assert (r["m"], r["n"], r["k"], r["calls"]) == (64, 16, 32, 1.0)
         # TFLOP/s from the shapes and the host time numpy-free: 2*M*N*K per call over the summed time
         assert abs(r["tflops"] - 2 * 64 * 16 * 32 * 2 / (r["ms"] * 2 / 1e3) / 1e12) < 0.05 + 0.01 * r["tflops"]
+
+
+def test_idle_by_host_names_what_the_host_did_while_the_gpu_waited():
+    """Gaps between GPU activities, charged to the host events over them (by hand: the kernels run
+    [0, 10) and [14, 20) and [30, 40); the gaps are [10, 14) and [20, 30))."""
+    from trainkit.observe.profile import idle_by_host, idle_gaps
+
+    ns = 1_000_000
+    kernels = [("gemm", 0, 10 * ns), ("triton", 14 * ns, 6 * ns), ("gemm", 30 * ns, 10 * ns), ("copy", 2 * ns, 3 * ns)]
+    gaps = idle_gaps(kernels)
+    assert gaps == [(10 * ns, 14 * ns), (20 * ns, 30 * ns)]
+    host = [
+        ("trainkit.micro_step", 0, 12 * ns),           # over [10, 12) of the first gap: 2 ms
+        ("trainkit.next_batch", 19 * ns, 9 * ns),     # over [20, 28): 8 ms
+        ("aten::item", 21 * ns, 2 * ns),              # nested in next_batch, counts its own 2 ms
+        ("cudaLaunchKernel", 1 * ns, 5 * ns),         # under busy GPU time only: not listed
+        ("trainkit.optimizer", 9 * ns, 22 * ns),      # [9, 31) spans both gaps: 4 + 10 ms
+    ]
+    rows = idle_by_host(host, gaps, per=2)
+    assert rows == [{"name": "trainkit.optimizer", "idle_ms": 7.0, "calls": 0.5},
+                    {"name": "trainkit.next_batch", "idle_ms": 4.0, "calls": 0.5},
+                    {"name": "trainkit.micro_step", "idle_ms": 1.0, "calls": 0.5},
+                    {"name": "aten::item", "idle_ms": 1.0, "calls": 0.5}]
+    assert idle_by_host(host, [], per=1) == []  # no gap, nothing charged
+
+
+def test_host_events_reads_a_real_profile():
+    """The trainer's phases come back by name from a CPU profile (record_function annotations)."""
+    import torch
+    from torch.profiler import record_function
+
+    from trainkit.observe.profile import host_events
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with record_function("trainkit.next_batch"):
+            torch.ones(4).sum().item()
+    names = {n for n, _, _ in host_events(prof)}
+    assert "trainkit.next_batch" in names and "aten::item" in names
