@@ -43,6 +43,7 @@ import torch.nn as nn
 from torch.profiler import record_function
 
 from datakit.durable import write_atomic
+from datakit.loader.gpu_batch import gil_switch_interval
 from trainkit.checkpoint.dcp import Found, find_checkpoint, load_checkpoint, save_checkpoint
 from trainkit.config import DataConfig, OutputConfig, RunConfig, loader_sources
 from trainkit.estimate.auto_batch import AUTO, resolve_micro_batch
@@ -175,7 +176,8 @@ def run(cfg: RunConfig, stop: StopSignals | None = None) -> RunResult:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         init_process_group(device, world_size, needed=cfg.parallel.fsdp != "none")
-        with run_lock(out):  # one run per output.dir, from the resume to the last checkpoint
+        # one run per output.dir, from the resume to the last checkpoint
+        with run_lock(out), gil_switch_interval(cfg.data.gil_switch_ms / 1e3):
             return train(cfg, fam, model, shards, device, out, accum, stop, fixed)
     finally:
         shards.close()  # a URL root's download cache (the loader stops its downloads with it)

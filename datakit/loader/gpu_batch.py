@@ -14,7 +14,9 @@ computes. Without CUDA the same iterator normalises on the CPU, so tests exercis
 """
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
@@ -42,6 +44,21 @@ def pin_host(t: torch.Tensor, flag: str) -> Callable[[], None]:
         with torch.cuda.device(dev):
             cudart.cudaHostUnregister(ptr)
     return unpin
+
+
+@contextlib.contextmanager
+def gil_switch_interval(seconds: float) -> Iterator[None]:
+    """The interpreter's GIL switch interval set to `seconds` inside the block (0: left as it is,
+    Python's default 5 ms), restored after. The feeder thread's Python work (a family's prompt
+    tokens, staging) can hold the GIL for a whole interval while the training thread waits to launch
+    its next kernels; a shorter interval hands it back sooner (bench/results/loader.md)."""
+    before = sys.getswitchinterval()
+    if seconds > 0:
+        sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 class PinnedRing:

@@ -81,6 +81,9 @@ class DataConfig:
     # (`workers_for`: 1 on a 2-core machine, where 4 workers warned and crawled)
     num_workers: int = -1
     prefetch_factor: int = 2  # batches each worker keeps ready
+    # The interpreter's GIL switch interval while training, in ms (0: Python's own, 5 ms): the loader's
+    # feeder thread (prompt tokens, staging) hands the GIL back to the launching thread sooner
+    gil_switch_ms: float = 0.0
     shuffle: Shuffle = "random"  # datakit sampler mode
     norm: Norm = "quantile"  # state/action normalisation with the index stats (Pi0.5: quantile)
     # Validation: whole episodes held out of training (trainkit/validation.py), named by their
@@ -132,6 +135,8 @@ class DataConfig:
         if self.num_workers < -1 or self.prefetch_factor < 1:
             raise ConfigError("data.num_workers", "needs num_workers >= 0 (-1: what the cores allow) and "
                               "prefetch_factor >= 1")
+        check_finite("data.gil_switch_ms", self.gil_switch_ms, low=0.0, high=100.0,
+                     what="milliseconds in [0, 100] (0: the interpreter's own interval)")
         if self.cache_bytes < 0:
             raise ConfigError("data.cache_bytes", "needs cache_bytes >= 0 (0: half the free disk space)")
 

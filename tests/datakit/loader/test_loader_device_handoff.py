@@ -115,3 +115,24 @@ def test_a_feeder_error_reaches_the_caller(cuda):
     assert [int(next(it)["step"]) for _ in range(2)] == [0, 1]
     with pytest.raises(ValueError, match="shard-000001.tar"):
         next(it)
+
+
+def test_gil_switch_interval_sets_and_restores():
+    """The trainer's data.gil_switch_ms: set inside the block, the interpreter's own back after (also
+    when the block raises); 0 leaves the interval alone."""
+    import sys
+
+    import pytest
+
+    from datakit.loader.gpu_batch import gil_switch_interval
+
+    before = sys.getswitchinterval()
+    with gil_switch_interval(0.0005):
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+    assert sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError):
+        with gil_switch_interval(0.001):
+            raise RuntimeError("a failed step")
+    assert sys.getswitchinterval() == before
+    with gil_switch_interval(0.0):
+        assert sys.getswitchinterval() == before

@@ -264,3 +264,11 @@ def test_the_cli_refuses_a_bad_mixture_with_exit_2(tmp_path, capsys):
     assert main(["run", str(f), *sets]) == 2
     err = capsys.readouterr().err
     assert err == "trainkit: data.sources[1]: weight must be a number > 0 (weights are normalised to sum 1), got 0.0\n"
+
+
+def test_gil_switch_ms_is_milliseconds_or_refused():
+    assert load_config(None, BASE).data.gil_switch_ms == 0.0  # default: the interpreter's own interval
+    assert load_config(None, [*BASE, "data.gil_switch_ms=0.5"]).data.gil_switch_ms == 0.5
+    for bad in ("-1", "nan", "1000"):
+        with pytest.raises(ConfigError, match=r"^data\.gil_switch_ms: must be milliseconds in \[0, 100\]"):
+            load_config(None, [*BASE, f"data.gil_switch_ms={bad}"])

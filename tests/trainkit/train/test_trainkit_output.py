@@ -68,3 +68,20 @@ def test_no_progress_bar_redraws_in_a_log(cpu_run):
     """output.progress=true with stderr not a terminal: the step lines alone, no tqdm `\r` redraws."""
     assert cpu_run["code"] == 0
     assert "\r" not in cpu_run["stderr"] and "\r" not in cpu_run["stdout"]
+
+
+def test_the_run_trains_under_data_gil_switch_ms(shards_rgb, tmp_path, monkeypatch):  # noqa: F811
+    """data.gil_switch_ms is the interpreter's switch interval while `train` runs, and the old one after
+    (control: the default leaves the interpreter's own)."""
+    import sys
+
+    from trainkit_harness import tiny_config
+
+    import trainkit.train as train_mod
+
+    seen = []
+    monkeypatch.setattr(train_mod, "train", lambda *a, **k: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    train_mod.run(tiny_config(shards_rgb, tmp_path / "a", "data.gil_switch_ms=0.5"))
+    train_mod.run(tiny_config(shards_rgb, tmp_path / "b"))
+    assert seen == [pytest.approx(0.0005), before] and sys.getswitchinterval() == before

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Call C (either card, ~6 min; issues 39 and 40): the GR00T head on a cached backbone (apart, no ratio), the loader's mixture wait with a 0.5 ms GIL switch
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl/encode/*.whl && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/lrsite .whl/lerobot/*.whl && export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1; nvidia-smi --query-gpu=name,memory.total,memory.used,power.limit --format=csv > $OUT/card.csv; cat $OUT/card.csv; date -u
+timeout 200 python3 bench/gpu/gpu.py gr00t --out $OUT/c --budget-s 140 --only cached_backbone_mbs256 > $OUT/c.log 2>&1; tail -3 $OUT/c.log; date -u
+timeout 200 python3 bench/data/bench_loader_gpu.py --synth /tmp/lfx --out $OUT/loader_switch.json --parts wait --workers 2 --step-ms 30 --seconds 12 --mixture 0.7 0.3 --variants default switch_0.5ms --profile $OUT/profile_switch.txt > $OUT/loader.log 2>&1; tail -5 $OUT/loader.log; date -u
