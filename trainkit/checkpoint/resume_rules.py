@@ -18,7 +18,7 @@ identity, its global batch). On resume the current run is compared with it, key 
   Lowering the lr after a loss spike or extending a run is a legitimate thing to want; the Adam
   moments and step count are restored, the hyperparameters always come from the config.
 - Free, not mentioned: what changes how, not what, is computed: `parallel.*`, `output.*`, the
-  loader's plumbing (`data.num_workers`, `prefetch_factor`, `h2d_dtype`, `prune_slots`, the cache,
+  loader's plumbing (`data.num_workers`, `prefetch_factor`, `gil_switch_ms`, `h2d_dtype`, `prune_slots`, the cache,
   the path in `data.shards` or `data.sources[i].shards`, a source's `name`), `train.micro_batch` and the world size
   (the global batch is what counts; see dcp.py), `train.memory_cap_gib`.
 """
