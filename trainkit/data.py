@@ -149,8 +149,6 @@ def _checked_features(dcfg: DataConfig, folder: Path) -> FeatureIndex:
     if dcfg.slots and tiled is not None and list(dcfg.slots) != tiled:
         raise DataError(f"{dcfg.shards.rstrip('/')}/index.json", f"tiles the slots {tiled} (fingerprint.slots); the "
                         f"run names {list(dcfg.slots)} (data.slots)")
-    if dcfg.holds_out:
-        raise DataError(dcfg.shards, "a validation holdout (data.val_*) reads frames; a feature folder has none yet")
     return index
 
 

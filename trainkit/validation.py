@@ -28,10 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from datakit.shards.features import load_clips
 from datakit.shards.index import ShardIndex
 from trainkit.config import DataConfig, RunConfig, SourceConfig
 from trainkit.data import MixtureShards, Shards, TrainData
@@ -50,15 +52,18 @@ class Split:
     val: tuple[int, ...]
 
 
-def holdout(dcfg: DataConfig, index: ShardIndex, source: SourceConfig | None = None) -> Split:
+def holdout(dcfg: DataConfig, index: ShardIndex | None, source: SourceConfig | None = None, *,
+            episodes: Sequence[int] | None = None) -> Split:
     """The episodes held out by `data.val_episodes` / `data.val_fraction` (`source`: of a mixture's
     source, by its own `val_episodes` or data.val_fraction of its episodes: the same rule as one
-    folder's); DataError for an episode the index lacks or a holdout that leaves no training episode."""
+    folder's); DataError for an episode the index lacks or a holdout that leaves no training episode.
+    `episodes`: the folder's episodes in order when `index` is not a shard index (a feature folder's,
+    `feature_episodes`)."""
     named, where = (source.val_episodes, source.shards) if source is not None else (dcfg.val_episodes, dcfg.shards)
     key = f"the source's val_episodes ({source.label})" if source is not None else "data.val_episodes"
-    if not (named or dcfg.val_fraction):  # no holdout (a feature folder has no episode list)
+    if not (named or dcfg.val_fraction):  # no holdout
         return Split(train=None, val=())
-    episodes = [e.episode_index for e in index.episodes]
+    episodes = list(episodes) if episodes is not None else [e.episode_index for e in index.episodes]
     if named:
         missing = sorted(set(named) - set(episodes))
         if missing:
@@ -72,6 +77,14 @@ def holdout(dcfg: DataConfig, index: ShardIndex, source: SourceConfig | None = N
     if not train:
         raise DataError(where, f"the holdout takes all {len(episodes)} episodes; leave some to train on")
     return Split(train=train, val=val)
+
+
+def feature_episodes(shards: Shards) -> list[int]:
+    """A feature folder's episodes, each once, in the order of its clips (the order of the shard index it
+    was encoded from), so `holdout`'s val_fraction picks the episodes it picks on that shard folder."""
+    ep = load_clips(shards.folder, shards.index).column("episode_index").to_numpy()
+    _, first = np.unique(ep, return_index=True)
+    return [int(ep[i]) for i in sorted(first)]
 
 
 def source_holdouts(dcfg: DataConfig, shards: MixtureShards) -> tuple[Split, ...]:
@@ -95,7 +108,7 @@ def plan_validation(cfg: RunConfig, shards: Shards | MixtureShards, fam: Family,
         splits = source_holdouts(cfg.data, shards)
         val = MixtureValidation(cfg, shards, splits, fam, model_cfg, **kw) if any(s.val for s in splits) else None
         return with_episodes(shards, [s.train for s in splits]), None, val
-    split = holdout(cfg.data, shards.index)
+    split = holdout(cfg.data, shards.index, episodes=feature_episodes(shards) if shards.features else None)
     return shards, split.train, Validation(cfg, shards, fam, model_cfg, split.val, **kw) if split.val else None
 
 

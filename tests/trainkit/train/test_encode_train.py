@@ -108,3 +108,27 @@ def test_trains_from_a_remote_feature_folder_as_from_its_local_copy(feature_fold
     assert len(local.losses) == 3 and remote.losses == local.losses
     assert sorted(p.name for p in cache.rglob("shard-*.tar"))  # read through the cache
     assert other.losses != local.losses  # positive control: the comparison sees another run
+
+
+def test_a_holdout_keeps_its_episode_out_of_training_and_validates_on_it(feature_folder, tmp_path):
+    """data.val_episodes on a feature folder: the training stream never samples the held-out episode's
+    clips (control: without the holdout it does), and the run logs a finite validation loss on them."""
+    import json
+
+    from datakit.shards.features import load_clips, load_features
+    from trainkit.train import run
+
+    episode = load_clips(feature_folder, load_features(feature_folder)).column("episode_index").to_numpy()
+    held = int(episode[-1])
+
+    def trained(out: Path, *sets: str) -> set[int]:
+        run(_cfg(feature_folder, out, "output.record_samples=true", "train.steps=6", *sets))
+        lines = (out / "samples-rank0.jsonl").read_text().splitlines()
+        return {int(episode[r]) for line in lines for r in json.loads(line)["rows"]}
+
+    assert held in trained(tmp_path / "all")
+    assert held not in trained(tmp_path / "held", f"data.val_episodes=[{held}]", "train.eval_every=3",
+                               "train.eval_batches=1")
+    evals = [json.loads(line) for line in (tmp_path / "held" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["val_loss"] for r in evals if r.get("kind") == "eval"]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)

@@ -103,6 +103,28 @@ def test_trained_from_the_cache_the_losses_are_the_frame_runs(shards_rgb, cache,
     assert len(frames) == 4 and cached == frames
 
 
+def _evals(out: Path) -> list[tuple[int, float]]:
+    import json
+
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["val_loss"]) for r in recs if r.get("kind") == "eval"]
+
+
+def test_a_holdout_from_the_cache_validates_as_the_frame_run(shards_rgb, cache, tmp_path):  # noqa: F811
+    """data.val_fraction on a cache holds out the episodes it holds out on the frames: the training
+    losses and the validation losses equal the frame run's bit for bit. Control: another holdout
+    (other episodes) gives other validation losses, so the equality is not a given."""
+    sets = ("data.val_fraction=0.25", "train.eval_every=2", "train.eval_batches=2")
+    frames = run(config(shards_rgb, tmp_path / "f", *sets)).losses
+    cached = run(config(cache, tmp_path / "c", *sets)).losses
+    assert cached == frames
+    got, want = _evals(tmp_path / "c"), _evals(tmp_path / "f")
+    assert len(want) == 2 and got == want
+    other = ("data.val_episodes=[0]", "train.eval_every=2", "train.eval_batches=2")
+    run(config(cache, tmp_path / "o", *other))
+    assert [v for _, v in _evals(tmp_path / "o")] != [v for _, v in want]
+
+
 @pytest.mark.parametrize("sets, match", [(("train.seed=1",), "other backbone weights"),
                                          (("model.lm_depth=3",), "another model .select_layer: 4 before, 3 now"),
                                          (("model.random_crop=true",), "augmentation"),
