@@ -257,7 +257,9 @@ def _inspect(cfg, args) -> int:
     report["loader"], loader = loader_needs(cfg, world, args.samples_per_s, args.loader_toml)
     if args.loader_toml:
         if loader is None:
-            raise LaunchError(f"--loader-toml {args.loader_toml}: {report['loader']['error']}")
+            why = report["loader"].get("error") or \
+                f"{cfg.data.shards} is a feature folder: its loader reads whole samples, no LoaderConfig to write"
+            raise LaunchError(f"--loader-toml {args.loader_toml}: {why}")
         try:
             with open(args.loader_toml, "w") as f:
                 f.write(loader_toml(cfg, report["loader"], loader))

@@ -23,6 +23,7 @@ from typing import Any
 
 from datakit.errors import DatakitError
 from datakit.loader import LoaderConfig, loader_config_to_toml
+from datakit.shards.features import is_feature_folder, load_features
 from datakit.shards.index import ShardIndex, is_finished, load_index
 from datakit.storage.urls import is_remote
 from trainkit.data import loader_settings
@@ -48,6 +49,8 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
     micro = train.micro_batch
     accum = max(1, (train.global_batch or micro * world_size) // (micro * world_size))
     plan = plan_command(dcfg, toml_path or "LOADER.toml", samples_per_s, world_size)
+    if dcfg.shards and not is_remote(dcfg.shards) and is_feature_folder(Path(dcfg.shards)):
+        return feature_needs(dcfg.shards, micro, world_size, samples_per_s), None
     first = dcfg.sources[0] if dcfg.sources else None  # a mixture: the loader preset sees its first source
     try:
         index = _index(first.shards if first else dcfg.shards)
@@ -71,6 +74,22 @@ def loader_needs(cfg: Any, world_size: int = 1, samples_per_s: float | None = No
     if dcfg.sources:
         needs["mixture"] = mixture_needs(dcfg, loader, samples_per_s, world_size)
     return needs, loader
+
+
+def feature_needs(folder: str, micro_batch: int, world_size: int, samples_per_s: float | None) -> dict[str, Any]:
+    """What a run on a feature folder (`datakit encode`, `trainkit encode-backbone`) reads: its clips,
+    fields and bytes per sample, and at `samples_per_s` the read rate per node (no LoaderConfig: the
+    feature loader reads whole samples by offset, no frames, no resize). {"error": ...} for a folder
+    whose index does not load."""
+    try:
+        index = load_features(Path(folder))
+    except (DatakitError, ValueError, OSError) as e:
+        return {"error": f"{folder}: {e}"}
+    fields = {name: {"dtype": f.dtype, "shape": list(f.shape), "bytes": f.bytes} for name, f in index.fields.items()}
+    per = sum(f["bytes"] for f in fields.values()) + 4 * (len(index.state_names) + index.span * len(index.action_names))
+    return {"features": folder, "kind": index.fingerprint.get("kind", "clips"), "clips": index.num_clips,
+            "fields": fields, "bytes_per_sample": per, "batch_size": micro_batch, "world_size": world_size,
+            "read_bytes_per_s": per * samples_per_s if samples_per_s else None}
 
 
 def plan_command(dcfg: Any, toml_path: str, samples_per_s: float | None, world_size: int) -> str:
@@ -134,6 +153,14 @@ def format_loader(needs: dict[str, Any]) -> list[str]:
     """Lines of `trainkit inspect`'s loader section."""
     if "error" in needs:
         return [f"loader: cannot build the run's LoaderConfig: {needs['error']}"]
+    if "features" in needs:
+        fields = ", ".join(f"{k} {f['dtype']} {'x'.join(map(str, f['shape']))}" for k, f in needs["fields"].items())
+        rate = (f"; {needs['read_bytes_per_s'] / 2**20:.1f} MiB/s read at the target" if needs["read_bytes_per_s"]
+                else "")
+        return [f"loader (rank 0 of {needs['world_size']}, the feature folder {needs['features']}: "
+                f"{needs['clips']} samples, {needs['kind']}):",
+                f"  {fields}; {needs['bytes_per_sample'] / 2**10:.1f} KiB a sample, batch_size {needs['batch_size']} "
+                f"per rank{rate}"]
     c = needs["config"]
     slots = ", ".join(s or "(empty)" for s in c["slots"]) if c["slots"] else "one per index camera"
     epoch_batch = c["epoch_batch"] or c["batch_size"] * c["world_size"]

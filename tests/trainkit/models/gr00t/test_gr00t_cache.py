@@ -226,3 +226,24 @@ def test_sigterm_and_ctrl_c_are_one_line_and_a_rerun_resumes(shards_rgb, cache, 
     assert len(lines) == 1 and said in lines[0] and "rerun the same command to resume" in lines[0], lines
     s = encode_backbone(config(shards_rgb, tmp_path / "unused"), out, batch=4, progress=False)
     assert s.resumed_shards == 1 and tree_bytes(out) == tree_bytes(cache)
+
+
+def test_inspect_reports_the_cache_and_refuses_a_loader_toml_in_one_line(cache, tmp_path, capsys):
+    """`trainkit inspect` on a cache: its samples, fields and bytes a sample (the cached tensors plus the
+    float32 state and actions of frames.arrow) in place of a LoaderConfig it does not have; asking to
+    write one is a one-line refusal, exit 2."""
+    import json
+
+    from datakit.shards.features import load_features
+
+    index = load_features(cache)
+    sets = [a for s in (f"data.shards={cache}", *CACHED) for a in ("--set", s)]
+    assert main(["inspect", str(TINY), *sets, "--json"]) == 0
+    loader = json.loads(capsys.readouterr().out)["loader"]
+    assert (loader["features"], loader["kind"], loader["clips"]) == (str(cache), "backbone", 81)
+    assert set(loader["fields"]) == set(index.fields) >= {"vl", "vl_masks"}
+    want = sum(f.bytes for f in index.fields.values()) + 4 * (len(index.state_names) + index.span * len(index.action_names))
+    assert loader["bytes_per_sample"] == want
+    assert main(["inspect", str(TINY), *sets, "--loader-toml", str(tmp_path / "l.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a feature folder" in err and not (tmp_path / "l.toml").exists()
