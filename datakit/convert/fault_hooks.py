@@ -1,5 +1,6 @@
 """A test hook of the Ray engine, kept out of the engine itself: kill a task's worker once, at a
-named point, so tests can check that Ray's retry gives the same bytes (tests/datakit/convert/test_convert_ray.py).
+named point, so tests can check that Ray's retry gives the same bytes
+(tests/datakit/convert/ray_convert_cases.py, run in a process of its own).
 
 `DATAKIT_TEST_KILL_TASK_ONCE="KIND:MARKER"`, KIND one of shard | episode | join: the first task
 of that kind to create the marker file SIGKILLs its own worker (a shard task after its first
