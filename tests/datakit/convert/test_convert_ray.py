@@ -1,13 +1,13 @@
 """`datakit convert --engine ray` (the cases in ray_convert_cases.py), run by pytest in a process of
 their own.
 
-`ray.init` makes the test process a Ray driver, and a process that has been one no longer forks
-safely: in two clean-clone CI runs of 2026-12-08 a DataLoader worker forked later in the same
-pytest-xdist process aborted in Ray's C++ (`Unhandled exception: St12system_error. what(): Invalid
-argument`, raised under ray/_raylet.so's terminate handler in a thread of the child), failing
-whichever forking test ran there next (tests/datakit/storage/test_cache_limit.py,
-test_remote_features.py). Trainers never import Ray; the tests now keep it out of the other tests'
-processes too."""
+`ray.init` makes the test process a Ray driver, with Ray's threads and terminate handler, for the rest
+of that pytest-xdist process. In one clean-clone CI run of 2026-12-08 a DataLoader worker forked later
+in such a process aborted under ray/_raylet.so's terminate handler (`St12system_error ... Invalid
+argument`); the same abort came without Ray in two other runs (tests/datakit/storage/
+test_forked_workers_isolated.py), so Ray is not its whole cause, but a driver's state stays out of the
+other tests' processes. Trainers never import Ray (docs/convert.md: call the Ray engine from a process
+of its own)."""
 from __future__ import annotations
 
 import re
