@@ -102,6 +102,17 @@ def _journaled(out: Path) -> bool:
         return False
 
 
+def _signal_once_journaled(p: subprocess.Popen, out: Path, signum: int) -> bool:
+    """Send `signum` to the driver `p` once OUT journals its first shard (within 180 s); whether it was sent."""
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < 180:
+        if _journaled(out):
+            p.send_signal(signum)
+            return True
+        time.sleep(0.005)
+    return False
+
+
 def test_killed_driver_resumes_from_out(ray_session, src, local, tmp_path):
     """A driver joined to the cluster (--ray-address) is SIGKILLed once its first shard is
     journaled; the rerun keeps the committed shards (read from OUT's journals) and ends with
@@ -109,16 +120,10 @@ def test_killed_driver_resumes_from_out(ray_session, src, local, tmp_path):
     out = tmp_path / "out"
     address = ray_session.get_runtime_context().gcs_address
     p = subprocess.Popen(_cli(src, out, address), env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    t0, killed = time.time(), False
-    while p.poll() is None and time.time() - t0 < 180:
-        if _journaled(out):
-            p.send_signal(signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.005)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = _signal_once_journaled(p, out, signal.SIGKILL)
     _, err = p.communicate(timeout=30)
-    assert killed, f"the driver finished or failed before a shard was journaled: {err.decode()[-2000:]}"
+    assert killed, f"the driver finished or failed before a shard was journaled: {err[-2000:]}"
     assert not (out / "index.json").exists()
     s = convert(src, out, ConvertConfig(workers=2, engine="ray", shard_size=ONE_PER_EPISODE, progress=False))
     assert 1 <= s.resumed_shards < len(LENGTHS)
@@ -277,13 +282,7 @@ def test_sigterm_of_a_ray_run_exits_143_with_the_usual_line(ray_session, src, tm
     address = ray_session.get_runtime_context().gcs_address
     p = subprocess.Popen(_cli(src, out, address), env={**os.environ, "PYTHONPATH": str(ROOT)},
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    t0, sent = time.time(), False
-    while p.poll() is None and time.time() - t0 < 180:
-        if _journaled(out):
-            p.send_signal(signal.SIGTERM)
-            sent = True
-            break
-        time.sleep(0.005)
+    sent = _signal_once_journaled(p, out, signal.SIGTERM)
     _, err = p.communicate(timeout=90)
     assert sent, f"the driver finished or failed before a shard was journaled: {err[-2000:]}"
     lines = err.strip().splitlines()

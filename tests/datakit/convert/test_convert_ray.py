@@ -10,23 +10,14 @@ other tests' processes. Trainers never import Ray (docs/convert.md: call the Ray
 of its own)."""
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-CASES = Path(__file__).with_name("ray_convert_cases.py")
+from own_process import assert_cases_pass_alone
+
 pytestmark = pytest.mark.timeout(900)
 
 
 def test_ray_convert_cases_pass_in_their_own_process():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(CASES)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=880)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-8000:]
-    passed = re.search(r"(\d+) passed", out)
-    assert passed and int(passed.group(1)) >= 5, out[-3000:]  # the cases ran (a collection error says 0)
-    print(out[-2000:])
+    assert_cases_pass_alone(Path(__file__).with_name("ray_convert_cases.py"), least=5, timeout_s=880)

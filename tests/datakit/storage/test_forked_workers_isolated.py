@@ -9,24 +9,29 @@ runs). A trainer forks its workers from a fresh process; these cases now do too.
 tests leave behind that a fork then trips on is not found yet."""
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from own_process import assert_cases_pass_alone
+
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.mark.parametrize("cases, least", [("cache_limit_cases.py", 3), ("remote_features_cases.py", 2)])
 def test_forking_cases_pass_in_a_fresh_process(cases, least):
     pytest.importorskip("s3fs")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                           str(Path(__file__).with_name(cases))], cwd=ROOT, capture_output=True, text=True,
-                          timeout=580)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-8000:]
-    passed = re.search(r"(\d+) passed", out)
-    assert passed and int(passed.group(1)) >= least, out[-3000:]  # the cases ran (a collection error says 0)
+    assert_cases_pass_alone(Path(__file__).with_name(cases), least)
+
+
+def test_the_runner_fails_on_a_failed_or_missing_case(tmp_path):
+    """Controls: a failing case, and too few cases, each fail the runner; a passing file does not."""
+    good = tmp_path / "good_cases.py"
+    good.write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    assert_cases_pass_alone(good, least=2, timeout_s=120)
+    bad = tmp_path / "bad_cases.py"
+    bad.write_text("def test_a():\n    pass\n\ndef test_b():\n    assert 1 == 2\n")
+    with pytest.raises(AssertionError):
+        assert_cases_pass_alone(bad, least=1, timeout_s=120)
+    with pytest.raises(AssertionError):
+        assert_cases_pass_alone(good, least=3, timeout_s=120)
