@@ -82,7 +82,8 @@ def holdout(dcfg: DataConfig, index: ShardIndex | None, source: SourceConfig | N
 def feature_episodes(shards: Shards) -> list[int]:
     """A feature folder's episodes, each once, in the order of its clips (the order of the shard index it
     was encoded from), so `holdout`'s val_fraction picks the episodes it picks on that shard folder."""
-    ep = load_clips(shards.folder, shards.index).column("episode_index").to_numpy()
+    # its checksums are checked where the loader opens it
+    ep = load_clips(shards.folder, shards.index, against_checksums=False).column("episode_index").to_numpy()
     _, first = np.unique(ep, return_index=True)
     return [int(ep[i]) for i in sorted(first)]
 
@@ -108,7 +109,8 @@ def plan_validation(cfg: RunConfig, shards: Shards | MixtureShards, fam: Family,
         splits = source_holdouts(cfg.data, shards)
         val = MixtureValidation(cfg, shards, splits, fam, model_cfg, **kw) if any(s.val for s in splits) else None
         return with_episodes(shards, [s.train for s in splits]), None, val
-    split = holdout(cfg.data, shards.index, episodes=feature_episodes(shards) if shards.features else None)
+    held = shards.features and cfg.data.holds_out  # a feature folder's episodes: read only for a holdout
+    split = holdout(cfg.data, shards.index, episodes=feature_episodes(shards) if held else None)
     return shards, split.train, Validation(cfg, shards, fam, model_cfg, split.val, **kw) if split.val else None
 
 
